@@ -1,0 +1,7 @@
+import { createWorkflows } from './001-create-workflows.migration';
+import type { Migration } from './migration.interface';
+
+/** Every migration, in version order. Append new ones; never edit a released one. */
+export const MIGRATIONS: readonly Migration[] = [createWorkflows];
+
+export type { Migration } from './migration.interface';

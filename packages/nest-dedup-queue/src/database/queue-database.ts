@@ -1,0 +1,77 @@
+import type { OnApplicationShutdown } from '@nestjs/common';
+import type { Pool, PoolClient } from 'pg';
+import type { DataSource } from 'typeorm';
+
+/** A connection taken out of the pool for as long as its holder needs it. */
+export interface DedicatedConnection {
+  client: PoolClient;
+  /** Returns the connection to the pool, or destroys it when given the error that broke it. */
+  release(error?: Error): void;
+}
+
+/**
+ * The module's access to Postgres: the TypeORM `DataSource` (the module's own or the application's) and the
+ * schema its tables live in.
+ *
+ * NOTE: hot-path statements go straight to the DataSource's own `pg` pool, skipping TypeORM's per-query
+ * QueryRunner allocation; the pool, its size and its credentials are still the DataSource's.
+ */
+export class QueueDatabase implements OnApplicationShutdown {
+  /** The quoted schema name, ready to interpolate: `"dedup_queue"`. */
+  readonly schemaSql: string;
+
+  constructor(
+    readonly dataSource: DataSource,
+    readonly schema: string,
+    private readonly ownsDataSource: boolean,
+  ) {
+    this.schemaSql = `"${schema}"`;
+  }
+
+  private get pool(): Pool {
+    return (this.dataSource.driver as unknown as { master: Pool }).master;
+  }
+
+  /** The channel that wakes workers when work is enqueued into this schema. */
+  get wakeUpChannel(): string {
+    return `dedup_queue:${this.schema}`;
+  }
+
+  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
+    const result = await this.pool.query(sql, params);
+    return result.rows as T[];
+  }
+
+  /** Runs `work` inside BEGIN/COMMIT on one connection, rolling back if it throws. */
+  async transaction<T>(work: (query: <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>) => Promise<T>): Promise<T> {
+    const connection = await this.connect();
+    try {
+      await connection.client.query('BEGIN');
+      const result = await work(async (sql, params = []) => (await connection.client.query(sql, params)).rows);
+      await connection.client.query('COMMIT');
+      connection.release();
+      return result;
+    } catch (error) {
+      const rolledBack = await connection.client.query('ROLLBACK').then(() => true, () => false);
+      connection.release(rolledBack ? undefined : (error as Error));
+      throw error;
+    }
+  }
+
+  /** Takes one connection out of the pool (for LISTEN, session advisory locks, multi-statement work). */
+  async connect(): Promise<DedicatedConnection> {
+    const client = await this.pool.connect();
+    return { client, release: (error?: Error) => client.release(error) };
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+
+  /** Destroys the DataSource if the module created it; an application's DataSource is left open. */
+  async close(): Promise<void> {
+    if (this.ownsDataSource && this.dataSource.isInitialized) {
+      await this.dataSource.destroy();
+    }
+  }
+}

@@ -1,0 +1,36 @@
+import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
+
+/** The columns of `workflows` that describe a workflow's state, as the queries select them. */
+export interface WorkflowRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+  status: WorkflowStatus;
+  deduplication_id: string | null;
+  executor_id: string | null;
+  attempts: number;
+  created_at: Date;
+  started_at: Date | null;
+  completed_at: Date | null;
+  error: WorkflowErrorInfo | null;
+}
+
+/** The columns `WorkflowRow` is read from. */
+export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, executor_id,
+  attempts, created_at, started_at, completed_at, error`;
+
+export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {
+  return {
+    workflowId: row.workflow_id,
+    status: row.status,
+    queueName: row.queue_name,
+    workflowName: row.workflow_name,
+    deduplicationId: row.deduplication_id,
+    executorId: row.executor_id,
+    attempts: row.attempts,
+    createdAt: row.created_at,
+    startedAt: row.started_at,
+    completedAt: row.completed_at,
+    error: row.error,
+  };
+}

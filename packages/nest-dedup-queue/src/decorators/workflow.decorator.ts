@@ -1,0 +1,34 @@
+import { WORKFLOW_METADATA } from '../dedup-queue.constants';
+import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
+
+/** What `@Workflow()` records on the decorated method. */
+export interface WorkflowMetadata {
+  name: string;
+  options: WorkflowOptions;
+}
+
+/**
+ * Registers a method of an `@Injectable()` provider as a workflow that queues can run.
+ *
+ * The method receives the JSON-deserialised arguments given to `QueueService.enqueue()` and runs on the provider
+ * instance, so it can use the provider's injected dependencies. Its return value is stored as the result.
+ *
+ * @example
+ * ```ts
+ * @Injectable()
+ * export class UserTasks {
+ *   @Workflow()
+ *   async process(userId: string) { ... }      // registered as 'UserTasks.process'
+ * }
+ * ```
+ */
+export function Workflow(options: WorkflowOptions = {}): MethodDecorator {
+  return (target, propertyKey, descriptor) => {
+    const metadata: WorkflowMetadata = {
+      name: options.name ?? `${target.constructor.name}.${String(propertyKey)}`,
+      options,
+    };
+    Reflect.defineMetadata(WORKFLOW_METADATA, metadata, descriptor.value as object);
+    return descriptor;
+  };
+}

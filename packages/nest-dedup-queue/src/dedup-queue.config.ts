@@ -1,0 +1,82 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import {
+  DEFAULT_POLL_INTERVAL_MS,
+  DEFAULT_SCHEMA,
+  DEFAULT_SHUTDOWN_GRACE_MS,
+  DEFAULT_WORKER_CONCURRENCY,
+} from './dedup-queue.constants';
+import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
+import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+
+/** A declared queue with its defaults applied. */
+export interface ResolvedQueue {
+  name: string;
+  concurrency?: number;
+  workerConcurrency: number;
+}
+
+/** The module's options, validated, with defaults applied. */
+export class DedupQueueConfig {
+  constructor(
+    readonly schema: string,
+    readonly queues: ReadonlyMap<string, ResolvedQueue>,
+    readonly worker: boolean,
+    readonly executorId: string,
+    readonly pollIntervalMs: number,
+    readonly shutdownGraceMs: number,
+  ) {}
+}
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
+
+/** Validates the module options at boot; a message says which option to change. */
+export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfig {
+  const fail = (message: string): never => {
+    throw new DedupQueueConfigurationError(`DedupQueueModule: ${message}`);
+  };
+  if (!options || typeof options !== 'object') fail('options are required');
+  if (!!options.connection === !!options.dataSource) fail('give exactly one of `connection` and `dataSource`');
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  if (!SCHEMA_NAME.test(schema)) {
+    fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);
+  }
+  if (!Array.isArray(options.queues)) fail('`queues` must be an array of { name, concurrency?, workerConcurrency? }');
+  const queues = new Map<string, ResolvedQueue>();
+  for (const queue of options.queues) {
+    const name = queue?.name;
+    if (typeof name !== 'string' || name.length === 0 || name.length > 100) {
+      fail(`queue name ${JSON.stringify(name)} must be a string of 1 to 100 characters`);
+    }
+    if (queues.has(name)) fail(`queue "${name}" is declared twice`);
+    const concurrency = positiveIntegerOrUndefined(queue.concurrency, `queues["${name}"].concurrency`, fail);
+    const workerConcurrency =
+      positiveIntegerOrUndefined(queue.workerConcurrency, `queues["${name}"].workerConcurrency`, fail) ??
+      Math.min(concurrency ?? DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_CONCURRENCY);
+    queues.set(name, { name, concurrency, workerConcurrency });
+  }
+  const executorId = options.executorId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  if (typeof executorId !== 'string' || executorId.length === 0 || executorId.length > 255) {
+    fail('`executorId` must be a string of 1 to 255 characters');
+  }
+  return new DedupQueueConfig(
+    schema,
+    queues,
+    options.worker ?? true,
+    executorId,
+    positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
+    nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
+  );
+}
+
+function positiveIntegerOrUndefined(value: unknown, name: string, fail: (message: string) => never): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isInteger(value) || (value as number) < 1) fail(`\`${name}\` must be a positive integer`);
+  return value as number;
+}
+
+function nonNegativeInteger(value: unknown, name: string, fail: (message: string) => never): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isInteger(value) || (value as number) < 0) fail(`\`${name}\` must be a non-negative integer`);
+  return value as number;
+}

@@ -1,0 +1,8 @@
+/** Metadata key under which `@Workflow()` stores its definition on the decorated method. */
+export const WORKFLOW_METADATA = 'dedup-queue:workflow';
+
+export const DEFAULT_SCHEMA = 'dedup_queue';
+export const DEFAULT_WORKER_CONCURRENCY = 10;
+export const DEFAULT_POLL_INTERVAL_MS = 1000;
+export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
+export const MAX_KEY_LENGTH = 255;

@@ -1,0 +1,40 @@
+import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { DedupQueueConfig, resolveConfig } from './dedup-queue.config';
+import { ConfigurableModuleClass, DEDUP_QUEUE_OPTIONS } from './dedup-queue.module-definition';
+import { QueueDatabase } from './database/queue-database';
+import { createQueueDatabase } from './database/queue-database.factory';
+import { WorkflowStore } from './database/workflow.store';
+import { WorkflowExplorer } from './discovery/workflow.explorer';
+import { WorkflowRegistry } from './discovery/workflow.registry';
+import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import { QueueService } from './queue.service';
+import { QueueScheduler } from './scheduler/queue.scheduler';
+import { WorkflowCompletions } from './workflow-completions';
+
+/**
+ * Durable, Postgres-backed workflow queues with database-enforced deduplication.
+ *
+ * Import it once, in the root module: `DedupQueueModule.forRoot({ connection: { url }, queues: [...] })`, or
+ * `DedupQueueModule.forRootAsync({ imports, inject, useFactory })`. It is global by default (`isGlobal: false`
+ * to opt out), so `QueueService` can be injected anywhere.
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [
+    { provide: DedupQueueConfig, useFactory: resolveConfig, inject: [DEDUP_QUEUE_OPTIONS] },
+    {
+      provide: QueueDatabase,
+      useFactory: (options: DedupQueueModuleOptions, config: DedupQueueConfig) => createQueueDatabase(options, config),
+      inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
+    },
+    { provide: WorkflowStore, useFactory: (database: QueueDatabase) => new WorkflowStore(database), inject: [QueueDatabase] },
+    WorkflowRegistry,
+    WorkflowExplorer,
+    WorkflowCompletions,
+    QueueScheduler,
+    QueueService,
+  ],
+  exports: [QueueService],
+})
+export class DedupQueueModule extends ConfigurableModuleClass {}

@@ -1,0 +1,8 @@
+import { DedupQueueError } from './dedup-queue.error';
+
+/** Thrown when enqueueing a workflow that no `@Workflow()` method registered. */
+export class UnknownWorkflowError extends DedupQueueError {
+  constructor(readonly workflowName: string, hint: string) {
+    super(`Workflow "${workflowName}" is not registered: ${hint}`);
+  }
+}

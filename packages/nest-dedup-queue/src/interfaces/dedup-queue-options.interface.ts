@@ -1,0 +1,39 @@
+import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { QueueOptions } from './queue-options.interface';
+
+/** TypeORM Postgres connection options, without `type` (always `'postgres'`). At least `url`, or host/port/... */
+export type DedupQueueConnectionOptions = Omit<
+  Extract<DataSourceOptions, { type: 'postgres' }>,
+  'type' | 'entities' | 'synchronize' | 'migrations' | 'migrationsRun'>;
+
+/** Options of `DedupQueueModule.forRoot()` (and the result of `forRootAsync`'s `useFactory`). */
+export interface DedupQueueModuleOptions {
+  /**
+   * How to reach Postgres when the module should open its own connection pool,
+   * e.g. `{ url: 'postgres://user@127.0.0.1:5432/app' }`. Give either this or `dataSource`.
+   */
+  connection?: DedupQueueConnectionOptions;
+  /**
+   * An existing TypeORM `DataSource` for Postgres (for example the one `@nestjs/typeorm` provides), so the
+   * queue shares the application's pool. The module initializes it if needed and never destroys it.
+   */
+  dataSource?: DataSource;
+  /** The Postgres schema that holds the module's tables. Default `'dedup_queue'`. */
+  schema?: string;
+  /** The queues this application enqueues into (and, when `worker` is on, drains). */
+  queues: QueueOptions[];
+  /** Whether this process runs workflows. `false`: it only enqueues and looks up. Default `true`. */
+  worker?: boolean;
+  /** This process's identity, recorded on the workflows it claims. Default: generated per process. */
+  executorId?: string;
+  /**
+   * How often a worker looks for work when no notification arrived, in milliseconds. New work normally starts
+   * within milliseconds through LISTEN/NOTIFY; polling is the fallback. Default 1000.
+   */
+  pollIntervalMs?: number;
+  /**
+   * How long shutdown waits for running workflows before it closes the connections, in milliseconds.
+   * Default 30000.
+   */
+  shutdownGraceMs?: number;
+}

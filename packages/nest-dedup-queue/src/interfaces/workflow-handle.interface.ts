@@ -1,0 +1,20 @@
+import type { WorkflowStatusInfo } from './workflow-status.interface';
+
+/** Options of `WorkflowHandle.getResult()`. */
+export interface GetResultOptions {
+  /** Give up waiting after this many milliseconds with a `WorkflowResultTimeoutError`. Default: wait forever. */
+  timeoutMs?: number;
+}
+
+/** A reference to one enqueued workflow. */
+export interface WorkflowHandle<R = unknown> {
+  /** The workflow's ID. */
+  readonly workflowId: string;
+  /** Reads the workflow's current row. */
+  getStatus(): Promise<WorkflowStatusInfo>;
+  /**
+   * Waits until the workflow has finished and resolves with its return value (as stored: JSON round-tripped).
+   * Rejects with `WorkflowFailedError` if it failed and `WorkflowCancelledError` if it was cancelled.
+   */
+  getResult(options?: GetResultOptions): Promise<R>;
+}

@@ -1,0 +1,55 @@
+/**
+ * The lifecycle state of a workflow.
+ *
+ * - `ENQUEUED`: waiting in its queue; holds its deduplication ID.
+ * - `PENDING`: claimed by a worker and running; holds its deduplication ID.
+ * - `SUCCESS`, `ERROR`, `CANCELLED`, `MAX_RECOVERY_ATTEMPTS_EXCEEDED`: finished; the deduplication ID is free.
+ */
+export type WorkflowStatus =
+  | 'ENQUEUED'
+  | 'PENDING'
+  | 'SUCCESS'
+  | 'ERROR'
+  | 'CANCELLED'
+  | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
+
+/** The statuses in which a workflow holds its deduplication ID. */
+export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'PENDING'];
+
+/** The statuses a workflow never leaves. */
+export const FINISHED_WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
+  'SUCCESS',
+  'ERROR',
+  'CANCELLED',
+  'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+];
+
+/** The error a failed workflow recorded, as stored in Postgres. */
+export interface WorkflowErrorInfo {
+  /** The `name` of the thrown error (`'Error'`, `'TypeError'`, a custom class name, ...). */
+  name: string;
+  /** The `message` of the thrown error. */
+  message: string;
+  /** The stack trace, when the thrown value had one. */
+  stack?: string;
+}
+
+/** A snapshot of one workflow's row, as returned by `WorkflowHandle.getStatus()` and `QueueService.list()`. */
+export interface WorkflowStatusInfo {
+  workflowId: string;
+  status: WorkflowStatus;
+  queueName: string;
+  /** The registered workflow name, `ClassName.methodName` unless `@Workflow({ name })` says otherwise. */
+  workflowName: string;
+  /** The deduplication ID given at enqueue; kept for reference after the workflow finished (the key itself is freed). */
+  deduplicationId: string | null;
+  /** The executor (process) that claimed the workflow, once claimed. */
+  executorId: string | null;
+  /** How many times the workflow has been claimed. */
+  attempts: number;
+  createdAt: Date;
+  startedAt: Date | null;
+  completedAt: Date | null;
+  /** The recorded error when `status` is `ERROR`. */
+  error: WorkflowErrorInfo | null;
+}

@@ -1,0 +1,74 @@
+import { Logger } from '@nestjs/common';
+import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+
+const MAX_BATCH = 500;
+const RETRY_DELAY_MS = 500;
+
+interface QueuedOutcome {
+  outcome: WorkflowOutcome;
+  queueName: string;
+  settle: (recorded: boolean) => void;
+}
+
+/**
+ * Records workflow outcomes, combining those that finish while a write is in flight into one statement
+ * (group commit): one round trip for many completions, no added delay for a lone one. A failed write is retried
+ * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
+ * never marked done.
+ */
+export class OutcomeWriter {
+  private readonly logger = new Logger('DedupQueueScheduler');
+  private queued: QueuedOutcome[] = [];
+  private flushing?: Promise<void>;
+  private closed = false;
+
+  constructor(
+    private readonly store: WorkflowStore,
+    private readonly executorId: string,
+    private readonly queuesToWake: ReadonlySet<string>,
+  ) {}
+
+  /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
+  write(outcome: WorkflowOutcome, queueName: string): Promise<boolean> {
+    return new Promise((settle) => {
+      this.queued.push({ outcome, queueName, settle });
+      this.flushing ??= this.flush().finally(() => (this.flushing = undefined));
+    });
+  }
+
+  /** Waits until everything queued so far has been written. */
+  async drained(): Promise<void> {
+    while (this.flushing) await this.flushing;
+  }
+
+  /** Stops retrying failed writes; what is still unwritten settles as not recorded. */
+  close(): void {
+    this.closed = true;
+  }
+
+  private async flush(): Promise<void> {
+    while (this.queued.length > 0) {
+      const batch = this.queued.splice(0, MAX_BATCH);
+      const recorded = await this.writeWithRetry(batch);
+      for (const item of batch) item.settle(recorded.has(item.outcome.workflowId));
+    }
+  }
+
+  private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {
+    const wake = [...new Set(batch.map((item) => item.queueName))].filter((name) => this.queuesToWake.has(name));
+    while (!this.closed) {
+      try {
+        const recorded = await this.store.recordOutcomes(
+          this.executorId,
+          batch.map((item) => item.outcome),
+          wake,
+        );
+        return new Set(recorded);
+      } catch (error) {
+        this.logger.error(`Recording ${batch.length} workflow outcome(s) failed, retrying: ${(error as Error).message}`);
+        await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
+      }
+    }
+    return new Set();
+  }
+}
