@@ -1,0 +1,17 @@
+/** The demo's settings, from the environment. */
+export interface DemoConfig {
+  databaseUrl: string;
+  schema: string;
+  /** How long one `UserTasks.process` run takes, so a person can see the 409 by posting twice. */
+  taskDurationMs: number;
+}
+
+export function demoConfig(): DemoConfig {
+  const databaseUrl = process.env.DATABASE_URL;
+  if (!databaseUrl) throw new Error('DATABASE_URL is not set (main.ts sets it to a throwaway server when unset)');
+  return {
+    databaseUrl,
+    schema: process.env.DEDUP_QUEUE_SCHEMA ?? 'dedup_queue',
+    taskDurationMs: Number(process.env.DEMO_TASK_MS ?? 5000),
+  };
+}
