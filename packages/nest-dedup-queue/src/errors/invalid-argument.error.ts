@@ -7,6 +7,6 @@ export class InvalidArgumentError extends DedupQueueError {
     readonly field: string,
     reason: string,
   ) {
-    super(`Invalid ${field}: ${reason}`);
+    super(`${field} ${reason}`);
   }
 }

@@ -25,7 +25,7 @@ export interface QueueWorkerDependencies {
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly running = new Set<Promise<void>>();
-  private claiming = false;
+  private claiming?: Promise<void>;
   private claimAgain = false;
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
@@ -42,7 +42,7 @@ export class QueueWorker {
       this.claimAgain = true;
       return;
     }
-    void this.claimLoop();
+    this.claiming = this.claimLoop().finally(() => (this.claiming = undefined));
   }
 
   /** Stops claiming; running workflows go on. */
@@ -51,11 +51,15 @@ export class QueueWorker {
     clearTimeout(this.retryTimer);
   }
 
-  /** Resolves when every running workflow has finished and its outcome is written, or after `timeoutMs`. */
+  /**
+   * Resolves when the claim in flight (whose workflows must run: they are already PENDING under this executor) and
+   * every running workflow have finished and their outcomes are written, or after `timeoutMs`.
+   */
   async waitForRunning(timeoutMs: number): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
     const finished = (async () => {
+      await this.claiming;
       while (this.running.size > 0) await Promise.all([...this.running]);
       return true as const;
     })();
@@ -71,7 +75,6 @@ export class QueueWorker {
   }
 
   private async claimLoop(): Promise<void> {
-    this.claiming = true;
     try {
       do {
         this.claimAgain = false;
@@ -92,8 +95,6 @@ export class QueueWorker {
       clearTimeout(this.retryTimer);
       this.retryTimer = setTimeout(() => this.wake(), CLAIM_RETRY_DELAY_MS);
       this.retryTimer.unref();
-    } finally {
-      this.claiming = false;
     }
   }
 

@@ -1,0 +1,111 @@
+import { Controller, INestApplication, Module, Post } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { Test } from '@nestjs/testing';
+import { DedupExceptionFilter, QueueDeduplicatedError } from 'nest-dedup-queue';
+import type { Pool } from 'pg';
+import request from 'supertest';
+import { AppModule } from '../apps/demo/src/app.module';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { waitFor } from './support/wait-for';
+
+describe('demo app over HTTP', () => {
+  const schema = uniqueSchema('demo');
+  let app: INestApplication;
+  let pool: Pool;
+
+  beforeAll(async () => {
+    pool = testPool();
+    process.env.DEDUP_QUEUE_SCHEMA = schema;
+    process.env.DEMO_TASK_MS = '300';
+    const module = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    app = module.createNestApplication({ logger: false });
+    await app.init();
+  });
+
+  afterAll(async () => {
+    await app.close();
+    await dropSchema(pool, schema);
+    await pool.end();
+  });
+
+  const statusOf = async (id: string) => (await request(app.getHttpServer()).get(`/workflows/${id}`).expect(200)).body;
+
+  it('answers 201, then 409 while the first runs, then 201 again once it finished', async () => {
+    const server = app.getHttpServer();
+    const first = await request(server).post('/process/u1').expect(201);
+    expect(first.body).toEqual({ workflow_id: expect.any(String) });
+
+    const duplicate = await request(server).post('/process/u1').expect(409);
+    expect(duplicate.headers['content-type']).toMatch(/application\/json/);
+    expect(duplicate.body).toEqual({
+      statusCode: 409,
+      error: 'Conflict',
+      message: expect.stringContaining('"u1"'),
+      queueName: 'user_tasks',
+      deduplicationId: 'u1',
+      existingWorkflowId: first.body.workflow_id,
+    });
+    await request(server).post('/process/u2').expect(201);
+
+    expect((await statusOf(first.body.workflow_id)).status).toMatch(/ENQUEUED|PENDING/);
+    const done = await waitFor(
+      async () => {
+        const body = await statusOf(first.body.workflow_id);
+        return body.status === 'SUCCESS' && body;
+      },
+      { what: 'the first workflow to finish' },
+    );
+    expect(done.result).toEqual({ userId: 'u1', processedAt: expect.any(String) });
+
+    const again = await request(server).post('/process/u1').expect(201);
+    expect(again.body.workflow_id).not.toBe(first.body.workflow_id);
+    const rows = (await pool.query(`SELECT status FROM "${schema}".workflows WHERE deduplication_id = 'u1' ORDER BY seq`)).rows;
+    expect(rows.map((row) => row.status)).toEqual(['SUCCESS', expect.stringMatching(/ENQUEUED|PENDING/)]);
+  });
+
+  it('answers 404 for an unknown workflow', async () => {
+    await request(app.getHttpServer()).get('/workflows/does-not-exist').expect(404);
+  });
+});
+
+describe('DedupExceptionFilter registration', () => {
+  @Controller()
+  class ThrowingController {
+    @Post('conflict')
+    conflict(): never {
+      throw new QueueDeduplicatedError('q', 'key', 'holder-id');
+    }
+  }
+
+  const expectConflict = async (app: INestApplication) => {
+    const response = await request(app.getHttpServer()).post('/conflict').expect(409);
+    expect(response.body).toMatchObject({ statusCode: 409, queueName: 'q', deduplicationId: 'key', existingWorkflowId: 'holder-id' });
+    await app.close();
+  };
+
+  it('is not global by surprise: without registration the error is a 500', async () => {
+    @Module({ controllers: [ThrowingController] })
+    class PlainModule {}
+    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({ logger: false });
+    await app.init();
+    await request(app.getHttpServer()).post('/conflict').expect(500);
+    await app.close();
+  });
+
+  it('works as an APP_FILTER provider', async () => {
+    @Module({ controllers: [ThrowingController], providers: [{ provide: APP_FILTER, useClass: DedupExceptionFilter }] })
+    class FilteredModule {}
+    const app = (await Test.createTestingModule({ imports: [FilteredModule] }).compile()).createNestApplication({ logger: false });
+    await app.init();
+    await expectConflict(app);
+  });
+
+  it('works with app.useGlobalFilters(new DedupExceptionFilter())', async () => {
+    @Module({ controllers: [ThrowingController] })
+    class PlainModule {}
+    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({ logger: false });
+    app.useGlobalFilters(new DedupExceptionFilter());
+    await app.init();
+    await expectConflict(app);
+  });
+});
