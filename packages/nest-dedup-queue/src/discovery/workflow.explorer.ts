@@ -2,6 +2,7 @@ import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import type { WorkflowMetadata } from '../decorators/workflow.decorator';
+import { QueueDatabase } from '../database/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { WorkflowRegistry } from './workflow.registry';
 
@@ -14,11 +15,18 @@ export class WorkflowExplorer implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly registry: WorkflowRegistry,
+    private readonly database: QueueDatabase,
   ) {}
 
-  onModuleInit(): void {
-    for (const wrapper of this.discovery.getProviders()) {
-      this.explore(wrapper);
+  async onModuleInit(): Promise<void> {
+    try {
+      for (const wrapper of this.discovery.getProviders()) {
+        this.explore(wrapper);
+      }
+    } catch (error) {
+      // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
+      await this.database.close();
+      throw error;
     }
   }
 
