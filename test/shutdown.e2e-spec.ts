@@ -114,13 +114,19 @@ describe('graceful shutdown', () => {
   it('does not lose a workflow whose claim is in flight when shutdown begins: it stays ENQUEUED or ends recorded', async () => {
     const applicationName = `inflight-${schema}`;
     const waiting = await enqueuer.queues.enqueue('inflight', enqueuer.get(RecordingTasks).echo, ['in flight']);
-    // Holding an EXCLUSIVE lock on the table (plain reads still pass) makes the new app's first claim wait in Postgres.
+    await pool.query(`UPDATE "${schema}".workflows SET not_before = now() + interval '1 hour' WHERE workflow_id = $1`, [
+      waiting.workflowId,
+    ]);
+    const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'inflight' }] });
+    const tasks = app.get(RecordingTasks);
+    // Holding an EXCLUSIVE lock on the table (plain reads still pass) makes the app's next claim wait in Postgres;
+    // the same transaction makes the workflow due, and a notification from another connection wakes the app.
     const locker = await pool.connect();
     try {
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE "${schema}".workflows IN EXCLUSIVE MODE`);
-      const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'inflight' }] });
-      const tasks = app.get(RecordingTasks);
+      await locker.query(`UPDATE "${schema}".workflows SET not_before = NULL WHERE workflow_id = $1`, [waiting.workflowId]);
+      await pool.query('SELECT pg_notify($1, $2)', [`dedup_queue:${schema}`, 'inflight']);
       await waitFor(
         async () =>
           (
@@ -142,10 +148,7 @@ describe('graceful shutdown', () => {
       const { status } = await rowOf(waiting.workflowId);
       // A workflow claimed during shutdown must either not start (and stay ENQUEUED for another worker) or run to a
       // recorded end. PENDING means a closed app holds it without recording an outcome.
-      // KNOWN LIBRARY BUG (fails today with status PENDING, bodyRan true): QueueWorker.waitForRunning
-      // (src/scheduler/queue.worker.ts:55) does not wait for a claim in flight, and claimLoop (line 87) starts the
-      // workflows that claim returns even after stop(), once QueueScheduler has closed the OutcomeWriter
-      // (src/scheduler/queue.scheduler.ts:76).
+      // (A regression test: the claim in flight used to be started after the outcome writer had closed.)
       const expected = bodyRan ? { status: 'SUCCESS', bodyRan: true } : { status: 'ENQUEUED', bodyRan: false };
       expect({ status, bodyRan }).toEqual(expected);
     } finally {

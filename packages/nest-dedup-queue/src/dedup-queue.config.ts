@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
+  DEFAULT_LEASE_MS,
+  DEFAULT_MAX_RECOVERY_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_SCHEMA,
   DEFAULT_SHUTDOWN_GRACE_MS,
@@ -18,14 +20,19 @@ export interface ResolvedQueue {
 
 /** The module's options, validated, with defaults applied. */
 export class DedupQueueConfig {
-  constructor(
-    readonly schema: string,
-    readonly queues: ReadonlyMap<string, ResolvedQueue>,
-    readonly worker: boolean,
-    readonly executorId: string,
-    readonly pollIntervalMs: number,
-    readonly shutdownGraceMs: number,
-  ) {}
+  readonly schema!: string;
+  readonly queues!: ReadonlyMap<string, ResolvedQueue>;
+  readonly worker!: boolean;
+  readonly executorId!: string;
+  readonly pollIntervalMs!: number;
+  readonly shutdownGraceMs!: number;
+  readonly leaseMs!: number;
+  readonly heartbeatIntervalMs!: number;
+  readonly maxRecoveryAttempts!: number;
+
+  constructor(values: DedupQueueConfig) {
+    Object.assign(this, values);
+  }
 }
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -59,14 +66,22 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   if (typeof executorId !== 'string' || executorId.length === 0 || executorId.length > 255) {
     fail('`executorId` must be a string of 1 to 255 characters');
   }
-  return new DedupQueueConfig(
+  const leaseMs = positiveIntegerOrUndefined(options.leaseMs, 'leaseMs', fail) ?? DEFAULT_LEASE_MS;
+  const heartbeatIntervalMs =
+    positiveIntegerOrUndefined(options.heartbeatIntervalMs, 'heartbeatIntervalMs', fail) ?? Math.ceil(leaseMs / 3);
+  if (heartbeatIntervalMs >= leaseMs) fail('`heartbeatIntervalMs` must be shorter than `leaseMs`');
+  return new DedupQueueConfig({
     schema,
     queues,
-    options.worker ?? true,
+    worker: options.worker ?? true,
     executorId,
-    positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
-    nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
-  );
+    pollIntervalMs: positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
+    shutdownGraceMs: nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
+    leaseMs,
+    heartbeatIntervalMs,
+    maxRecoveryAttempts:
+      nonNegativeInteger(options.maxRecoveryAttempts, 'maxRecoveryAttempts', fail) ?? DEFAULT_MAX_RECOVERY_ATTEMPTS,
+  });
 }
 
 function positiveIntegerOrUndefined(value: unknown, name: string, fail: (message: string) => never): number | undefined {

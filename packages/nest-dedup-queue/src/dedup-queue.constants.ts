@@ -6,3 +6,7 @@ export const DEFAULT_WORKER_CONCURRENCY = 10;
 export const DEFAULT_POLL_INTERVAL_MS = 1000;
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 export const MAX_KEY_LENGTH = 255;
+export const DEFAULT_LEASE_MS = 30_000;
+export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
+/** Metadata key under which `@Step()` stores its options on the decorated method. */
+export const STEP_METADATA = 'dedup-queue:step';

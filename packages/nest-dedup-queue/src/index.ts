@@ -1,5 +1,7 @@
 export { DedupQueueModule } from './dedup-queue.module';
 export { Workflow } from './decorators/workflow.decorator';
+export { Step } from './decorators/step.decorator';
+export { WorkflowContext, runStep, stepManager, workflowContext } from './execution/workflow-context';
 export { DedupExceptionFilter, DeduplicatedResponseBody } from './filters/dedup-exception.filter';
 export { QueueService, WorkflowFunction } from './queue.service';
 export * from './errors';

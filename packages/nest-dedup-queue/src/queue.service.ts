@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { MAX_KEY_LENGTH } from './dedup-queue.constants';
 import { DedupQueueConfig } from './dedup-queue.config';
 import { toStatusInfo } from './database/workflow-row';
-import { WorkflowStore } from './database/workflow.store';
+import { isUniqueViolationOn } from './database/sql-errors';
+import { ACTIVE_DEDUPLICATION_INDEX, WorkflowStore } from './database/workflow.store';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import { InvalidArgumentError } from './errors/invalid-argument.error';
 import { QueueDeduplicatedError } from './errors/queue-deduplicated.error';
@@ -40,7 +41,7 @@ export class QueueService {
    * @param queueName a queue declared in `DedupQueueModule.forRoot({ queues })`
    * @param workflow the `@Workflow()` method (`this.tasks.process`) or its registered name (`'UserTasks.process'`)
    * @param args the arguments, stored as JSON (see the README for what round-trips)
-   * @param options `deduplicationId`, `workflowId`
+   * @param options `deduplicationId`, `workflowId`, `timeoutMs`
    * @throws QueueDeduplicatedError when `deduplicationId` is held by an ENQUEUED or PENDING workflow of the queue
    * @throws UnknownQueueError, UnknownWorkflowError, InvalidArgumentError, WorkflowIdConflictError
    */
@@ -66,6 +67,7 @@ export class QueueService {
       throw new UnknownQueueError(queueName, [...this.config.queues.keys()]);
     }
     const workflowName = this.registry.resolveName(workflow);
+    const workflowOptions = this.registry.find(workflowName)?.options ?? {};
     if (!Array.isArray(args)) {
       throw new InvalidArgumentError('args', 'must be an array of the workflow\'s arguments');
     }
@@ -74,10 +76,21 @@ export class QueueService {
     }
     const deduplicationId = optionalKey(options.deduplicationId, 'options.deduplicationId');
     const workflowId = optionalKey(options.workflowId, 'options.workflowId') ?? randomUUID();
+    const timeoutMs = optionalTimeout(options.timeoutMs);
     const inputsJson = serialiseArgs(args);
+    const row = {
+      workflowId,
+      queueName,
+      workflowName,
+      deduplicationId,
+      inputsJson,
+      timeoutMs,
+      maxAttempts: workflowOptions.maxAttempts ?? 1,
+      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
+    };
 
     for (;;) {
-      const inserted = await this.store.insert({ workflowId, queueName, workflowName, deduplicationId, inputsJson });
+      const inserted = await this.store.insert(row);
       if (inserted.outcome === 'inserted') {
         return this.handle(workflowId);
       }
@@ -119,6 +132,34 @@ export class QueueService {
     return status;
   }
 
+  /**
+   * Puts a CANCELLED or dead-lettered (`MAX_RECOVERY_ATTEMPTS_EXCEEDED`) workflow back in its queue: it takes its
+   * deduplication ID again, keeps its completed steps, and its recovery count starts over. Resuming an ENQUEUED or
+   * PENDING workflow changes nothing.
+   * @throws QueueDeduplicatedError when another workflow holds its deduplication ID meanwhile
+   * @throws InvalidArgumentError when it finished with SUCCESS or ERROR
+   * @throws WorkflowNotFoundError when no workflow has this ID
+   */
+  async resume<R = unknown>(workflowId: string): Promise<WorkflowHandle<R>> {
+    let resumed;
+    try {
+      resumed = await this.store.resume(workflowId);
+    } catch (error) {
+      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
+        const row = await this.store.findRow(workflowId);
+        const key = row?.deduplication_id as string;
+        const holder = await this.store.findHolder(row?.queue_name as string, key);
+        throw new QueueDeduplicatedError(row?.queue_name as string, key, holder ?? '(finished meanwhile; try again)');
+      }
+      throw error;
+    }
+    if (!resumed) throw new WorkflowNotFoundError(workflowId);
+    if (resumed.before === 'SUCCESS' || resumed.before === 'ERROR') {
+      throw new InvalidArgumentError('workflowId', `names a workflow that ended with ${resumed.before}; only CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows can be resumed`);
+    }
+    return this.handle<R>(workflowId);
+  }
+
   /** Lists workflows, newest first. */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
     const limit = filter.limit ?? 100;
@@ -142,6 +183,14 @@ function optionalKey(value: unknown, field: string): string | null {
     throw new InvalidArgumentError(field, `must be at most ${MAX_KEY_LENGTH} characters, got ${value.length}`);
   }
   return value;
+}
+
+function optionalTimeout(value: unknown): number | null {
+  if (value === undefined || value === null) return null;
+  if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 2_147_483_647) {
+    throw new InvalidArgumentError('options.timeoutMs', 'must be a positive integer number of milliseconds');
+  }
+  return value as number;
 }
 
 function serialiseArgs(args: unknown[]): string {

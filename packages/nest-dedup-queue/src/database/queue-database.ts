@@ -32,9 +32,14 @@ export class QueueDatabase implements OnApplicationShutdown {
     return (this.dataSource.driver as unknown as { master: Pool }).master;
   }
 
-  /** The channel that wakes workers when work is enqueued into this schema. */
+  /** The channel that wakes workers when work is enqueued into this schema; the payload is the queue name. */
   get wakeUpChannel(): string {
     return `dedup_queue:${this.schema}`;
+  }
+
+  /** The channel that tells workers to interrupt a workflow; the payload is its ID. */
+  get cancelChannel(): string {
+    return `dedup_queue_cancel:${this.schema}`;
   }
 
   async query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {

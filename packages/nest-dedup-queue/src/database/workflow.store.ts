@@ -7,6 +7,9 @@ import { WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
 export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
 
+const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
+  'message', 'Workflow timed out after ' || timeout_ms || ' ms')`;
+
 export interface NewWorkflow {
   workflowId: string;
   queueName: string;
@@ -14,6 +17,9 @@ export interface NewWorkflow {
   deduplicationId: string | null;
   /** The arguments, already serialised to JSON text. */
   inputsJson: string;
+  timeoutMs: number | null;
+  maxAttempts: number;
+  maxRecoveryAttempts: number;
 }
 
 export type InsertResult =
@@ -25,6 +31,12 @@ export interface ClaimedWorkflow {
   workflowId: string;
   workflowName: string;
   inputsJson: string;
+  /** How many times it has been claimed, this claim included. */
+  attempts: number;
+  failedAttempts: number;
+  maxAttempts: number;
+  /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
+  remainingMs: number | null;
 }
 
 export interface ClaimRequest {
@@ -38,10 +50,13 @@ export interface ClaimRequest {
 
 export interface WorkflowOutcome {
   workflowId: string;
-  status: Extract<WorkflowStatus, 'SUCCESS' | 'ERROR'>;
+  /** RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. */
+  status: 'SUCCESS' | 'ERROR' | 'RETRY';
   /** The return value as JSON text; null when the workflow returned undefined or failed. */
   outputJson: string | null;
   error: WorkflowErrorInfo | null;
+  /** For RETRY: how long to wait, by the database's clock. */
+  retryDelayMs?: number;
 }
 
 export interface WorkflowResultRow {
@@ -53,9 +68,13 @@ export interface WorkflowResultRow {
 /** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
 export class WorkflowStore {
   private readonly table: string;
+  private readonly steps: string;
+  private readonly executors: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.table = `${database.schemaSql}.workflows`;
+    this.steps = `${database.schemaSql}.steps`;
+    this.executors = `${database.schemaSql}.executors`;
   }
 
   /**
@@ -68,8 +87,9 @@ export class WorkflowStore {
       const rows = await this.database.query(
         `WITH inserted AS (
            INSERT INTO ${this.table}
-             (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
-           VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json)
+             (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
+              timeout_ms, max_attempts, max_recovery_attempts)
+           VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9)
            ON CONFLICT (workflow_id) DO NOTHING
            RETURNING queue_name
          )
@@ -81,6 +101,9 @@ export class WorkflowStore {
           workflow.deduplicationId,
           workflow.inputsJson,
           this.database.wakeUpChannel,
+          workflow.timeoutMs,
+          workflow.maxAttempts,
+          workflow.maxRecoveryAttempts,
         ],
       );
       if (rows.length === 1) {
@@ -112,9 +135,10 @@ export class WorkflowStore {
   }
 
   /**
-   * Moves up to `limit` ENQUEUED workflows of a queue to PENDING under this executor, highest priority and oldest
-   * first, skipping rows other workers are claiming. With a global limit, claimers of the queue take turns on a
-   * transaction advisory lock so that the count of running workflows they read is exact.
+   * Moves up to `limit` due ENQUEUED workflows of a queue to PENDING under this executor, highest priority and
+   * oldest first, skipping rows other workers are claiming, and only while this executor's lease row exists. With a
+   * global limit, claimers of the queue take turns on a transaction advisory lock so that the count of running
+   * workflows they read is exact. Starts the timeout clock of workflows that have one.
    */
   async claim(request: ClaimRequest): Promise<ClaimedWorkflow[]> {
     const params: unknown[] = [request.queueName, request.executorId, request.workflowNames, request.limit];
@@ -126,17 +150,33 @@ export class WorkflowStore {
     }
     const sql = `
       UPDATE ${this.table} AS w
-      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = now(), updated_at = now()
+      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = now(), updated_at = now(),
+          deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
+                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
       FROM (
         SELECT workflow_id FROM ${this.table}
         WHERE queue_name = $1 AND status = 'ENQUEUED' AND workflow_name = ANY($3::text[])
+          AND (not_before IS NULL OR not_before <= now())
+          AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
         ORDER BY priority, seq
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
       ) AS claimable
       WHERE w.workflow_id = claimable.workflow_id
-      RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq`;
-    type Claimed = { workflow_id: string; workflow_name: string; inputs: string; priority: number; seq: string };
+      RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
+                w.failed_attempts, w.max_attempts,
+                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms`;
+    type Claimed = {
+      workflow_id: string;
+      workflow_name: string;
+      inputs: string;
+      priority: number;
+      seq: string;
+      attempts: number;
+      failed_attempts: number;
+      max_attempts: number;
+      remaining_ms: number | null;
+    };
     const rows =
       request.globalConcurrency === undefined
         ? await this.database.query<Claimed>(sql, params)
@@ -146,26 +186,48 @@ export class WorkflowStore {
           });
     return rows
       .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))
-      .map((row) => ({ workflowId: row.workflow_id, workflowName: row.workflow_name, inputsJson: row.inputs }));
+      .map((row) => ({
+        workflowId: row.workflow_id,
+        workflowName: row.workflow_name,
+        inputsJson: row.inputs,
+        attempts: row.attempts,
+        failedAttempts: row.failed_attempts,
+        maxAttempts: row.max_attempts,
+        remainingMs: row.remaining_ms,
+      }));
   }
 
   /**
-   * Records finished workflows and frees their deduplication IDs in the same statement. Only rows still PENDING
-   * under this executor change: a workflow cancelled meanwhile keeps its recorded state. Wakes the workers of
-   * `wakeQueues` (queues with a global limit, whose freed slot another process may take).
+   * Records finished workflows and frees their deduplication IDs in the same statement; a RETRY goes back to
+   * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
+   * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
+   * recovered meanwhile keeps its recorded state. Wakes the workers of `wakeQueues` (queues with a global limit,
+   * whose freed slot another process may take).
    */
   async recordOutcomes(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
       `WITH finished AS (
          UPDATE ${this.table} AS w
-         SET status = o.status, output = o.output::json, error = o.error::json, active_deduplication_id = NULL,
-             completed_at = now(), updated_at = now()
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS o(workflow_id, status, output, error)
-         WHERE w.workflow_id = o.workflow_id AND w.status = 'PENDING' AND w.executor_id = $5
-         RETURNING w.workflow_id, w.queue_name
+         SET status = CASE WHEN o.status = 'RETRY' THEN 'ENQUEUED' ELSE o.status END,
+             active_deduplication_id = CASE WHEN o.status = 'RETRY' THEN w.active_deduplication_id END,
+             executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
+             not_before = now() + o.retry_delay_ms * interval '1 millisecond',
+             failed_attempts = w.failed_attempts + (o.status <> 'SUCCESS')::int,
+             output = o.output::json, error = o.error::json,
+             completed_at = CASE WHEN o.status = 'RETRY' THEN NULL ELSE now() END, updated_at = now()
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[])
+              AS o(workflow_id, status, output, error, retry_delay_ms)
+         WHERE w.workflow_id = o.workflow_id AND w.status = 'PENDING' AND w.executor_id = $6
+         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+       ), forgotten AS (
+         DELETE FROM ${this.steps} AS s
+         USING finished AS f
+         WHERE f.outcome = 'RETRY' AND s.workflow_id = f.workflow_id
+           AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
+                                WHERE workflow_id = f.workflow_id AND error IS NOT NULL)
        ), woken AS (
-         SELECT pg_notify($6, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
-         WHERE queue_name = ANY($7::text[])
+         SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
+         WHERE queue_name = ANY($8::text[])
        )
        SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM finished`,
       [
@@ -173,6 +235,7 @@ export class WorkflowStore {
         outcomes.map((o) => o.status),
         outcomes.map((o) => o.outputJson),
         outcomes.map((o) => (o.error ? JSON.stringify(o.error) : null)),
+        outcomes.map((o) => o.retryDelayMs ?? null),
         executorId,
         this.database.wakeUpChannel,
         wakeQueues,
@@ -182,18 +245,64 @@ export class WorkflowStore {
   }
 
   /**
-   * Ends an ENQUEUED or PENDING workflow as CANCELLED and frees its deduplication ID. Returns the status the
-   * workflow has afterwards, or undefined when it does not exist.
+   * Ends an ENQUEUED or PENDING workflow as CANCELLED, frees its deduplication ID and tells the process running it
+   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards, or undefined when it does not
+   * exist. A timeout records a `WorkflowTimeoutError` as the workflow's error.
    */
-  async cancel(workflowId: string): Promise<WorkflowStatus | undefined> {
+  async cancel(workflowId: string, reason: 'cancelled' | 'timed-out' = 'cancelled'): Promise<WorkflowStatus | undefined> {
     const cancelled = await this.database.query(
-      `UPDATE ${this.table}
-       SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now(), updated_at = now()
-       WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
-       RETURNING workflow_id`,
-      [workflowId],
+      `WITH cancelled AS (
+         UPDATE ${this.table}
+         SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now(), updated_at = now(),
+             error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
+         WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
+         RETURNING workflow_id
+       )
+       SELECT pg_notify($3, workflow_id) FROM cancelled`,
+      [workflowId, reason, this.database.cancelChannel],
     );
     return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
+  }
+
+  /** Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). */
+  async cancelTimedOut(): Promise<string[]> {
+    const rows = await this.database.query<{ workflow_id: string }>(
+      `WITH timed_out AS (
+         UPDATE ${this.table}
+         SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now(), updated_at = now(),
+             error = ${TIMEOUT_ERROR_JSON}
+         WHERE deadline_at <= now() AND status IN ('ENQUEUED', 'PENDING')
+         RETURNING workflow_id
+       )
+       SELECT workflow_id, pg_notify($1, workflow_id) FROM timed_out`,
+      [this.database.cancelChannel],
+    );
+    return rows.map((row) => row.workflow_id);
+  }
+
+  /**
+   * Puts a CANCELLED or dead-lettered workflow back in its queue with its recovery count reset; it takes its
+   * deduplication ID again (a unique violation if another workflow holds it meanwhile) and keeps its completed
+   * steps. Returns the status it had before, or undefined when it does not exist.
+   */
+  async resume(workflowId: string): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
+    const row = await this.findRow(workflowId);
+    if (!row) return undefined;
+    if (row.status === 'CANCELLED' || row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED') {
+      await this.database.query(
+        `WITH resumed AS (
+           UPDATE ${this.table}
+           SET status = 'ENQUEUED', active_deduplication_id = deduplication_id, executor_id = NULL,
+               recovery_attempts = 0, not_before = NULL, deadline_at = NULL, error = NULL, completed_at = NULL,
+               updated_at = now()
+           WHERE workflow_id = $1 AND status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           RETURNING queue_name
+         )
+         SELECT pg_notify($2, queue_name) FROM resumed`,
+        [workflowId, this.database.wakeUpChannel],
+      );
+    }
+    return { before: row.status, queueName: row.queue_name, deduplicationId: row.deduplication_id };
   }
 
   async findRow(workflowId: string): Promise<WorkflowRow | undefined> {

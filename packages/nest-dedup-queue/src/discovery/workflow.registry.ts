@@ -20,6 +20,15 @@ export class WorkflowRegistry {
   private readonly workflows = new Map<string, RegisteredWorkflow>();
 
   register(workflow: RegisteredWorkflow): void {
+    const { maxAttempts, maxRecoveryAttempts } = workflow.options;
+    if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1)) {
+      throw new DedupQueueConfigurationError(`${workflow.declaredAt}: @Workflow({ maxAttempts }) must be a positive integer`);
+    }
+    if (maxRecoveryAttempts !== undefined && !(Number.isInteger(maxRecoveryAttempts) && maxRecoveryAttempts >= 0)) {
+      throw new DedupQueueConfigurationError(
+        `${workflow.declaredAt}: @Workflow({ maxRecoveryAttempts }) must be a non-negative integer`,
+      );
+    }
     const existing = this.workflows.get(workflow.name);
     if (existing) {
       throw new DedupQueueConfigurationError(

@@ -9,3 +9,5 @@ export * from './workflow-failed.error';
 export * from './workflow-id-conflict.error';
 export * from './workflow-not-found.error';
 export * from './workflow-result-timeout.error';
+export * from './workflow-determinism.error';
+export * from './workflow-interrupted.error';

@@ -36,4 +36,16 @@ export interface DedupQueueModuleOptions {
    * Default 30000.
    */
   shutdownGraceMs?: number;
+  /**
+   * How long an executor may go without a heartbeat before the others consider it dead and recover its PENDING
+   * workflows, in milliseconds. Default 30000.
+   */
+  leaseMs?: number;
+  /** How often a worker renews its lease and looks for expired leases and timeouts, in ms. Default `leaseMs / 3`. */
+  heartbeatIntervalMs?: number;
+  /**
+   * How many times a workflow may be recovered after its process died before it is dead-lettered as
+   * `MAX_RECOVERY_ATTEMPTS_EXCEEDED` (a poison input that kills its process). Default 10.
+   */
+  maxRecoveryAttempts?: number;
 }

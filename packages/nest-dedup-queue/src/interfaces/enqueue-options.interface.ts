@@ -10,4 +10,10 @@ export interface EnqueueOptions {
    * a handle to the first workflow, whose body runs once. 1 to 255 characters.
    */
   workflowId?: string;
+  /**
+   * Start-to-close timeout in milliseconds: once started, a workflow still running after this long is cancelled
+   * (status CANCELLED, deduplication ID freed), even if its process died; its body sees `workflowContext().signal`
+   * abort and no further step starts.
+   */
+  timeoutMs?: number;
 }

@@ -5,3 +5,5 @@ export * from './queue-options.interface';
 export * from './workflow-handle.interface';
 export * from './workflow-options.interface';
 export * from './workflow-status.interface';
+export * from './backoff-options.interface';
+export * from './step-options.interface';

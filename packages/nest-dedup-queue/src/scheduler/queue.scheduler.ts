@@ -1,29 +1,31 @@
-import {
-  BeforeApplicationShutdown,
-  Injectable,
-  Logger,
-  OnApplicationBootstrap,
-} from '@nestjs/common';
+import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
+import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
+import { StepStore } from '../database/step.store';
 import { WorkflowStore } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
+import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { WorkflowCompletions } from '../workflow-completions';
+import { ExecutorHeartbeat } from './executor.heartbeat';
+import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
 import { QueueWorker } from './queue.worker';
-import { WakeUpListener } from './wake-up.listener';
 
 /**
- * Drains every declared queue while the application runs (unless `worker: false`): starts at bootstrap, wakes a
- * queue's worker on each enqueue notification and on a polling timer, and at shutdown stops claiming and waits for
- * running workflows up to `shutdownGraceMs`. Workflows still running after that stay PENDING.
+ * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
+ * executor's lease, recovers what an earlier process with the same executor ID left, and starts one worker per
+ * queue, woken by enqueue notifications and a polling timer. At shutdown it stops claiming, waits for running
+ * workflows up to `shutdownGraceMs`, interrupts the rest (they stay PENDING) and gives up its lease so that the
+ * other executors recover them at once.
  */
 @Injectable()
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
   private outcomes?: OutcomeWriter;
-  private listener?: WakeUpListener;
+  private listener?: NotificationListener;
+  private heartbeat?: ExecutorHeartbeat;
   private pollTimer?: NodeJS.Timeout;
 
   constructor(
@@ -39,11 +41,13 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     const queues = [...this.config.queues.values()];
     const globallyLimited = new Set(queues.filter((queue) => queue.concurrency !== undefined).map((queue) => queue.name));
     this.outcomes = new OutcomeWriter(this.store, this.config.executorId, globallyLimited);
+    const steps = new StepStore(this.database);
     for (const queue of queues) {
       this.workers.set(
         queue.name,
         new QueueWorker(queue, {
           store: this.store,
+          steps,
           registry: this.registry,
           outcomes: this.outcomes,
           completions: this.completions,
@@ -51,7 +55,17 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         }),
       );
     }
-    this.listener = new WakeUpListener(this.database, (queueName) => this.wake(queueName));
+    this.heartbeat = new ExecutorHeartbeat(this.config, new ExecutorStore(this.database), this.store, () =>
+      this.interruptAll('ownership-lost'),
+    );
+    await this.heartbeat.start();
+    this.listener = new NotificationListener(
+      this.database,
+      new Map([
+        [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
+        [this.database.cancelChannel, (workflowId) => workflowId && this.interrupt(workflowId, 'cancelled')],
+      ]),
+    );
     await this.listener.start();
     this.pollTimer = setInterval(() => this.wake(undefined), this.config.pollIntervalMs);
     this.pollTimer.unref();
@@ -71,10 +85,12 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     );
     if (finished.includes(false)) {
       const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
-      this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING`);
+      this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
+      this.interruptAll('shutdown');
     }
     this.outcomes.close();
     await this.outcomes.drained();
+    await this.heartbeat?.stop(true);
     this.outcomes = undefined;
   }
 
@@ -84,5 +100,13 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     } else {
       this.workers.get(queueName)?.wake();
     }
+  }
+
+  private interrupt(workflowId: string, reason: InterruptReason): void {
+    for (const worker of this.workers.values()) worker.interrupt(workflowId, reason);
+  }
+
+  private interruptAll(reason: InterruptReason): void {
+    for (const worker of this.workers.values()) worker.interruptAll(reason);
   }
 }

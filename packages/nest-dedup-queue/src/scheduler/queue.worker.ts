@@ -1,7 +1,12 @@
 import { Logger } from '@nestjs/common';
 import type { ResolvedQueue } from '../dedup-queue.config';
+import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
-import type { WorkflowRegistry } from '../discovery/workflow.registry';
+import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow.registry';
+import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
+import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
+import { WorkflowExecution } from '../execution/workflow-execution';
+import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
 import type { WorkflowCompletions } from '../workflow-completions';
@@ -11,20 +16,27 @@ const CLAIM_RETRY_DELAY_MS = 1000;
 
 export interface QueueWorkerDependencies {
   store: WorkflowStore;
+  steps: StepStore;
   registry: WorkflowRegistry;
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
 }
 
+interface RunningWorkflow {
+  done: Promise<void>;
+  controller: AbortController;
+}
+
 /**
  * Drains one queue in this process: claims as many workflows as it has free slots (`workerConcurrency`, and the
- * queue's global `concurrency` as counted in Postgres), runs each on its provider, records the outcome, and claims
- * again when a slot frees or a wake-up arrives. At most one claim is in flight per queue and process.
+ * queue's global `concurrency` as counted in Postgres), runs each on its provider with its recorded steps, records
+ * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. At most one claim is
+ * in flight per queue and process.
  */
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
-  private readonly running = new Set<Promise<void>>();
+  private readonly running = new Map<string, RunningWorkflow>();
   private claiming?: Promise<void>;
   private claimAgain = false;
   private stopped = false;
@@ -51,6 +63,15 @@ export class QueueWorker {
     clearTimeout(this.retryTimer);
   }
 
+  /** Aborts the signal of a workflow running here, if it is. */
+  interrupt(workflowId: string, reason: InterruptReason): void {
+    this.running.get(workflowId)?.controller.abort(new WorkflowInterruptedError(workflowId, reason));
+  }
+
+  interruptAll(reason: InterruptReason): void {
+    for (const workflowId of this.running.keys()) this.interrupt(workflowId, reason);
+  }
+
   /**
    * Resolves when the claim in flight (whose workflows must run: they are already PENDING under this executor) and
    * every running workflow have finished and their outcomes are written, or after `timeoutMs`.
@@ -60,7 +81,7 @@ export class QueueWorker {
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
     const finished = (async () => {
       await this.claiming;
-      while (this.running.size > 0) await Promise.all([...this.running]);
+      while (this.running.size > 0) await Promise.all([...this.running.values()].map((run) => run.done));
       return true as const;
     })();
     try {
@@ -99,32 +120,65 @@ export class QueueWorker {
   }
 
   private start(claimed: ClaimedWorkflow): void {
-    const execution = this.execute(claimed).finally(() => {
-      this.running.delete(execution);
+    const controller = new AbortController();
+    const done = this.execute(claimed, controller).finally(() => {
+      this.running.delete(claimed.workflowId);
       this.deps.completions.finished(claimed.workflowId);
       this.wake();
     });
-    this.running.add(execution);
+    this.running.set(claimed.workflowId, { done, controller });
   }
 
-  private async execute(claimed: ClaimedWorkflow): Promise<void> {
-    const outcome = await this.run(claimed);
-    if (outcome.status === 'ERROR') {
-      this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
-    }
-    await this.deps.outcomes.write(outcome, this.queue.name);
-  }
-
-  private async run(claimed: ClaimedWorkflow): Promise<WorkflowOutcome> {
-    const workflowId = claimed.workflowId;
+  private async execute(claimed: ClaimedWorkflow, controller: AbortController): Promise<void> {
+    const timeout = claimed.remainingMs === null ? undefined : setTimeout(() => void this.timeOut(claimed.workflowId), Math.max(0, claimed.remainingMs));
     try {
       const workflow = this.deps.registry.find(claimed.workflowName);
-      if (!workflow) throw new Error(`Workflow "${claimed.workflowName}" is not registered in this process`);
-      const result = await workflow.run(JSON.parse(claimed.inputsJson) as unknown[]);
+      const outcome = workflow
+        ? await this.run(claimed, workflow, controller)
+        : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`));
+      if (controller.signal.aborted) return;
+      if (outcome.status === 'ERROR') {
+        this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
+      }
+      await this.deps.outcomes.write(outcome, this.queue.name);
+      if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
+    } finally {
+      clearTimeout(timeout);
+    }
+  }
+
+  private async run(claimed: ClaimedWorkflow, workflow: RegisteredWorkflow, controller: AbortController): Promise<WorkflowOutcome> {
+    const workflowId = claimed.workflowId;
+    try {
+      const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
+      const execution = new WorkflowExecution(
+        { workflowId, workflowName: claimed.workflowName, queueName: this.queue.name, attempt: claimed.attempts, signal: controller.signal },
+        this.deps.executorId,
+        recorded,
+        this.deps.steps,
+        (reason) => this.interrupt(workflowId, reason),
+      );
+      const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
       return { workflowId, status: 'SUCCESS', outputJson, error: null };
     } catch (thrown) {
-      return { workflowId, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < claimed.maxAttempts;
+      if (retryable) {
+        const delay = backoffDelayMs(claimed.failedAttempts + 1, workflow.options.backoff);
+        return { ...this.failure(claimed, thrown), status: 'RETRY', retryDelayMs: delay };
+      }
+      return this.failure(claimed, thrown);
     }
+  }
+
+  private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
+    return { workflowId: claimed.workflowId, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+  }
+
+  private async timeOut(workflowId: string): Promise<void> {
+    this.interrupt(workflowId, 'timed-out');
+    await this.deps.store.cancel(workflowId, 'timed-out').catch((error: Error) =>
+      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
+    );
   }
 }

@@ -1,7 +1,8 @@
 import { createWorkflows } from './001-create-workflows.migration';
+import { durability } from './002-durability.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
-export const MIGRATIONS: readonly Migration[] = [createWorkflows];
+export const MIGRATIONS: readonly Migration[] = [createWorkflows, durability];
 
 export type { Migration } from './migration.interface';

@@ -4,12 +4,15 @@ import type { DedicatedConnection, QueueDatabase } from '../database/queue-datab
 
 const RECONNECT_DELAY_MS = 1000;
 
+/** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
+export type ChannelHandler = (payload: string | undefined) => void;
+
 /**
- * Holds one connection that LISTENs on the schema's wake-up channel and calls `onWake(queueName)` for every
- * enqueue notification. Reconnects after a connection loss and then wakes every queue, since notifications sent
- * meanwhile are lost; polling covers the gap until then.
+ * Holds one connection that LISTENs on the module's channels (wake-ups, cancellations) and hands each
+ * notification to its channel's handler. Reconnects after a connection loss and then calls every handler with
+ * undefined, since notifications sent meanwhile are lost; polling covers the gap until then.
  */
-export class WakeUpListener {
+export class NotificationListener {
   private readonly logger = new Logger('DedupQueueScheduler');
   private connection?: DedicatedConnection;
   private reconnectTimer?: NodeJS.Timeout;
@@ -17,7 +20,7 @@ export class WakeUpListener {
 
   constructor(
     private readonly database: QueueDatabase,
-    private readonly onWake: (queueName: string | undefined) => void,
+    private readonly handlers: ReadonlyMap<string, ChannelHandler>,
   ) {}
 
   /** Starts listening; a failure is logged and retried in the background, never thrown. */
@@ -32,15 +35,11 @@ export class WakeUpListener {
     const connection = this.connection;
     this.connection = undefined;
     if (connection) {
-      await connection.client.query(`UNLISTEN ${this.channelSql}`).then(
+      await connection.client.query('UNLISTEN *').then(
         () => connection.release(),
         (error: Error) => connection.release(error),
       );
     }
-  }
-
-  private get channelSql(): string {
-    return `"${this.database.wakeUpChannel}"`;
   }
 
   private async connect(): Promise<boolean> {
@@ -51,7 +50,7 @@ export class WakeUpListener {
       this.lost(error as Error);
       return false;
     }
-    const onNotification = (message: Notification) => this.onWake(message.payload);
+    const onNotification = (message: Notification) => this.handlers.get(message.channel)?.(message.payload);
     const onError = (error: Error) => {
       connection.client.off('notification', onNotification);
       connection.client.off('error', onError);
@@ -62,7 +61,9 @@ export class WakeUpListener {
     connection.client.on('notification', onNotification);
     connection.client.on('error', onError);
     try {
-      await connection.client.query(`LISTEN ${this.channelSql}`);
+      for (const channel of this.handlers.keys()) {
+        await connection.client.query(`LISTEN "${channel}"`);
+      }
     } catch (error) {
       onError(error as Error);
       return false;
@@ -76,7 +77,7 @@ export class WakeUpListener {
     this.logger.warn(`Wake-up connection unavailable (${error.message}); polling until it is back`);
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = setTimeout(() => {
-      void this.connect().then((listening) => listening && this.onWake(undefined));
+      void this.connect().then((listening) => listening && this.handlers.forEach((handle) => handle(undefined)));
     }, RECONNECT_DELAY_MS);
     this.reconnectTimer.unref();
   }

@@ -1,0 +1,101 @@
+import { hostname } from 'node:os';
+import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { QueueDatabase } from './queue-database';
+
+/** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
+export interface RecoveredWorkflow {
+  workflowId: string;
+  status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
+}
+
+/**
+ * The SQL of executors and leases: each worker process keeps a row with a heartbeat; the PENDING workflows of an
+ * executor whose heartbeat is older than the lease go back to their queue (or are dead-lettered past their
+ * recovery budget), keeping their deduplication IDs.
+ */
+export class ExecutorStore {
+  private readonly executors: string;
+  private readonly workflows: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.executors = `${database.schemaSql}.executors`;
+    this.workflows = `${database.schemaSql}.workflows`;
+  }
+
+  async register(executorId: string): Promise<void> {
+    await this.database.query(
+      `INSERT INTO ${this.executors} (executor_id, hostname, pid) VALUES ($1, $2, $3)
+       ON CONFLICT (executor_id) DO UPDATE
+       SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now()`,
+      [executorId, hostname(), process.pid],
+    );
+  }
+
+  /** Renews the lease; false when the row is gone (another executor declared this one dead). */
+  async heartbeat(executorId: string): Promise<boolean> {
+    const rows = await this.database.query(
+      `UPDATE ${this.executors} SET heartbeat_at = now() WHERE executor_id = $1 RETURNING executor_id`,
+      [executorId],
+    );
+    return rows.length === 1;
+  }
+
+  async remove(executorId: string): Promise<void> {
+    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId]);
+  }
+
+  /** Recovers the PENDING workflows of this executor ID, left by an earlier process with the same ID. */
+  recoverOwn(executorId: string): Promise<RecoveredWorkflow[]> {
+    return this.recover(
+      '',
+      `SELECT workflow_id FROM ${this.workflows}
+       WHERE status = 'PENDING' AND executor_id = $2
+       FOR UPDATE SKIP LOCKED`,
+      executorId,
+    );
+  }
+
+  /**
+   * Deletes the executors whose lease expired and recovers their PENDING workflows, and those of executors that
+   * left without finishing them. NOTE: the DELETE decides which caller recovers an executor: a concurrent sweeper
+   * waits on the row lock, then finds the row gone; rows still locked by a step's transaction are skipped until the
+   * next sweep.
+   */
+  recoverExpired(leaseMs: number): Promise<RecoveredWorkflow[]> {
+    return this.recover(
+      `expired AS (
+         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
+         RETURNING executor_id
+       ),`,
+      `SELECT w.workflow_id FROM ${this.workflows} AS w
+       WHERE w.status = 'PENDING'
+         AND (w.executor_id IN (SELECT executor_id FROM expired)
+              OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
+       FOR UPDATE OF w SKIP LOCKED`,
+      leaseMs,
+    );
+  }
+
+  private async recover(leadingCtes: string, orphansSql: string, parameter: unknown): Promise<RecoveredWorkflow[]> {
+    const rows = await this.database.query<{ workflow_id: string; status: RecoveredWorkflow['status'] }>(
+      `WITH ${leadingCtes} orphans AS (${orphansSql}),
+       recovered AS (
+         UPDATE ${this.workflows} AS w
+         SET status = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts
+                           THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'ENQUEUED' END,
+             active_deduplication_id = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts
+                                            THEN NULL ELSE w.active_deduplication_id END,
+             completed_at = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts THEN now() END,
+             recovery_attempts = w.recovery_attempts + 1,
+             executor_id = NULL,
+             updated_at = now()
+         FROM orphans WHERE w.workflow_id = orphans.workflow_id
+         RETURNING w.workflow_id, w.queue_name, w.status
+       ),
+       woken AS (SELECT pg_notify($1, queue_name) FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
+       SELECT workflow_id, status, (SELECT count(*) FROM woken) AS woken FROM recovered`,
+      [this.database.wakeUpChannel, parameter],
+    );
+    return rows.map((row) => ({ workflowId: row.workflow_id, status: row.status }));
+  }
+}

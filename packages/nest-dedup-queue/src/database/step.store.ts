@@ -1,0 +1,79 @@
+import type { EntityManager } from 'typeorm';
+import type { WorkflowErrorInfo } from '../interfaces/workflow-status.interface';
+import type { QueueDatabase } from './queue-database';
+
+/** A step outcome as checkpointed. */
+export interface RecordedStep {
+  name: string;
+  /** JSON text; null when the step returned undefined or failed. */
+  output: string | null;
+  error: WorkflowErrorInfo | null;
+}
+
+export interface StepCheckpoint {
+  workflowId: string;
+  index: number;
+  name: string;
+  outputJson: string | null;
+  error: WorkflowErrorInfo | null;
+}
+
+/** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
+export class StepStore {
+  private readonly steps: string;
+  private readonly workflows: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.steps = `${database.schemaSql}.steps`;
+    this.workflows = `${database.schemaSql}.workflows`;
+  }
+
+  async load(workflowId: string): Promise<Map<number, RecordedStep>> {
+    const rows = await this.database.query<{ step_index: number; step_name: string; output: string | null; error: WorkflowErrorInfo | null }>(
+      `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+    return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
+  }
+
+  /** Records a checkpoint if the workflow is still PENDING under this executor; false if it is not. */
+  async record(step: StepCheckpoint, executorId: string): Promise<boolean> {
+    const rows = await this.database.query(
+      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
+       SELECT $1, $2, $3, $4::json, $5::json
+       WHERE EXISTS (SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6)
+       ON CONFLICT DO NOTHING
+       RETURNING step_index`,
+      [...this.values(step), executorId],
+    );
+    return rows.length === 1;
+  }
+
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.database.dataSource.transaction(work);
+  }
+
+  /**
+   * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
+   * still owns it. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
+   * writes never land after its workflow was taken away.
+   */
+  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string): Promise<boolean> {
+    const rows = await manager.query(
+      `SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 FOR SHARE`,
+      [workflowId, executorId],
+    );
+    return rows.length === 1;
+  }
+
+  async insert(manager: EntityManager, step: StepCheckpoint): Promise<void> {
+    await manager.query(
+      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error) VALUES ($1, $2, $3, $4::json, $5::json)`,
+      this.values(step),
+    );
+  }
+
+  private values(step: StepCheckpoint): unknown[] {
+    return [step.workflowId, step.index, step.name, step.outputJson, step.error ? JSON.stringify(step.error) : null];
+  }
+}

@@ -1,0 +1,107 @@
+import type { RecordedStep, StepStore } from '../database/step.store';
+import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
+import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
+import type { StepOptions } from '../interfaces/step-options.interface';
+import { abortableDelay, backoffDelayMs } from '../utils/backoff';
+import { toErrorInfo } from '../utils/error-info';
+import { fromStoredJson, toStoredJson } from '../utils/stored-json';
+import { executionFrames } from './execution-frames';
+import type { WorkflowContext } from './workflow-context';
+
+/**
+ * One run of one workflow: numbers its steps in call order, replays the ones recorded by earlier runs, and
+ * checkpoints new ones while this executor still owns the workflow.
+ */
+export class WorkflowExecution {
+  private nextStepIndex = 0;
+
+  constructor(
+    readonly context: WorkflowContext,
+    private readonly executorId: string,
+    private readonly recorded: ReadonlyMap<number, RecordedStep>,
+    private readonly steps: StepStore,
+    private readonly interrupt: (reason: 'ownership-lost') => void,
+  ) {}
+
+  /** Runs the workflow body in this execution's context. */
+  run<T>(body: () => Promise<T>): Promise<T> {
+    return executionFrames.run({ execution: this, inStep: false }, body);
+  }
+
+  async runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T> {
+    const index = this.nextStepIndex++;
+    const recorded = this.recorded.get(index);
+    if (recorded) {
+      return this.replay<T>(index, name, recorded);
+    }
+    const maxAttempts = options.maxAttempts ?? 1;
+    for (let attempt = 1; ; attempt++) {
+      this.throwIfInterrupted();
+      try {
+        return options.transactional
+          ? await this.runInTransaction(index, name, fn)
+          : await this.runThenRecord(index, name, fn);
+      } catch (error) {
+        if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
+        if (attempt >= maxAttempts) {
+          await this.record(index, name, null, error);
+          throw error;
+        }
+        await abortableDelay(backoffDelayMs(attempt, options.backoff), this.context.signal);
+      }
+    }
+  }
+
+  private replay<T>(index: number, name: string, recorded: RecordedStep): T {
+    if (recorded.name !== name) {
+      throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
+    }
+    if (recorded.error) {
+      throw Object.assign(new Error(recorded.error.message), { name: recorded.error.name, stack: recorded.error.stack });
+    }
+    return fromStoredJson<T>(recorded.output);
+  }
+
+  private async runThenRecord<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
+    const result = await executionFrames.run({ execution: this, inStep: true }, async () => fn());
+    await this.record(index, name, result, null);
+    return result;
+  }
+
+  private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
+    return this.steps.transaction(async (manager) => {
+      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId))) {
+        throw this.ownershipLost();
+      }
+      const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
+      await this.steps.insert(manager, this.checkpoint(index, name, result, null));
+      return result;
+    });
+  }
+
+  private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
+    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId);
+    if (!recorded) throw this.ownershipLost();
+  }
+
+  private checkpoint(index: number, name: string, result: unknown, error: unknown) {
+    return {
+      workflowId: this.context.workflowId,
+      index,
+      name,
+      outputJson: error || result === undefined ? null : toStoredJson(result, `The result of step "${name}"`),
+      error: error ? toErrorInfo(error) : null,
+    };
+  }
+
+  private ownershipLost(): WorkflowInterruptedError {
+    this.interrupt('ownership-lost');
+    return this.context.signal.reason instanceof WorkflowInterruptedError
+      ? this.context.signal.reason
+      : new WorkflowInterruptedError(this.context.workflowId, 'ownership-lost');
+  }
+
+  private throwIfInterrupted(): void {
+    if (this.context.signal.aborted) throw this.context.signal.reason;
+  }
+}
