@@ -10,12 +10,15 @@ import {
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import type { QueueLimits, RateLimit } from './interfaces/queue-options.interface';
 
-/** A declared queue with its defaults applied. */
+/** A queue's limits with defaults applied (as declared, or as changed at run time). */
 export interface ResolvedQueue {
   name: string;
   concurrency?: number;
   workerConcurrency: number;
+  partitionConcurrency?: number;
+  rateLimit?: RateLimit;
 }
 
 /** The module's options, validated, with defaults applied. */
@@ -23,6 +26,8 @@ export class DedupQueueConfig {
   readonly schema!: string;
   readonly queues!: ReadonlyMap<string, ResolvedQueue>;
   readonly worker!: boolean;
+  /** The queues this process drains (all declared ones unless `worker: { queues }` says otherwise). */
+  readonly workerQueues!: ReadonlySet<string>;
   readonly executorId!: string;
   readonly pollIntervalMs!: number;
   readonly shutdownGraceMs!: number;
@@ -56,11 +61,17 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
       fail(`queue name ${JSON.stringify(name)} must be a string of 1 to 100 characters`);
     }
     if (queues.has(name)) fail(`queue "${name}" is declared twice`);
-    const concurrency = positiveIntegerOrUndefined(queue.concurrency, `queues["${name}"].concurrency`, fail);
-    const workerConcurrency =
-      positiveIntegerOrUndefined(queue.workerConcurrency, `queues["${name}"].workerConcurrency`, fail) ??
-      Math.min(concurrency ?? DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_CONCURRENCY);
-    queues.set(name, { name, concurrency, workerConcurrency });
+    queues.set(name, resolveLimits(name, queue, `queues["${name}"].`, fail));
+  }
+  const worker = options.worker ?? true;
+  if (typeof worker === 'object' && !Array.isArray(worker?.queues)) {
+    fail('`worker` must be true, false or { queues: [...declared queue names] }');
+  }
+  const workerQueues = new Set(typeof worker === 'object' ? worker.queues : worker ? queues.keys() : []);
+  if (typeof worker === 'object') {
+    for (const name of workerQueues) {
+      if (!queues.has(name)) fail(`\`worker.queues\` names "${name}", which is not declared in \`queues\``);
+    }
   }
   const executorId = options.executorId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   if (typeof executorId !== 'string' || executorId.length === 0 || executorId.length > 255) {
@@ -73,7 +84,8 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   return new DedupQueueConfig({
     schema,
     queues,
-    worker: options.worker ?? true,
+    worker: workerQueues.size > 0,
+    workerQueues,
     executorId,
     pollIntervalMs: positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
     shutdownGraceMs: nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
@@ -82,6 +94,32 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
     maxRecoveryAttempts:
       nonNegativeInteger(options.maxRecoveryAttempts, 'maxRecoveryAttempts', fail) ?? DEFAULT_MAX_RECOVERY_ATTEMPTS,
   });
+}
+
+/** Validates a queue's limits (declared, or changed at run time) and applies the defaults. */
+export function resolveLimits(
+  name: string,
+  limits: QueueLimits,
+  prefix: string,
+  fail: (message: string) => never,
+): ResolvedQueue {
+  const concurrency = positiveIntegerOrUndefined(limits.concurrency, `${prefix}concurrency`, fail);
+  const workerConcurrency =
+    positiveIntegerOrUndefined(limits.workerConcurrency, `${prefix}workerConcurrency`, fail) ??
+    Math.min(concurrency ?? DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_CONCURRENCY);
+  const partitionConcurrency = positiveIntegerOrUndefined(limits.partitionConcurrency, `${prefix}partitionConcurrency`, fail);
+  const rateLimit = limits.rateLimit;
+  if (rateLimit !== undefined) {
+    if (rateLimit === null || typeof rateLimit !== 'object') fail(`\`${prefix}rateLimit\` must be { limit, periodMs }`);
+    positiveIntegerOrUndefined(rateLimit.limit ?? 0, `${prefix}rateLimit.limit`, fail);
+    positiveIntegerOrUndefined(rateLimit.periodMs ?? 0, `${prefix}rateLimit.periodMs`, fail);
+  }
+  return { name, concurrency, workerConcurrency, partitionConcurrency, rateLimit };
+}
+
+/** Whether a queue is served partition by partition (round-robin, with per-key limits). */
+export function isPartitioned(queue: ResolvedQueue): boolean {
+  return queue.partitionConcurrency !== undefined || queue.rateLimit?.perPartition === true;
 }
 
 function positiveIntegerOrUndefined(value: unknown, name: string, fail: (message: string) => never): number | undefined {

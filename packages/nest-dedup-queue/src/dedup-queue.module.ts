@@ -4,7 +4,9 @@ import { DedupQueueConfig, resolveConfig } from './dedup-queue.config';
 import { ConfigurableModuleClass, DEDUP_QUEUE_OPTIONS } from './dedup-queue.module-definition';
 import { QueueDatabase } from './database/queue-database';
 import { createQueueDatabase } from './database/queue-database.factory';
+import { QueueControlStore } from './database/queue-control.store';
 import { WorkflowStore } from './database/workflow.store';
+import { QueueSettings } from './queue-settings';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
@@ -29,6 +31,12 @@ import { WorkflowCompletions } from './workflow-completions';
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
     { provide: WorkflowStore, useFactory: (database: QueueDatabase) => new WorkflowStore(database), inject: [QueueDatabase] },
+    {
+      provide: QueueControlStore,
+      useFactory: (database: QueueDatabase) => new QueueControlStore(database),
+      inject: [QueueDatabase],
+    },
+    QueueSettings,
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,

@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { MAX_KEY_LENGTH } from './dedup-queue.constants';
-import { DedupQueueConfig } from './dedup-queue.config';
+import { DedupQueueConfig, isPartitioned, resolveLimits } from './dedup-queue.config';
+import { QueueControlStore } from './database/queue-control.store';
+import { QueueSettings } from './queue-settings';
 import { toStatusInfo } from './database/workflow-row';
 import { isUniqueViolationOn } from './database/sql-errors';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowStore } from './database/workflow.store';
@@ -12,11 +13,12 @@ import { UnknownQueueError } from './errors/unknown-queue.error';
 import { WorkflowIdConflictError } from './errors/workflow-id-conflict.error';
 import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
+import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
 import type { WorkflowHandle } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
-import { UnstorableValueError, toStoredJson } from './utils/stored-json';
+import { serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
 import { WorkflowCompletions } from './workflow-completions';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
@@ -32,6 +34,8 @@ export class QueueService {
     private readonly registry: WorkflowRegistry,
     private readonly store: WorkflowStore,
     private readonly completions: WorkflowCompletions,
+    private readonly settings: QueueSettings,
+    private readonly control: QueueControlStore,
   ) {}
 
   /**
@@ -63,28 +67,19 @@ export class QueueService {
     args: unknown[],
     options: EnqueueOptions = {},
   ): Promise<WorkflowHandle<unknown>> {
-    if (!this.config.queues.has(queueName)) {
-      throw new UnknownQueueError(queueName, [...this.config.queues.keys()]);
-    }
+    this.assertDeclared(queueName);
     const workflowName = this.registry.resolveName(workflow);
     const workflowOptions = this.registry.find(workflowName)?.options ?? {};
-    if (!Array.isArray(args)) {
-      throw new InvalidArgumentError('args', 'must be an array of the workflow\'s arguments');
-    }
-    if (options === null || typeof options !== 'object') {
-      throw new InvalidArgumentError('options', 'must be an object');
-    }
-    const deduplicationId = optionalKey(options.deduplicationId, 'options.deduplicationId');
-    const workflowId = optionalKey(options.workflowId, 'options.workflowId') ?? randomUUID();
-    const timeoutMs = optionalTimeout(options.timeoutMs);
     const inputsJson = serialiseArgs(args);
+    const valid = validateEnqueueOptions(options, queueName, isPartitioned(this.settings.effective(queueName)));
+    const workflowId = valid.workflowId ?? randomUUID();
+    const deduplicationId = valid.deduplicationId;
     const row = {
+      ...valid,
       workflowId,
       queueName,
       workflowName,
-      deduplicationId,
       inputsJson,
-      timeoutMs,
       maxAttempts: workflowOptions.maxAttempts ?? 1,
       maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
     };
@@ -160,6 +155,60 @@ export class QueueService {
     return this.handle<R>(workflowId);
   }
 
+  /**
+   * Changes when an ENQUEUED workflow may start (`delayMs` from now, or `runAt`) and/or its `priority`.
+   * @throws InvalidArgumentError when the workflow is no longer ENQUEUED, or the change is invalid
+   * @throws WorkflowNotFoundError when no workflow has this ID
+   */
+  async reschedule(workflowId: string, change: Pick<EnqueueOptions, 'delayMs' | 'runAt' | 'priority'>): Promise<void> {
+    const valid = validateEnqueueOptions(change, '', false);
+    const status = await this.store.reschedule(workflowId, {
+      runAt: valid.runAt,
+      delayMs: valid.delayMs,
+      priority: change.priority === undefined ? null : valid.priority,
+    });
+    if (status === undefined) throw new WorkflowNotFoundError(workflowId);
+    if (status !== 'ENQUEUED') {
+      throw new InvalidArgumentError('workflowId', `names a workflow that is ${status}; only ENQUEUED workflows can be rescheduled`);
+    }
+  }
+
+  /** Stops every process from starting workflows of this queue (enqueues still succeed) until `resumeQueue`. */
+  async pauseQueue(queueName: string): Promise<void> {
+    this.assertDeclared(queueName);
+    await this.control.setPaused(queueName, true);
+  }
+
+  async resumeQueue(queueName: string): Promise<void> {
+    this.assertDeclared(queueName);
+    await this.control.setPaused(queueName, false);
+  }
+
+  /**
+   * Changes a queue's limits at run time, for every process sharing the database (within a second; at once where
+   * notifications arrive). A limit given as `null` goes back to its declared value; limits left out stay as they are.
+   */
+  async setQueueLimits(queueName: string, limits: { [K in keyof QueueLimits]?: QueueLimits[K] | null }): Promise<void> {
+    this.assertDeclared(queueName);
+    const given = Object.fromEntries(Object.entries(limits ?? {}).filter(([, value]) => value !== null && value !== undefined));
+    resolveLimits(queueName, given, 'limits.', (message) => {
+      throw new InvalidArgumentError('limits', message);
+    });
+    await this.control.setLimits(queueName, limits);
+  }
+
+  /** The limits that apply to a queue now (declared, with run-time changes), and whether it is paused. */
+  async getQueueSettings(queueName: string): Promise<QueueLimits & { paused: boolean }> {
+    this.assertDeclared(queueName);
+    await this.settings.refresh();
+    const { name: _name, ...settings } = this.settings.effective(queueName);
+    return settings;
+  }
+
+  private assertDeclared(queueName: string): void {
+    if (!this.config.queues.has(queueName)) throw new UnknownQueueError(queueName, [...this.config.queues.keys()]);
+  }
+
   /** Lists workflows, newest first. */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
     const limit = filter.limit ?? 100;
@@ -171,33 +220,5 @@ export class QueueService {
 
   private handle<R>(workflowId: string): WorkflowHandle<R> {
     return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions);
-  }
-}
-
-function optionalKey(value: unknown, field: string): string | null {
-  if (value === undefined || value === null) return null;
-  if (typeof value !== 'string') throw new InvalidArgumentError(field, `must be a string, got ${typeof value}`);
-  if (value.length === 0) throw new InvalidArgumentError(field, 'must not be empty');
-  if (value.includes('\u0000')) throw new InvalidArgumentError(field, 'must not contain the NUL character');
-  if (value.length > MAX_KEY_LENGTH) {
-    throw new InvalidArgumentError(field, `must be at most ${MAX_KEY_LENGTH} characters, got ${value.length}`);
-  }
-  return value;
-}
-
-function optionalTimeout(value: unknown): number | null {
-  if (value === undefined || value === null) return null;
-  if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 2_147_483_647) {
-    throw new InvalidArgumentError('options.timeoutMs', 'must be a positive integer number of milliseconds');
-  }
-  return value as number;
-}
-
-function serialiseArgs(args: unknown[]): string {
-  try {
-    return toStoredJson(args, 'args');
-  } catch (error) {
-    if (error instanceof UnstorableValueError) throw new InvalidArgumentError(error.path, error.reason);
-    throw error;
   }
 }

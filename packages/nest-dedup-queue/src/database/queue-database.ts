@@ -37,6 +37,11 @@ export class QueueDatabase implements OnApplicationShutdown {
     return `dedup_queue:${this.schema}`;
   }
 
+  /** The channel that tells every process a queue was paused, resumed or given new limits; the payload is its name. */
+  get controlChannel(): string {
+    return `dedup_queue_control:${this.schema}`;
+  }
+
   /** The channel that tells workers to interrupt a workflow; the payload is its ID. */
   get cancelChannel(): string {
     return `dedup_queue_cancel:${this.schema}`;

@@ -13,11 +13,14 @@ export interface WorkflowRow {
   started_at: Date | null;
   completed_at: Date | null;
   error: WorkflowErrorInfo | null;
+  partition_key: string | null;
+  priority: number;
+  not_before: Date | null;
 }
 
 /** The columns `WorkflowRow` is read from. */
 export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, executor_id,
-  attempts, created_at, started_at, completed_at, error`;
+  attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before`;
 
 export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {
   return {
@@ -32,5 +35,8 @@ export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {
     startedAt: row.started_at,
     completedAt: row.completed_at,
     error: row.error,
+    partitionKey: row.partition_key,
+    priority: row.priority,
+    notBefore: row.not_before,
   };
 }

@@ -20,33 +20,17 @@ export interface NewWorkflow {
   timeoutMs: number | null;
   maxAttempts: number;
   maxRecoveryAttempts: number;
+  partitionKey: string | null;
+  priority: number;
+  /** Start no earlier than this; or `delayMs` from now by the database's clock. */
+  runAt: Date | null;
+  delayMs: number | null;
 }
 
 export type InsertResult =
   | { outcome: 'inserted' }
   | { outcome: 'duplicate-workflow-id'; existing: { queueName: string; workflowName: string } }
   | { outcome: 'deduplicated' };
-
-export interface ClaimedWorkflow {
-  workflowId: string;
-  workflowName: string;
-  inputsJson: string;
-  /** How many times it has been claimed, this claim included. */
-  attempts: number;
-  failedAttempts: number;
-  maxAttempts: number;
-  /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
-  remainingMs: number | null;
-}
-
-export interface ClaimRequest {
-  queueName: string;
-  executorId: string;
-  limit: number;
-  workflowNames: string[];
-  /** The queue's limit across all processes, if it has one. */
-  globalConcurrency?: number;
-}
 
 export interface WorkflowOutcome {
   workflowId: string;
@@ -69,12 +53,10 @@ export interface WorkflowResultRow {
 export class WorkflowStore {
   private readonly table: string;
   private readonly steps: string;
-  private readonly executors: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.table = `${database.schemaSql}.workflows`;
     this.steps = `${database.schemaSql}.steps`;
-    this.executors = `${database.schemaSql}.executors`;
   }
 
   /**
@@ -88,8 +70,9 @@ export class WorkflowStore {
         `WITH inserted AS (
            INSERT INTO ${this.table}
              (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
-              timeout_ms, max_attempts, max_recovery_attempts)
-           VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9)
+              timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority, not_before)
+           VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
+                   coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'))
            ON CONFLICT (workflow_id) DO NOTHING
            RETURNING queue_name
          )
@@ -104,6 +87,10 @@ export class WorkflowStore {
           workflow.timeoutMs,
           workflow.maxAttempts,
           workflow.maxRecoveryAttempts,
+          workflow.partitionKey,
+          workflow.priority,
+          workflow.runAt,
+          workflow.delayMs,
         ],
       );
       if (rows.length === 1) {
@@ -132,69 +119,6 @@ export class WorkflowStore {
       [queueName, deduplicationId],
     );
     return rows[0]?.workflow_id;
-  }
-
-  /**
-   * Moves up to `limit` due ENQUEUED workflows of a queue to PENDING under this executor, highest priority and
-   * oldest first, skipping rows other workers are claiming, and only while this executor's lease row exists. With a
-   * global limit, claimers of the queue take turns on a transaction advisory lock so that the count of running
-   * workflows they read is exact. Starts the timeout clock of workflows that have one.
-   */
-  async claim(request: ClaimRequest): Promise<ClaimedWorkflow[]> {
-    const params: unknown[] = [request.queueName, request.executorId, request.workflowNames, request.limit];
-    let limit = '$4';
-    if (request.globalConcurrency !== undefined) {
-      params.push(request.globalConcurrency);
-      limit = `LEAST($4, GREATEST(0, $5 - (
-          SELECT count(*) FROM ${this.table} WHERE queue_name = $1 AND status = 'PENDING')))`;
-    }
-    const sql = `
-      UPDATE ${this.table} AS w
-      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = now(), updated_at = now(),
-          deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
-                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
-      FROM (
-        SELECT workflow_id FROM ${this.table}
-        WHERE queue_name = $1 AND status = 'ENQUEUED' AND workflow_name = ANY($3::text[])
-          AND (not_before IS NULL OR not_before <= now())
-          AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
-        ORDER BY priority, seq
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-      ) AS claimable
-      WHERE w.workflow_id = claimable.workflow_id
-      RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
-                w.failed_attempts, w.max_attempts,
-                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms`;
-    type Claimed = {
-      workflow_id: string;
-      workflow_name: string;
-      inputs: string;
-      priority: number;
-      seq: string;
-      attempts: number;
-      failed_attempts: number;
-      max_attempts: number;
-      remaining_ms: number | null;
-    };
-    const rows =
-      request.globalConcurrency === undefined
-        ? await this.database.query<Claimed>(sql, params)
-        : await this.database.transaction(async (query) => {
-            await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', [this.table, request.queueName]);
-            return query<Claimed>(sql, params);
-          });
-    return rows
-      .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))
-      .map((row) => ({
-        workflowId: row.workflow_id,
-        workflowName: row.workflow_name,
-        inputsJson: row.inputs,
-        attempts: row.attempts,
-        failedAttempts: row.failed_attempts,
-        maxAttempts: row.max_attempts,
-        remainingMs: row.remaining_ms,
-      }));
   }
 
   /**
@@ -303,6 +227,29 @@ export class WorkflowStore {
       );
     }
     return { before: row.status, queueName: row.queue_name, deduplicationId: row.deduplication_id };
+  }
+
+  /**
+   * Changes when an ENQUEUED workflow may start and its priority. Returns its status afterwards (unchanged unless
+   * ENQUEUED), or undefined when it does not exist.
+   */
+  async reschedule(
+    workflowId: string,
+    change: { runAt: Date | null; delayMs: number | null; priority: number | null },
+  ): Promise<WorkflowStatus | undefined> {
+    const rows = await this.database.query(
+      `WITH changed AS (
+         UPDATE ${this.table}
+         SET not_before = CASE WHEN $2::timestamptz IS NULL AND $3::float8 IS NULL THEN not_before
+                               ELSE coalesce($2::timestamptz, now() + $3::float8 * interval '1 millisecond') END,
+             priority = coalesce($4::int, priority), updated_at = now()
+         WHERE workflow_id = $1 AND status = 'ENQUEUED'
+         RETURNING queue_name
+       )
+       SELECT pg_notify($5, queue_name) FROM changed`,
+      [workflowId, change.runAt, change.delayMs, change.priority, this.database.wakeUpChannel],
+    );
+    return rows.length === 1 ? 'ENQUEUED' : (await this.findRow(workflowId))?.status;
   }
 
   async findRow(workflowId: string): Promise<WorkflowRow | undefined> {

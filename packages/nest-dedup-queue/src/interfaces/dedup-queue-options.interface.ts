@@ -22,8 +22,11 @@ export interface DedupQueueModuleOptions {
   schema?: string;
   /** The queues this application enqueues into (and, when `worker` is on, drains). */
   queues: QueueOptions[];
-  /** Whether this process runs workflows. `false`: it only enqueues and looks up. Default `true`. */
-  worker?: boolean;
+  /**
+   * Whether this process runs workflows: `true` (every declared queue), `false` (it only enqueues and looks up), or
+   * `{ queues: [...] }` to drain only some of the declared queues. Default `true`.
+   */
+  worker?: boolean | { queues: string[] };
   /** This process's identity, recorded on the workflows it claims. Default: generated per process. */
   executorId?: string;
   /**

@@ -16,4 +16,15 @@ export interface EnqueueOptions {
    * abort and no further step starts.
    */
   timeoutMs?: number;
+  /**
+   * Workflows with the same partition key share the queue's `partitionConcurrency` (and a per-partition rate limit),
+   * and partitions are served round-robin, so a busy key never starves the others. 1 to 255 characters.
+   */
+  partitionKey?: string;
+  /** Lower runs first; FIFO within a priority. An integer, default 0. */
+  priority?: number;
+  /** Start no earlier than this many milliseconds from now. The workflow holds its deduplication ID meanwhile. */
+  delayMs?: number;
+  /** Start no earlier than this time (instead of `delayMs`). */
+  runAt?: Date;
 }

@@ -50,6 +50,10 @@ export interface WorkflowStatusInfo {
   createdAt: Date;
   startedAt: Date | null;
   completedAt: Date | null;
-  /** The recorded error when `status` is `ERROR`. */
+  /** The recorded error when `status` is `ERROR` (or the last failed attempt's, while a retry waits). */
   error: WorkflowErrorInfo | null;
+  partitionKey: string | null;
+  priority: number;
+  /** While ENQUEUED: the earliest start (a delay, or a retry's backoff). */
+  notBefore: Date | null;
 }

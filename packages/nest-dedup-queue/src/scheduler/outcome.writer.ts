@@ -25,7 +25,8 @@ export class OutcomeWriter {
   constructor(
     private readonly store: WorkflowStore,
     private readonly executorId: string,
-    private readonly queuesToWake: ReadonlySet<string>,
+    /** Whether a slot freed in this queue may let another process start work (a queue with global limits). */
+    private readonly wakesOthers: (queueName: string) => boolean,
   ) {}
 
   /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
@@ -55,7 +56,7 @@ export class OutcomeWriter {
   }
 
   private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {
-    const wake = [...new Set(batch.map((item) => item.queueName))].filter((name) => this.queuesToWake.has(name));
+    const wake = [...new Set(batch.map((item) => item.queueName))].filter(this.wakesOthers);
     while (!this.closed) {
       try {
         const recorded = await this.store.recordOutcomes(

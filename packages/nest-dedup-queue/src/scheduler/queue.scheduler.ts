@@ -1,5 +1,7 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
-import { DedupQueueConfig } from '../dedup-queue.config';
+import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
+import { WorkflowClaimer } from '../database/workflow-claimer';
+import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import { StepStore } from '../database/step.store';
@@ -34,19 +36,25 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     private readonly store: WorkflowStore,
     private readonly registry: WorkflowRegistry,
     private readonly completions: WorkflowCompletions,
+    private readonly settings: QueueSettings,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
-    const queues = [...this.config.queues.values()];
-    const globallyLimited = new Set(queues.filter((queue) => queue.concurrency !== undefined).map((queue) => queue.name));
-    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, globallyLimited);
+    const queues = [...this.config.workerQueues];
+    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, (queueName) => {
+      const queue = this.settings.effective(queueName);
+      return queue.concurrency !== undefined || isPartitioned(queue);
+    });
     const steps = new StepStore(this.database);
-    for (const queue of queues) {
+    const claimer = new WorkflowClaimer(this.database);
+    for (const queueName of queues) {
       this.workers.set(
-        queue.name,
-        new QueueWorker(queue, {
+        queueName,
+        new QueueWorker(queueName, {
           store: this.store,
+          claimer,
+          settings: this.settings,
           steps,
           registry: this.registry,
           outcomes: this.outcomes,
@@ -64,14 +72,15 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
         [this.database.cancelChannel, (workflowId) => workflowId && this.interrupt(workflowId, 'cancelled')],
+        [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
     await this.listener.start();
-    this.pollTimer = setInterval(() => this.wake(undefined), this.config.pollIntervalMs);
+    this.pollTimer = setInterval(() => void this.refreshSettings(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);
     this.logger.log(
-      `Executor ${this.config.executorId} draining ${queues.map((queue) => `"${queue.name}"`).join(', ') || 'no queues'}`,
+      `Executor ${this.config.executorId} draining ${queues.map((name) => `"${name}"`).join(', ')}`,
     );
   }
 
@@ -92,6 +101,12 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     await this.outcomes.drained();
     await this.heartbeat?.stop(true);
     this.outcomes = undefined;
+  }
+
+  /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */
+  private async refreshSettings(): Promise<void> {
+    await this.settings.refresh().catch((error: Error) => this.logger.warn(`Reading queue settings failed: ${error.message}`));
+    this.wake(undefined);
   }
 
   private wake(queueName: string | undefined): void {

@@ -1,7 +1,8 @@
 import { Logger } from '@nestjs/common';
-import type { ResolvedQueue } from '../dedup-queue.config';
+import { isPartitioned } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
-import type { ClaimedWorkflow, WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
+import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
@@ -9,13 +10,17 @@ import { WorkflowExecution } from '../execution/workflow-execution';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
+import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { OutcomeWriter } from './outcome.writer';
 
-const CLAIM_RETRY_DELAY_MS = 1000;
+/** After a failed claim (a lock timeout, a lost connection), back off and try again. */
+const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
 
 export interface QueueWorkerDependencies {
   store: WorkflowStore;
+  claimer: WorkflowClaimer;
+  settings: QueueSettings;
   steps: StepStore;
   registry: WorkflowRegistry;
   outcomes: OutcomeWriter;
@@ -41,9 +46,10 @@ export class QueueWorker {
   private claimAgain = false;
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
+  private failedClaims = 0;
 
   constructor(
-    private readonly queue: ResolvedQueue,
+    private readonly queueName: string,
     private readonly deps: QueueWorkerDependencies,
   ) {}
 
@@ -99,24 +105,36 @@ export class QueueWorker {
     try {
       do {
         this.claimAgain = false;
-        const free = this.queue.workerConcurrency - this.running.size;
-        if (free <= 0) break;
-        const claimed = await this.deps.store.claim({
-          queueName: this.queue.name,
+        const queue = this.deps.settings.effective(this.queueName);
+        const free = queue.workerConcurrency - this.running.size;
+        if (free <= 0 || queue.paused) break;
+        const { workflows, retryInMs } = await this.deps.claimer.claim({
+          queueName: this.queueName,
           executorId: this.deps.executorId,
           limit: free,
           workflowNames: this.deps.registry.names(),
-          globalConcurrency: this.queue.concurrency,
+          concurrency: queue.concurrency,
+          partitionConcurrency: queue.partitionConcurrency,
+          partitioned: isPartitioned(queue),
+          rateLimit: queue.rateLimit,
         });
-        for (const workflow of claimed) this.start(workflow);
-        if (claimed.length === free) this.claimAgain = true;
+        this.failedClaims = 0;
+        for (const workflow of workflows) this.start(workflow);
+        if (retryInMs !== undefined) this.wakeLater(retryInMs);
+        else if (workflows.length === free) this.claimAgain = true;
       } while (this.claimAgain && !this.stopped);
     } catch (error) {
-      this.logger.error(`Claiming from queue "${this.queue.name}" failed: ${(error as Error).message}`);
-      clearTimeout(this.retryTimer);
-      this.retryTimer = setTimeout(() => this.wake(), CLAIM_RETRY_DELAY_MS);
-      this.retryTimer.unref();
+      this.failedClaims += 1;
+      const delay = backoffDelayMs(this.failedClaims, CLAIM_BACKOFF);
+      this.logger.error(`Claiming from queue "${this.queueName}" failed, retrying in ${delay} ms: ${(error as Error).message}`);
+      this.wakeLater(delay);
     }
+  }
+
+  private wakeLater(delayMs: number): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => this.wake(), delayMs);
+    this.retryTimer.unref();
   }
 
   private start(claimed: ClaimedWorkflow): void {
@@ -140,7 +158,7 @@ export class QueueWorker {
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
       }
-      await this.deps.outcomes.write(outcome, this.queue.name);
+      await this.deps.outcomes.write(outcome, this.queueName);
       if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
     } finally {
       clearTimeout(timeout);
@@ -152,7 +170,7 @@ export class QueueWorker {
     try {
       const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
       const execution = new WorkflowExecution(
-        { workflowId, workflowName: claimed.workflowName, queueName: this.queue.name, attempt: claimed.attempts, signal: controller.signal },
+        { workflowId, workflowName: claimed.workflowName, queueName: this.queueName, attempt: claimed.attempts, signal: controller.signal },
         this.deps.executorId,
         recorded,
         this.deps.steps,

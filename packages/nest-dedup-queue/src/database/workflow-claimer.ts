@@ -1,0 +1,201 @@
+import type { RateLimit } from '../interfaces/queue-options.interface';
+import type { QueueDatabase } from './queue-database';
+
+export interface ClaimedWorkflow {
+  workflowId: string;
+  workflowName: string;
+  inputsJson: string;
+  /** How many times it has been claimed, this claim included. */
+  attempts: number;
+  failedAttempts: number;
+  maxAttempts: number;
+  /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
+  remainingMs: number | null;
+}
+
+export interface ClaimRequest {
+  queueName: string;
+  executorId: string;
+  /** This process's free slots. */
+  limit: number;
+  workflowNames: string[];
+  /** The queue's limit across all processes, if it has one. */
+  concurrency?: number;
+  /** The per-partition limit across all processes, if the queue is partitioned. */
+  partitionConcurrency?: number;
+  partitioned: boolean;
+  rateLimit?: RateLimit;
+}
+
+export interface ClaimResult {
+  workflows: ClaimedWorkflow[];
+  /** When a rate limit stopped the claim: how long until a start slot frees. */
+  retryInMs?: number;
+}
+
+interface ClaimedRow {
+  workflow_id: string;
+  workflow_name: string;
+  inputs: string;
+  priority: number;
+  seq: string;
+  attempts: number;
+  failed_attempts: number;
+  max_attempts: number;
+  remaining_ms: number | null;
+}
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+const LOCK_TIMEOUT = '5s';
+
+/**
+ * Claims due ENQUEUED workflows for one executor: moves them to PENDING under it, highest priority and oldest
+ * first, only while its lease row exists, starting their timeout clocks. A queue without global limits is claimed
+ * in one statement with SKIP LOCKED. A queue with a global concurrency, partitions or a rate limit is claimed in a
+ * transaction that first locks the queue's row, so that the counts it reads are exact while it claims; partitions
+ * are served round-robin (each partition's first due workflow before any partition's second).
+ */
+export class WorkflowClaimer {
+  private readonly workflows: string;
+  private readonly queues: string;
+  private readonly executors: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.workflows = `${database.schemaSql}.workflows`;
+    this.queues = `${database.schemaSql}.queues`;
+    this.executors = `${database.schemaSql}.executors`;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const constrained = request.concurrency !== undefined || request.partitioned || request.rateLimit !== undefined;
+    if (!constrained) {
+      return { workflows: toClaimed(await this.database.query<ClaimedRow>(this.claimSql(false), this.params(request, request.limit))) };
+    }
+    return this.database.transaction(async (query) => {
+      await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
+      const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1 FOR UPDATE`, [
+        request.queueName,
+      ]);
+      if (queue?.paused) return { workflows: [] };
+      const { limit, retryInMs } = await this.allowedStarts(query, request);
+      if (limit <= 0) return { workflows: [], retryInMs };
+      const rows = await query<ClaimedRow>(this.claimSql(request.partitioned), this.params(request, limit));
+      return { workflows: toClaimed(rows), retryInMs };
+    });
+  }
+
+  private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
+    const queueWideRate = request.rateLimit && !request.rateLimit.perPartition ? request.rateLimit : undefined;
+    if (request.concurrency === undefined && !queueWideRate) return { limit: request.limit };
+    const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
+      `SELECT
+         (SELECT count(*)::int FROM ${this.workflows} WHERE queue_name = $1 AND status = 'PENDING') AS running,
+         count(*)::int AS recent,
+         (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - now()) * 1000)::float8 AS frees_in_ms
+       FROM ${this.workflows}
+       WHERE queue_name = $1 AND $2::float8 > 0 AND started_at > now() - $2::float8 * interval '1 millisecond'`,
+      [request.queueName, queueWideRate?.periodMs ?? 0],
+    );
+    let limit = request.limit;
+    if (request.concurrency !== undefined) limit = Math.min(limit, request.concurrency - counts.running);
+    if (queueWideRate) {
+      const rateRoom = queueWideRate.limit - counts.recent;
+      if (rateRoom < limit) {
+        limit = rateRoom;
+        if (limit <= 0) return { limit, retryInMs: Math.max(1, counts.frees_in_ms ?? queueWideRate.periodMs) };
+      }
+    }
+    return { limit };
+  }
+
+  private params(request: ClaimRequest, limit: number): unknown[] {
+    const params: unknown[] = [request.queueName, request.executorId, request.workflowNames, limit];
+    if (request.partitioned) {
+      const perPartitionRate = request.rateLimit?.perPartition ? request.rateLimit : undefined;
+      params.push(request.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
+    }
+    return params;
+  }
+
+  /**
+   * $1 queue, $2 executor, $3 registered workflow names, $4 how many; partitioned: $5 per-partition concurrency,
+   * $6 per-partition rate limit and $7 its period (null/0 when unset).
+   */
+  private claimSql(partitioned: boolean): string {
+    const due = `status = 'ENQUEUED' AND workflow_name = ANY($3::text[]) AND (not_before IS NULL OR not_before <= now())`;
+    const candidates = partitioned
+      ? `WITH RECURSIVE partitions AS (
+           (SELECT partition_key FROM ${this.workflows}
+            WHERE queue_name = $1 AND status = 'ENQUEUED' AND partition_key IS NOT NULL
+            ORDER BY partition_key LIMIT 1)
+           UNION ALL
+           SELECT (SELECT w.partition_key FROM ${this.workflows} AS w
+                   WHERE w.queue_name = $1 AND w.status = 'ENQUEUED' AND w.partition_key > p.partition_key
+                   ORDER BY w.partition_key LIMIT 1)
+           FROM partitions AS p WHERE p.partition_key IS NOT NULL
+         ),
+         running AS (
+           SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
+           WHERE queue_name = $1 AND status = 'PENDING' AND partition_key IS NOT NULL GROUP BY partition_key
+         ),
+         recent AS (
+           SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
+           WHERE queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
+             AND started_at > now() - $7::float8 * interval '1 millisecond'
+           GROUP BY partition_key
+         ),
+         picks AS (
+           SELECT c.workflow_id, c.turn, c.priority, c.seq
+           FROM partitions AS p
+           CROSS JOIN LATERAL (
+             SELECT workflow_id, priority, seq, row_number() OVER (ORDER BY priority, seq) AS turn
+             FROM ${this.workflows}
+             WHERE queue_name = $1 AND partition_key = p.partition_key AND ${due}
+             ORDER BY priority, seq
+             LIMIT LEAST($4,
+               coalesce($5::int - coalesce((SELECT n FROM running AS r WHERE r.partition_key = p.partition_key), 0), $4),
+               coalesce($6::int - coalesce((SELECT n FROM recent AS r WHERE r.partition_key = p.partition_key), 0), $4))
+           ) AS c
+           WHERE p.partition_key IS NOT NULL
+           UNION ALL
+           SELECT workflow_id, row_number() OVER (ORDER BY priority, seq), priority, seq
+           FROM (SELECT workflow_id, priority, seq FROM ${this.workflows}
+                 WHERE queue_name = $1 AND partition_key IS NULL AND ${due}
+                 ORDER BY priority, seq LIMIT $4) AS unpartitioned
+         ),
+         claimable AS (SELECT workflow_id FROM picks ORDER BY turn, priority, seq LIMIT $4)`
+      : `WITH claimable AS (
+           SELECT workflow_id FROM ${this.workflows}
+           WHERE queue_name = $1 AND ${due}
+           ORDER BY priority, seq
+           LIMIT $4
+           FOR UPDATE SKIP LOCKED
+         )`;
+    return `${candidates}
+      UPDATE ${this.workflows} AS w
+      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = now(), updated_at = now(),
+          deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
+                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
+      FROM claimable
+      WHERE w.workflow_id = claimable.workflow_id AND w.status = 'ENQUEUED'
+        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
+      RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
+                w.failed_attempts, w.max_attempts,
+                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms`;
+  }
+}
+
+function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
+  return rows
+    .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))
+    .map((row) => ({
+      workflowId: row.workflow_id,
+      workflowName: row.workflow_name,
+      inputsJson: row.inputs,
+      attempts: row.attempts,
+      failedAttempts: row.failed_attempts,
+      maxAttempts: row.max_attempts,
+      remainingMs: row.remaining_ms,
+    }));
+}
