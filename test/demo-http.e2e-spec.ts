@@ -37,6 +37,7 @@ describe('demo app over HTTP', () => {
 
     const duplicate = await request(server).post('/process/u1').expect(409);
     expect(duplicate.headers['content-type']).toMatch(/application\/json/);
+    expect(duplicate.headers.location).toBe(`/workflows/${first.body.workflow_id}`);
     expect(duplicate.body).toEqual({
       statusCode: 409,
       error: 'Conflict',
@@ -44,7 +45,11 @@ describe('demo app over HTTP', () => {
       queueName: 'user_tasks',
       deduplicationId: 'u1',
       existingWorkflowId: first.body.workflow_id,
+      location: `/workflows/${first.body.workflow_id}`,
     });
+    await request(server).get(duplicate.headers.location).expect(200);
+    const joined = await request(server).post('/process/u1/join').expect(202);
+    expect(joined.body).toEqual({ workflow_id: first.body.workflow_id, created: false });
     await request(server).post('/process/u2').expect(201);
 
     expect((await statusOf(first.body.workflow_id)).status).toMatch(/ENQUEUED|PENDING/);
@@ -57,7 +62,8 @@ describe('demo app over HTTP', () => {
     );
     expect(done.result).toEqual({ userId: 'u1', processedAt: expect.any(String) });
 
-    const again = await request(server).post('/process/u1').expect(201);
+    const again = await request(server).post('/process/u1/join').expect(201);
+    expect(again.body.created).toBe(true);
     expect(again.body.workflow_id).not.toBe(first.body.workflow_id);
     const rows = (await pool.query(`SELECT status FROM "${schema}".workflows WHERE deduplication_id = 'u1' ORDER BY seq`)).rows;
     expect(rows.map((row) => row.status)).toEqual(['SUCCESS', expect.stringMatching(/ENQUEUED|PENDING/)]);

@@ -7,6 +7,9 @@ import { createQueueDatabase } from './database/queue-database.factory';
 import { QueueControlStore } from './database/queue-control.store';
 import { WorkflowStore } from './database/workflow.store';
 import { QueueSettings } from './queue-settings';
+import { WorkflowInserter } from './database/workflow-inserter';
+import { DeduplicationEvents } from './enqueue/deduplication-events';
+import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
@@ -37,6 +40,13 @@ import { WorkflowCompletions } from './workflow-completions';
       inject: [QueueDatabase],
     },
     QueueSettings,
+    {
+      provide: WorkflowInserter,
+      useFactory: (database: QueueDatabase) => new WorkflowInserter(database),
+      inject: [QueueDatabase],
+    },
+    DeduplicationEvents,
+    WorkflowEnqueuer,
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,

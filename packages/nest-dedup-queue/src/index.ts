@@ -2,7 +2,12 @@ export { DedupQueueModule } from './dedup-queue.module';
 export { Workflow } from './decorators/workflow.decorator';
 export { Step } from './decorators/step.decorator';
 export { WorkflowContext, runStep, stepManager, workflowContext } from './execution/workflow-context';
-export { DedupExceptionFilter, DeduplicatedResponseBody } from './filters/dedup-exception.filter';
+export {
+  DEDUP_EXCEPTION_FILTER_OPTIONS,
+  DedupExceptionFilter,
+  DedupExceptionFilterOptions,
+  DeduplicatedResponseBody,
+} from './filters/dedup-exception.filter';
 export { QueueService, WorkflowFunction } from './queue.service';
 export * from './errors';
 export * from './interfaces';

@@ -4,7 +4,7 @@ import { WorkflowCancelledError } from './errors/workflow-cancelled.error';
 import { WorkflowFailedError } from './errors/workflow-failed.error';
 import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
 import { WorkflowResultTimeoutError } from './errors/workflow-result-timeout.error';
-import type { GetResultOptions, WorkflowHandle } from './interfaces/workflow-handle.interface';
+import type { EnqueuedWorkflowHandle, GetResultOptions } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { fromStoredJson } from './utils/stored-json';
 import type { WorkflowCompletions } from './workflow-completions';
@@ -13,11 +13,12 @@ const FIRST_POLL_MS = 10;
 const MAX_POLL_MS = 500;
 
 /** The `WorkflowHandle` that `QueueService` returns. */
-export class QueueWorkflowHandle<R> implements WorkflowHandle<R> {
+export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
   constructor(
     readonly workflowId: string,
     private readonly store: WorkflowStore,
     private readonly completions: WorkflowCompletions,
+    readonly created: boolean,
   ) {}
 
   async getStatus(): Promise<WorkflowStatusInfo> {

@@ -5,26 +5,32 @@ import { QueueControlStore } from './database/queue-control.store';
 import { QueueSettings } from './queue-settings';
 import { toStatusInfo } from './database/workflow-row';
 import { isUniqueViolationOn } from './database/sql-errors';
-import { ACTIVE_DEDUPLICATION_INDEX, WorkflowStore } from './database/workflow.store';
+import { ACTIVE_DEDUPLICATION_INDEX, InsertResult, NewWorkflow, WorkflowInserter } from './database/workflow-inserter';
+import { WorkflowStore } from './database/workflow.store';
+import { DeduplicationEvents } from './enqueue/deduplication-events';
+import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import { InvalidArgumentError } from './errors/invalid-argument.error';
 import { QueueDeduplicatedError } from './errors/queue-deduplicated.error';
 import { UnknownQueueError } from './errors/unknown-queue.error';
-import { WorkflowIdConflictError } from './errors/workflow-id-conflict.error';
 import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
+import type { EntityManager } from 'typeorm';
+import type { BulkEnqueueItem, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
+import type { DeduplicationEvent } from './interfaces/deduplication-event.interface';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
 import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
-import type { WorkflowHandle } from './interfaces/workflow-handle.interface';
+import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
-import { serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
+import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
 import { WorkflowCompletions } from './workflow-completions';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
 export type WorkflowFunction = (...args: any[]) => unknown;
 
 const MAX_LIST_LIMIT = 10_000;
+const BULK_CHUNK = 1000;
 
 /** Enqueues workflows and looks them up. Inject it anywhere once `DedupQueueModule.forRoot()` is imported. */
 @Injectable()
@@ -36,17 +42,22 @@ export class QueueService {
     private readonly completions: WorkflowCompletions,
     private readonly settings: QueueSettings,
     private readonly control: QueueControlStore,
+    private readonly inserter: WorkflowInserter,
+    private readonly enqueuer: WorkflowEnqueuer,
+    private readonly events: DeduplicationEvents,
   ) {}
 
   /**
-   * Enqueues one run of a workflow. The row is written in one statement (one transaction) and workers are woken
-   * on commit. Everything is validated before anything is written.
+   * Enqueues one run of a workflow. The row is written in one statement (one transaction, shared with concurrent
+   * calls under load) and workers are woken on commit. Everything is validated before anything is written.
    *
    * @param queueName a queue declared in `DedupQueueModule.forRoot({ queues })`
    * @param workflow the `@Workflow()` method (`this.tasks.process`) or its registered name (`'UserTasks.process'`)
    * @param args the arguments, stored as JSON (see the README for what round-trips)
-   * @param options `deduplicationId`, `workflowId`, `timeoutMs`
+   * @param options `deduplicationId`, `onDuplicate`, `workflowId`, `timeoutMs`, `partitionKey`, `priority`, `delayMs`,
+   *   `runAt`, `deduplicationWindowMs`, `manager` (see `EnqueueOptions`)
    * @throws QueueDeduplicatedError when `deduplicationId` is held by an ENQUEUED or PENDING workflow of the queue
+   *   (or one still in its deduplication window) and the policy is to reject
    * @throws UnknownQueueError, UnknownWorkflowError, InvalidArgumentError, WorkflowIdConflictError
    */
   enqueue<F extends WorkflowFunction>(
@@ -54,52 +65,75 @@ export class QueueService {
     workflow: F,
     args: Parameters<F>,
     options?: EnqueueOptions,
-  ): Promise<WorkflowHandle<Awaited<ReturnType<F>>>>;
+  ): Promise<EnqueuedWorkflowHandle<Awaited<ReturnType<F>>>>;
   enqueue<R = unknown>(
     queueName: string,
     workflow: string,
     args: unknown[],
     options?: EnqueueOptions,
-  ): Promise<WorkflowHandle<R>>;
+  ): Promise<EnqueuedWorkflowHandle<R>>;
   async enqueue(
     queueName: string,
     workflow: WorkflowFunction | string,
     args: unknown[],
     options: EnqueueOptions = {},
-  ): Promise<WorkflowHandle<unknown>> {
-    this.assertDeclared(queueName);
-    const workflowName = this.registry.resolveName(workflow);
-    const workflowOptions = this.registry.find(workflowName)?.options ?? {};
-    const inputsJson = serialiseArgs(args);
-    const valid = validateEnqueueOptions(options, queueName, isPartitioned(this.settings.effective(queueName)));
-    const workflowId = valid.workflowId ?? randomUUID();
-    const deduplicationId = valid.deduplicationId;
-    const row = {
-      ...valid,
-      workflowId,
-      queueName,
-      workflowName,
-      inputsJson,
-      maxAttempts: workflowOptions.maxAttempts ?? 1,
-      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
-    };
+  ): Promise<EnqueuedWorkflowHandle<unknown>> {
+    const { workflowName, valid, row } = this.prepare(queueName, workflow, args, options, 'options');
+    const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
+    return this.handle(enqueued.workflowId, enqueued.created);
+  }
 
-    for (;;) {
-      const inserted = await this.store.insert(row);
-      if (inserted.outcome === 'inserted') {
-        return this.handle(workflowId);
-      }
-      if (inserted.outcome === 'duplicate-workflow-id') {
-        if (inserted.existing.queueName !== queueName || inserted.existing.workflowName !== workflowName) {
-          throw new WorkflowIdConflictError(workflowId, inserted.existing);
-        }
-        return this.handle(workflowId);
-      }
-      const holder = await this.store.findHolder(queueName, deduplicationId as string);
-      if (holder !== undefined) {
-        throw new QueueDeduplicatedError(queueName, deduplicationId as string, holder);
+  /**
+   * Enqueues many runs of one workflow in one statement (chunks of 1000), with the same guarantees as `enqueue`:
+   * the database decides every duplicate, including duplicates within the batch (the first wins). Returns one
+   * outcome per item, in order: `created`, `duplicate` (with the holder's ID) or `existing` (its `workflowId` was
+   * used before). Duplicates are reported, not thrown. Everything is validated before anything is written.
+   */
+  async enqueueMany(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    items: BulkEnqueueItem[],
+    options: { manager?: EntityManager } = {},
+  ): Promise<BulkEnqueueResult[]> {
+    if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
+    const prepared = items.map((item, index) =>
+      this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
+    );
+    const ids = new Set<string>();
+    prepared.forEach(({ row }, index) => {
+      if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
+      ids.add(row.workflowId);
+    });
+    const inserter = options.manager ? this.inserter.inTransaction(options.manager) : this.inserter;
+    const results: BulkEnqueueResult[] = [];
+    for (let start = 0; start < prepared.length; start += BULK_CHUNK) {
+      const chunk = prepared.slice(start, start + BULK_CHUNK);
+      const inserted = await inserter.insertMany(chunk.map(({ row }) => row));
+      for (const [index, result] of inserted.entries()) {
+        results.push(await this.bulkOutcome(chunk[index].row, result, options.manager));
       }
     }
+    return results;
+  }
+
+  /** A handle to the workflow that holds a deduplication ID in a queue now, or undefined when the ID is free. */
+  async findByDeduplicationId<R = unknown>(queueName: string, deduplicationId: string): Promise<WorkflowHandle<R> | undefined> {
+    this.assertDeclared(queueName);
+    const holder = await this.inserter.findHolder(queueName, deduplicationId);
+    return holder && this.handle<R>(holder.workflowId);
+  }
+
+  /**
+   * Calls `listener` for every deduplication hit in this process (queue, key, holder and what the policy did).
+   * Returns a function that removes the listener.
+   */
+  onDeduplicated(listener: (event: DeduplicationEvent) => void): () => void {
+    return this.events.listen(listener);
+  }
+
+  /** Deduplication hits per queue in this process since it started. */
+  deduplicationCounts(): Record<string, number> {
+    return this.events.countsByQueue();
   }
 
   /** A handle to an existing workflow. @throws WorkflowNotFoundError when no workflow has this ID. */
@@ -143,8 +177,8 @@ export class QueueService {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
         const row = await this.store.findRow(workflowId);
         const key = row?.deduplication_id as string;
-        const holder = await this.store.findHolder(row?.queue_name as string, key);
-        throw new QueueDeduplicatedError(row?.queue_name as string, key, holder ?? '(finished meanwhile; try again)');
+        const holder = await this.inserter.findHolder(row?.queue_name as string, key);
+        throw new QueueDeduplicatedError(row?.queue_name as string, key, holder?.workflowId ?? '(finished meanwhile; try again)');
       }
       throw error;
     }
@@ -218,7 +252,56 @@ export class QueueService {
     return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
   }
 
-  private handle<R>(workflowId: string): WorkflowHandle<R> {
-    return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions);
+  private prepare(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    args: unknown,
+    options: EnqueueOptions,
+    optionsField: string,
+    argsField = 'args',
+  ): { workflowName: string; valid: ValidEnqueueOptions; row: NewWorkflow } {
+    this.assertDeclared(queueName);
+    const workflowName = this.registry.resolveName(workflow);
+    const workflowOptions = this.registry.find(workflowName)?.options ?? {};
+    const inputsJson = serialiseArgs(args, argsField);
+    const valid = validateEnqueueOptions(options, queueName, isPartitioned(this.settings.effective(queueName)), optionsField);
+    const row: NewWorkflow = {
+      workflowId: valid.workflowId ?? randomUUID(),
+      queueName,
+      workflowName,
+      deduplicationId: valid.deduplicationId,
+      inputsJson,
+      timeoutMs: valid.timeoutMs,
+      maxAttempts: workflowOptions.maxAttempts ?? 1,
+      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
+      partitionKey: valid.partitionKey,
+      priority: valid.priority,
+      runAt: valid.runAt,
+      delayMs: valid.delayMs,
+      deduplicationWindowMs: valid.deduplicationWindowMs,
+      releaseKeyOnError: valid.releaseKeyOnError,
+    };
+    return { workflowName, valid, row };
+  }
+
+  private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
+    if (result.outcome === 'inserted') return { status: 'created', workflowId: row.workflowId };
+    if (result.outcome === 'deduplicated' && result.holderId) {
+      this.events.emit({ queueName: row.queueName, deduplicationId: row.deduplicationId as string, existingWorkflowId: result.holderId, outcome: 'rejected' });
+      return { status: 'duplicate', workflowId: result.holderId };
+    }
+    try {
+      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager);
+      return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
+    } catch (error) {
+      if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };
+      throw error;
+    }
+  }
+
+  private handle<R>(workflowId: string): WorkflowHandle<R>;
+  private handle<R>(workflowId: string, created: boolean): EnqueuedWorkflowHandle<R>;
+  private handle<R>(workflowId: string, created?: boolean): WorkflowHandle<R> {
+    return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions, created ?? false);
   }
 }

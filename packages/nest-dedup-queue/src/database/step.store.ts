@@ -23,7 +23,11 @@ export class StepStore {
   private readonly steps: string;
   private readonly workflows: string;
 
-  constructor(private readonly database: QueueDatabase) {
+  constructor(
+    private readonly database: QueueDatabase,
+    /** How long a step's transaction may sit idle (its process stalled) before Postgres ends it. */
+    private readonly idleTransactionTimeoutMs: number,
+  ) {
     this.steps = `${database.schemaSql}.steps`;
     this.workflows = `${database.schemaSql}.workflows`;
   }
@@ -49,8 +53,15 @@ export class StepStore {
     return rows.length === 1;
   }
 
+  /**
+   * Runs `work` in a transaction on the module's DataSource. NOTE: if this process stalls inside it for longer than
+   * the lease, Postgres ends the session, releasing the workflow row so that another executor can recover it.
+   */
   transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.database.dataSource.transaction(work);
+    return this.database.dataSource.transaction(async (manager) => {
+      await manager.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`);
+      return work(manager);
+    });
   }
 
   /**

@@ -1,36 +1,10 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { isUniqueViolationOn } from './sql-errors';
 import { WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
-
-/** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
-export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
 
 const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
   'message', 'Workflow timed out after ' || timeout_ms || ' ms')`;
-
-export interface NewWorkflow {
-  workflowId: string;
-  queueName: string;
-  workflowName: string;
-  deduplicationId: string | null;
-  /** The arguments, already serialised to JSON text. */
-  inputsJson: string;
-  timeoutMs: number | null;
-  maxAttempts: number;
-  maxRecoveryAttempts: number;
-  partitionKey: string | null;
-  priority: number;
-  /** Start no earlier than this; or `delayMs` from now by the database's clock. */
-  runAt: Date | null;
-  delayMs: number | null;
-}
-
-export type InsertResult =
-  | { outcome: 'inserted' }
-  | { outcome: 'duplicate-workflow-id'; existing: { queueName: string; workflowName: string } }
-  | { outcome: 'deduplicated' };
 
 export interface WorkflowOutcome {
   workflowId: string;
@@ -60,68 +34,6 @@ export class WorkflowStore {
   }
 
   /**
-   * Inserts a new ENQUEUED workflow and wakes the workers, in one statement. The partial unique index decides
-   * duplicates: a unique violation on it means the deduplication ID is held. A reused workflow ID is not an
-   * error: the existing row wins.
-   */
-  async insert(workflow: NewWorkflow): Promise<InsertResult> {
-    try {
-      const rows = await this.database.query(
-        `WITH inserted AS (
-           INSERT INTO ${this.table}
-             (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
-              timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority, not_before)
-           VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
-                   coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'))
-           ON CONFLICT (workflow_id) DO NOTHING
-           RETURNING queue_name
-         )
-         SELECT pg_notify($6, queue_name) FROM inserted`,
-        [
-          workflow.workflowId,
-          workflow.queueName,
-          workflow.workflowName,
-          workflow.deduplicationId,
-          workflow.inputsJson,
-          this.database.wakeUpChannel,
-          workflow.timeoutMs,
-          workflow.maxAttempts,
-          workflow.maxRecoveryAttempts,
-          workflow.partitionKey,
-          workflow.priority,
-          workflow.runAt,
-          workflow.delayMs,
-        ],
-      );
-      if (rows.length === 1) {
-        return { outcome: 'inserted' };
-      }
-    } catch (error) {
-      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
-        return { outcome: 'deduplicated' };
-      }
-      throw error;
-    }
-    const existing = await this.findRow(workflow.workflowId);
-    if (!existing) {
-      return this.insert(workflow);
-    }
-    return {
-      outcome: 'duplicate-workflow-id',
-      existing: { queueName: existing.queue_name, workflowName: existing.workflow_name },
-    };
-  }
-
-  /** The workflow that currently holds a deduplication ID in a queue, if any. */
-  async findHolder(queueName: string, deduplicationId: string): Promise<string | undefined> {
-    const rows = await this.database.query<{ workflow_id: string }>(
-      `SELECT workflow_id FROM ${this.table} WHERE queue_name = $1 AND active_deduplication_id = $2`,
-      [queueName, deduplicationId],
-    );
-    return rows[0]?.workflow_id;
-  }
-
-  /**
    * Records finished workflows and frees their deduplication IDs in the same statement; a RETRY goes back to
    * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
    * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
@@ -133,7 +45,12 @@ export class WorkflowStore {
       `WITH finished AS (
          UPDATE ${this.table} AS w
          SET status = CASE WHEN o.status = 'RETRY' THEN 'ENQUEUED' ELSE o.status END,
-             active_deduplication_id = CASE WHEN o.status = 'RETRY' THEN w.active_deduplication_id END,
+             active_deduplication_id = CASE WHEN o.status = 'RETRY' OR (w.dedup_window_ms IS NOT NULL
+                                              AND NOT (o.status = 'ERROR' AND w.release_key_on_error))
+                                            THEN w.active_deduplication_id END,
+             dedup_expires_at = CASE WHEN o.status <> 'RETRY' AND w.dedup_window_ms IS NOT NULL
+                                          AND NOT (o.status = 'ERROR' AND w.release_key_on_error)
+                                     THEN now() + w.dedup_window_ms * interval '1 millisecond' END,
              executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
              not_before = now() + o.retry_delay_ms * interval '1 millisecond',
              failed_attempts = w.failed_attempts + (o.status <> 'SUCCESS')::int,
@@ -177,7 +94,8 @@ export class WorkflowStore {
     const cancelled = await this.database.query(
       `WITH cancelled AS (
          UPDATE ${this.table}
-         SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now(), updated_at = now(),
+         SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
+             completed_at = now(), updated_at = now(),
              error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
          WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
          RETURNING workflow_id
@@ -188,15 +106,23 @@ export class WorkflowStore {
     return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
   }
 
-  /** Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). */
+  /**
+   * Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
+   * by a step's transaction are skipped until the next sweep rather than waited for.
+   */
   async cancelTimedOut(): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
-      `WITH timed_out AS (
-         UPDATE ${this.table}
-         SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now(), updated_at = now(),
-             error = ${TIMEOUT_ERROR_JSON}
+      `WITH due AS (
+         SELECT workflow_id FROM ${this.table}
          WHERE deadline_at <= now() AND status IN ('ENQUEUED', 'PENDING')
-         RETURNING workflow_id
+         FOR UPDATE SKIP LOCKED
+       ),
+       timed_out AS (
+         UPDATE ${this.table} AS w
+         SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
+             completed_at = now(), updated_at = now(), error = ${TIMEOUT_ERROR_JSON}
+         FROM due WHERE w.workflow_id = due.workflow_id
+         RETURNING w.workflow_id
        )
        SELECT workflow_id, pg_notify($1, workflow_id) FROM timed_out`,
       [this.database.cancelChannel],

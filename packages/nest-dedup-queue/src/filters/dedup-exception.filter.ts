@@ -1,4 +1,4 @@
-import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Optional } from '@nestjs/common';
+import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Optional } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 
@@ -10,7 +10,21 @@ export interface DeduplicatedResponseBody {
   queueName: string;
   deduplicationId: string;
   existingWorkflowId: string;
+  /** Where the holder's status can be read, when the filter was given `location`. */
+  location?: string;
 }
+
+/** Options of `DedupExceptionFilter`; provide them under `DEDUP_EXCEPTION_FILTER_OPTIONS` or pass them to `new`. */
+export interface DedupExceptionFilterOptions {
+  /**
+   * Where the holder's status can be read, sent as the `Location` header (and `location` in the body), e.g.
+   * `(error) => \`/workflows/${error.existingWorkflowId}\``. Default: none.
+   */
+  location?: (error: QueueDeduplicatedError) => string;
+}
+
+/** Injection token of `DedupExceptionFilterOptions`, for `APP_FILTER` / `useClass` registrations. */
+export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
 
 /**
  * Answers a `QueueDeduplicatedError` with HTTP 409 Conflict and a JSON body naming the queue, the deduplication ID
@@ -19,7 +33,10 @@ export interface DeduplicatedResponseBody {
  */
 @Catch(QueueDeduplicatedError)
 export class DedupExceptionFilter implements ExceptionFilter<QueueDeduplicatedError> {
-  constructor(@Optional() private readonly adapterHost?: HttpAdapterHost) {}
+  constructor(
+    @Optional() @Inject(DEDUP_EXCEPTION_FILTER_OPTIONS) private readonly options: DedupExceptionFilterOptions = {},
+    @Optional() private readonly adapterHost?: HttpAdapterHost,
+  ) {}
 
   catch(error: QueueDeduplicatedError, host: ArgumentsHost): void {
     const response = host.switchToHttp().getResponse();
@@ -31,6 +48,11 @@ export class DedupExceptionFilter implements ExceptionFilter<QueueDeduplicatedEr
       deduplicationId: error.deduplicationId,
       existingWorkflowId: error.existingWorkflowId,
     };
+    const location = this.options?.location?.(error);
+    if (location) {
+      body.location = location;
+      setHeader(response, 'Location', location);
+    }
     const adapter = this.adapterHost?.httpAdapter;
     if (adapter) {
       adapter.reply(response, body, HttpStatus.CONFLICT);
@@ -40,4 +62,9 @@ export class DedupExceptionFilter implements ExceptionFilter<QueueDeduplicatedEr
       response.code(HttpStatus.CONFLICT).header('content-type', 'application/json; charset=utf-8').send(body);
     }
   }
+}
+
+function setHeader(response: any, name: string, value: string): void {
+  if (typeof response.setHeader === 'function') response.setHeader(name, value);
+  else if (typeof response.header === 'function') response.header(name, value);
 }

@@ -1,3 +1,21 @@
+import type { EntityManager } from 'typeorm';
+
+/**
+ * What to do when the deduplication ID is held:
+ * - `'reject'`: throw `QueueDeduplicatedError` (the default);
+ * - `'return-existing'`: return the holder's handle (`created: false`);
+ * - `'replace'`: if the holder has not started, replace its arguments (and delay, if given) with this call's and
+ *   return its handle (debounce, latest wins); if it is running, do what `whenRunning` says.
+ */
+export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace';
+
+/**
+ * With `onDuplicate: 'replace'`, when the holder is already running: `'reject'` (the default), `'return-existing'`,
+ * or `'queue-next'`: keep exactly one follow-up with the latest arguments, which takes the key and runs when the
+ * holder ends ("one running + one waiting").
+ */
+export type WhenRunningPolicy = 'reject' | 'return-existing' | 'queue-next';
+
 /** Options of one `QueueService.enqueue()` call. */
 export interface EnqueueOptions {
   /**
@@ -27,4 +45,21 @@ export interface EnqueueOptions {
   delayMs?: number;
   /** Start no earlier than this time (instead of `delayMs`). */
   runAt?: Date;
+  /** What to do when the deduplication ID is held. Default `'reject'`. */
+  onDuplicate?: DuplicatePolicy;
+  /** With `onDuplicate: 'replace'`, what to do when the holder is already running. Default `'reject'`. */
+  whenRunning?: WhenRunningPolicy;
+  /**
+   * Keep the deduplication ID held for this long after the workflow ended (webhook replays, "at most once per user
+   * per hour"). Expired windows are cleared when the key is next wanted, at no other cost.
+   */
+  deduplicationWindowMs?: number;
+  /** With `deduplicationWindowMs`: free the key as soon as the workflow ends with ERROR. Default false. */
+  releaseKeyOnError?: boolean;
+  /**
+   * Enqueue inside this TypeORM transaction (the `manager` of `dataSource.transaction(manager => ...)`): the
+   * workflow exists only if the caller commits, and workers see it only after commit. A duplicate raises
+   * `QueueDeduplicatedError` without aborting the caller's transaction (the insert runs under a savepoint).
+   */
+  manager?: EntityManager;
 }

@@ -1,4 +1,6 @@
+export * from './bulk-enqueue.interface';
 export * from './dedup-queue-options.interface';
+export * from './deduplication-event.interface';
 export * from './enqueue-options.interface';
 export * from './list-workflows-options.interface';
 export * from './queue-options.interface';

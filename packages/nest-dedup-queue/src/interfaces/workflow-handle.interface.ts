@@ -18,3 +18,12 @@ export interface WorkflowHandle<R = unknown> {
    */
   getResult(options?: GetResultOptions): Promise<R>;
 }
+
+/** The handle `QueueService.enqueue()` returns. */
+export interface EnqueuedWorkflowHandle<R = unknown> extends WorkflowHandle<R> {
+  /**
+   * True when this call created the workflow; false when it returned an existing one (same `workflowId`, or an
+   * `onDuplicate` policy that returns or updates the holder).
+   */
+  readonly created: boolean;
+}

@@ -4,14 +4,16 @@ import type { ExecutorStore, RecoveredWorkflow } from '../database/executor.stor
 import type { WorkflowStore } from '../database/workflow.store';
 
 /**
- * Keeps this executor's lease alive and, on every beat, recovers the workflows of executors whose lease expired
- * and cancels workflows past their timeout. At start it recovers what an earlier process with the same executor ID
- * left PENDING.
+ * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
+ * recovers the workflows of executors whose lease expired and cancels workflows past their timeout. At start it
+ * recovers what an earlier process with the same executor ID left PENDING.
  */
 export class ExecutorHeartbeat {
   private readonly logger = new Logger('DedupQueueScheduler');
-  private timer?: NodeJS.Timeout;
-  private beating?: Promise<void>;
+  private renewTimer?: NodeJS.Timeout;
+  private sweepTimer?: NodeJS.Timeout;
+  private renewing?: Promise<void>;
+  private sweeping?: Promise<void>;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -23,16 +25,21 @@ export class ExecutorHeartbeat {
   async start(): Promise<void> {
     await this.executors.register(this.config.executorId);
     this.report('left by an earlier process with this executor ID', await this.executors.recoverOwn(this.config.executorId));
-    this.timer = setInterval(() => {
-      this.beating ??= this.beat().finally(() => (this.beating = undefined));
+    this.renewTimer = setInterval(() => {
+      this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
     }, this.config.heartbeatIntervalMs);
-    this.timer.unref();
+    this.sweepTimer = setInterval(() => {
+      this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined));
+    }, this.config.heartbeatIntervalMs);
+    this.renewTimer.unref();
+    this.sweepTimer.unref();
   }
 
   /** Stops beating; with `leave`, removes the lease so peers recover whatever this process leaves PENDING at once. */
   async stop(leave: boolean): Promise<void> {
-    clearInterval(this.timer);
-    await this.beating;
+    clearInterval(this.renewTimer);
+    clearInterval(this.sweepTimer);
+    await Promise.all([this.renewing, this.sweeping]);
     if (leave) {
       await this.executors.remove(this.config.executorId).catch((error: Error) =>
         this.logger.warn(`Could not remove executor ${this.config.executorId}: ${error.message}`),
@@ -40,7 +47,7 @@ export class ExecutorHeartbeat {
     }
   }
 
-  private async beat(): Promise<void> {
+  private async renew(): Promise<void> {
     try {
       if (!(await this.executors.heartbeat(this.config.executorId))) {
         this.logger.warn(
@@ -50,11 +57,18 @@ export class ExecutorHeartbeat {
         this.onOwnershipLost();
         await this.executors.register(this.config.executorId);
       }
+    } catch (error) {
+      this.logger.error(`Renewing the lease of executor ${this.config.executorId} failed: ${(error as Error).message}`);
+    }
+  }
+
+  private async sweep(): Promise<void> {
+    try {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
     } catch (error) {
-      this.logger.error(`Heartbeat of executor ${this.config.executorId} failed: ${(error as Error).message}`);
+      this.logger.error(`Sweeping for expired leases and timeouts failed: ${(error as Error).message}`);
     }
   }
 

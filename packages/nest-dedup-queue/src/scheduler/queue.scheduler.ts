@@ -46,7 +46,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       const queue = this.settings.effective(queueName);
       return queue.concurrency !== undefined || isPartitioned(queue);
     });
-    const steps = new StepStore(this.database);
+    const steps = new StepStore(this.database, this.config.leaseMs);
     const claimer = new WorkflowClaimer(this.database);
     for (const queueName of queues) {
       this.workers.set(

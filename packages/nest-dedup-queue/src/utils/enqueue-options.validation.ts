@@ -1,6 +1,7 @@
 import { MAX_KEY_LENGTH } from '../dedup-queue.constants';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
-import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
+import type { EntityManager } from 'typeorm';
+import type { DuplicatePolicy, EnqueueOptions, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
 import { UnstorableValueError, toStoredJson } from './stored-json';
 
 /** Enqueue options checked and normalised; nothing is written before this succeeds. */
@@ -12,36 +13,71 @@ export interface ValidEnqueueOptions {
   priority: number;
   runAt: Date | null;
   delayMs: number | null;
+  onDuplicate: DuplicatePolicy;
+  whenRunning: WhenRunningPolicy;
+  deduplicationWindowMs: number | null;
+  releaseKeyOnError: boolean;
+  manager: EntityManager | undefined;
 }
+
+const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existing', 'replace'];
+const WHEN_RUNNING_POLICIES: readonly WhenRunningPolicy[] = ['reject', 'return-existing', 'queue-next'];
 
 const MAX_INT = 2_147_483_647;
 
 /** Checks `options` of one enqueue; `partitioned` says whether the queue accepts a `partitionKey`. */
-export function validateEnqueueOptions(options: EnqueueOptions, queueName: string, partitioned: boolean): ValidEnqueueOptions {
+export function validateEnqueueOptions(
+  options: EnqueueOptions,
+  queueName: string,
+  partitioned: boolean,
+  field = 'options',
+): ValidEnqueueOptions {
   if (options === null || typeof options !== 'object') {
-    throw new InvalidArgumentError('options', 'must be an object');
+    throw new InvalidArgumentError(field, 'must be an object');
   }
-  const partitionKey = optionalKey(options.partitionKey, 'options.partitionKey');
+  const named = (name: string) => `${field}.${name}`;
+  const partitionKey = optionalKey(options.partitionKey, named('partitionKey'));
   if (partitionKey !== null && !partitioned) {
     throw new InvalidArgumentError(
-      'options.partitionKey',
+      named('partitionKey'),
       `needs a partitioned queue; declare partitionConcurrency (or a per-partition rate limit) on queue "${queueName}"`,
     );
   }
   if (options.delayMs !== undefined && options.runAt !== undefined) {
-    throw new InvalidArgumentError('options', 'give delayMs or runAt, not both');
+    throw new InvalidArgumentError(field, 'give delayMs or runAt, not both');
   }
   if (options.runAt !== undefined && !(options.runAt instanceof Date && !Number.isNaN(options.runAt.getTime()))) {
-    throw new InvalidArgumentError('options.runAt', 'must be a valid Date');
+    throw new InvalidArgumentError(named('runAt'), 'must be a valid Date');
+  }
+  const onDuplicate = oneOf(options.onDuplicate, DUPLICATE_POLICIES, named('onDuplicate')) ?? 'reject';
+  const whenRunning = oneOf(options.whenRunning, WHEN_RUNNING_POLICIES, named('whenRunning')) ?? 'reject';
+  if (options.whenRunning !== undefined && onDuplicate !== 'replace') {
+    throw new InvalidArgumentError(named('whenRunning'), "only applies with onDuplicate: 'replace'");
+  }
+  const deduplicationWindowMs = optionalInteger(options.deduplicationWindowMs, named('deduplicationWindowMs'), 1);
+  if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {
+    throw new InvalidArgumentError(field, "a deduplication window and whenRunning: 'queue-next' cannot be combined");
+  }
+  const manager = options.manager;
+  if (manager !== undefined && !manager?.queryRunner?.isTransactionActive) {
+    throw new InvalidArgumentError(
+      named('manager'),
+      'must be the EntityManager of a running transaction (dataSource.transaction(async (manager) => ...))',
+    );
   }
   return {
-    deduplicationId: optionalKey(options.deduplicationId, 'options.deduplicationId'),
-    workflowId: optionalKey(options.workflowId, 'options.workflowId'),
-    timeoutMs: optionalInteger(options.timeoutMs, 'options.timeoutMs', 1),
+    onDuplicate,
+    whenRunning,
+    deduplicationWindowMs,
+    releaseKeyOnError: options.releaseKeyOnError === true,
+    manager,
+    deduplicationId: optionalKey(options.deduplicationId, named('deduplicationId')),
+    workflowId: optionalKey(options.workflowId, named('workflowId')),
+    timeoutMs: optionalInteger(options.timeoutMs, named('timeoutMs'), 1),
     partitionKey,
-    priority: optionalInteger(options.priority, 'options.priority', -MAX_INT) ?? 0,
+    priority: optionalInteger(options.priority, named('priority'), -MAX_INT) ?? 0,
     runAt: options.runAt ?? null,
-    delayMs: optionalInteger(options.delayMs, 'options.delayMs', 0),
+    delayMs: optionalInteger(options.delayMs, named('delayMs'), 0),
   };
 }
 
@@ -57,6 +93,14 @@ export function optionalKey(value: unknown, field: string): string | null {
   return value;
 }
 
+function oneOf<T extends string>(value: unknown, allowed: readonly T[], field: string): T | null {
+  if (value === undefined || value === null) return null;
+  if (!allowed.includes(value as T)) {
+    throw new InvalidArgumentError(field, `must be one of ${allowed.map((v) => `'${v}'`).join(', ')}`);
+  }
+  return value as T;
+}
+
 function optionalInteger(value: unknown, field: string, min: number): number | null {
   if (value === undefined || value === null) return null;
   if (!Number.isInteger(value) || (value as number) < min || (value as number) > MAX_INT) {
@@ -66,12 +110,12 @@ function optionalInteger(value: unknown, field: string, min: number): number | n
 }
 
 /** The arguments as JSON text, or an `InvalidArgumentError` naming the value JSON cannot hold. */
-export function serialiseArgs(args: unknown): string {
+export function serialiseArgs(args: unknown, field = 'args'): string {
   if (!Array.isArray(args)) {
-    throw new InvalidArgumentError('args', "must be an array of the workflow's arguments");
+    throw new InvalidArgumentError(field, "must be an array of the workflow's arguments");
   }
   try {
-    return toStoredJson(args, 'args');
+    return toStoredJson(args, field);
   } catch (error) {
     if (error instanceof UnstorableValueError) throw new InvalidArgumentError(error.path, error.reason);
     throw error;

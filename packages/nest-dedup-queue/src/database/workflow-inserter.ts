@@ -1,0 +1,262 @@
+import type { EntityManager } from 'typeorm';
+import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { QueueDatabase } from './queue-database';
+import { isUniqueViolationOn } from './sql-errors';
+
+/** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
+export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
+
+export interface NewWorkflow {
+  workflowId: string;
+  queueName: string;
+  workflowName: string;
+  deduplicationId: string | null;
+  /** The arguments, already serialised to JSON text. */
+  inputsJson: string;
+  timeoutMs: number | null;
+  maxAttempts: number;
+  maxRecoveryAttempts: number;
+  partitionKey: string | null;
+  priority: number;
+  /** Start no earlier than this; or `delayMs` from now by the database's clock. */
+  runAt: Date | null;
+  delayMs: number | null;
+  /** Keep the deduplication ID this long after the workflow ended. */
+  deduplicationWindowMs: number | null;
+  releaseKeyOnError: boolean;
+}
+
+export type InsertResult =
+  | { outcome: 'inserted' }
+  | { outcome: 'duplicate-workflow-id'; existing: { queueName: string; workflowName: string } }
+  /** The deduplication ID is held; `holderId` when the statement could already see the holder. */
+  | { outcome: 'deduplicated'; holderId?: string }
+  /** The row this call collided with was not visible yet; try again. */
+  | { outcome: 'retry' };
+
+export interface Holder {
+  workflowId: string;
+  status: WorkflowStatus;
+}
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+const COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
+  timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority, not_before, dedup_window_ms,
+  release_key_on_error`;
+
+/**
+ * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),
+ * many in one statement (ON CONFLICT DO NOTHING; the same index decides each row), and what the duplicate policies
+ * need: the holder of a key, replacing a queued holder's arguments, and the single follow-up of a running one.
+ * Bound to the module's pool, or with `inTransaction` to a caller's transaction, where each insert runs under a
+ * savepoint so that a duplicate does not abort the caller's transaction.
+ */
+export class WorkflowInserter {
+  private readonly table: string;
+
+  constructor(
+    private readonly database: QueueDatabase,
+    private readonly query: Query = (sql, params) => database.query(sql, params),
+    private readonly savepoints = false,
+  ) {
+    this.table = `${database.schemaSql}.workflows`;
+  }
+
+  /** The same statements, run inside the transaction of `manager`. */
+  inTransaction(manager: EntityManager): WorkflowInserter {
+    return new WorkflowInserter(this.database, (sql, params) => manager.query(sql, params), true);
+  }
+
+  async insert(workflow: NewWorkflow): Promise<InsertResult> {
+    try {
+      const rows = await this.guarded(() =>
+        this.query(
+          `WITH inserted AS (
+             INSERT INTO ${this.table} (${COLUMNS})
+             VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
+                     coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'), $14, $15)
+             ON CONFLICT (workflow_id) DO NOTHING
+             RETURNING queue_name
+           )
+           SELECT pg_notify($6, queue_name) FROM inserted`,
+          [...this.values(workflow).slice(0, 5), this.database.wakeUpChannel, ...this.values(workflow).slice(5)],
+        ),
+      );
+      if (rows.length === 1) return { outcome: 'inserted' };
+    } catch (error) {
+      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return { outcome: 'deduplicated' };
+      throw error;
+    }
+    return this.existing(workflow.workflowId);
+  }
+
+  /**
+   * Inserts many workflows in one statement and tells, for each in order, what happened. Duplicates within the
+   * batch are decided by the index like any other: the first row wins. Workflow IDs must be distinct in a batch.
+   */
+  async insertMany(workflows: NewWorkflow[]): Promise<InsertResult[]> {
+    const columns = workflows.map((workflow) => this.values(workflow));
+    const column = (index: number) => columns.map((values) => values[index]);
+    const rows = await this.query<{
+      inserted: boolean;
+      existing_queue: string | null;
+      existing_workflow: string | null;
+      holder_id: string | null;
+      deduplication_id: string | null;
+    }>(
+      `WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[],
+                              $8::int[], $9::text[], $10::int[], $11::timestamptz[], $12::float8[], $13::int[],
+                              $14::bool[])
+           WITH ORDINALITY AS i(workflow_id, queue_name, workflow_name, deduplication_id, inputs, timeout_ms,
+                                max_attempts, max_recovery_attempts, partition_key, priority, run_at, delay_ms,
+                                dedup_window_ms, release_key_on_error, ord)
+       ),
+       inserted AS (
+         INSERT INTO ${this.table} (${COLUMNS})
+         SELECT workflow_id, queue_name, workflow_name, 'ENQUEUED', deduplication_id, deduplication_id, inputs::json,
+                timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
+                coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error
+         FROM input ORDER BY ord
+         ON CONFLICT DO NOTHING
+         RETURNING workflow_id, queue_name, active_deduplication_id
+       ),
+       woken AS (SELECT pg_notify($15, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
+       SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
+              existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
+              coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,
+              (SELECT count(*) FROM woken) AS woken
+       FROM input AS i
+       LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
+       LEFT JOIN ${this.table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
+       LEFT JOIN ${this.table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
+         AND holder.active_deduplication_id = i.deduplication_id
+       LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
+         AND in_batch.active_deduplication_id = i.deduplication_id
+       ORDER BY i.ord`,
+      [...Array.from({ length: 14 }, (_, index) => column(index)), this.database.wakeUpChannel],
+    );
+    return rows.map((row): InsertResult => {
+      if (row.inserted) return { outcome: 'inserted' };
+      if (row.existing_queue !== null) {
+        return { outcome: 'duplicate-workflow-id', existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string } };
+      }
+      if (row.deduplication_id !== null) return { outcome: 'deduplicated', ...(row.holder_id ? { holderId: row.holder_id } : {}) };
+      return { outcome: 'retry' };
+    });
+  }
+
+  /**
+   * The workflow that holds a deduplication ID in a queue, if any. A holder whose deduplication window has passed
+   * lets go of the key here (expired windows are cleared when someone wants the key, never by a sweep).
+   */
+  async findHolder(queueName: string, deduplicationId: string): Promise<Holder | undefined> {
+    const rows = await this.query<{ workflow_id: string; status: WorkflowStatus }>(
+      `WITH expired AS (
+         UPDATE ${this.table} SET active_deduplication_id = NULL, updated_at = now()
+         WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now()
+         RETURNING workflow_id
+       )
+       SELECT workflow_id, status FROM ${this.table}
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)`,
+      [queueName, deduplicationId],
+    );
+    return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status };
+  }
+
+  /** Replaces the arguments (and delay, if given) of the holder of a key if it has not started; its ID, or undefined. */
+  async replaceQueued(workflow: NewWorkflow): Promise<string | undefined> {
+    const rows = await this.query<{ workflow_id: string }>(
+      `UPDATE ${this.table}
+       SET inputs = $3::json, workflow_name = $4, updated_at = now(),
+           not_before = CASE WHEN $5::timestamptz IS NULL AND $6::float8 IS NULL THEN not_before
+                             ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = 'ENQUEUED'
+       RETURNING workflow_id`,
+      [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.runAt, workflow.delayMs],
+    );
+    return rows[0]?.workflow_id;
+  }
+
+  /**
+   * Keeps exactly one follow-up for a key whose holder is running: updates the waiting one with the latest
+   * arguments, or inserts it (ENQUEUED, not due, holding the key's "next" slot) while the holder is still running.
+   * A trigger hands the key to the follow-up in the statement that frees it. Undefined when the holder is no longer
+   * running. NOTE: the holder row is locked FOR SHARE while the follow-up is inserted, so the holder cannot end in
+   * between and leave the follow-up waiting forever.
+   */
+  async upsertFollowUp(workflow: NewWorkflow): Promise<{ workflowId: string; created: boolean } | undefined> {
+    for (let round = 0; round < 3; round++) {
+      const updated = await this.query<{ workflow_id: string }>(
+        `UPDATE ${this.table} SET inputs = $3::json, workflow_name = $4, updated_at = now()
+         WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = 'ENQUEUED'
+         RETURNING workflow_id`,
+        [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName],
+      );
+      if (updated[0]) return { workflowId: updated[0].workflow_id, created: false };
+      const inserted = await this.guarded(() =>
+        this.query<{ workflow_id: string | null; holder_running: boolean }>(
+          `WITH holder AS (
+             SELECT workflow_id FROM ${this.table}
+             WHERE queue_name = $2 AND active_deduplication_id = $4 AND status = 'PENDING'
+             FOR SHARE
+           ),
+           inserted AS (
+             INSERT INTO ${this.table} (${COLUMNS}, next_deduplication_id)
+             SELECT $1, $2, $3, 'ENQUEUED', $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $4
+             WHERE EXISTS (SELECT 1 FROM holder)
+             ON CONFLICT DO NOTHING
+             RETURNING workflow_id
+           )
+           SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`,
+          [...this.values(workflow).slice(0, 10), workflow.deduplicationWindowMs, workflow.releaseKeyOnError],
+        ),
+      );
+      if (!inserted[0].holder_running) return undefined;
+      if (inserted[0].workflow_id) return { workflowId: inserted[0].workflow_id, created: true };
+    }
+    return undefined;
+  }
+
+  private async existing(workflowId: string): Promise<InsertResult> {
+    const rows = await this.query<{ queue_name: string; workflow_name: string }>(
+      `SELECT queue_name, workflow_name FROM ${this.table} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+    if (!rows[0]) return { outcome: 'retry' };
+    return { outcome: 'duplicate-workflow-id', existing: { queueName: rows[0].queue_name, workflowName: rows[0].workflow_name } };
+  }
+
+  private async guarded<T>(statement: () => Promise<T>): Promise<T> {
+    if (!this.savepoints) return statement();
+    await this.query('SAVEPOINT dedup_queue_enqueue');
+    try {
+      const result = await statement();
+      await this.query('RELEASE SAVEPOINT dedup_queue_enqueue');
+      return result;
+    } catch (error) {
+      await this.query('ROLLBACK TO SAVEPOINT dedup_queue_enqueue');
+      throw error;
+    }
+  }
+
+  private values(workflow: NewWorkflow): unknown[] {
+    return [
+      workflow.workflowId,
+      workflow.queueName,
+      workflow.workflowName,
+      workflow.deduplicationId,
+      workflow.inputsJson,
+      workflow.timeoutMs,
+      workflow.maxAttempts,
+      workflow.maxRecoveryAttempts,
+      workflow.partitionKey,
+      workflow.priority,
+      workflow.runAt,
+      workflow.delayMs,
+      workflow.deduplicationWindowMs,
+      workflow.releaseKeyOnError,
+    ];
+  }
+}

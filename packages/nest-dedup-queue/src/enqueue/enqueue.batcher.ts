@@ -1,0 +1,69 @@
+import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
+
+const MAX_IN_FLIGHT = 2;
+const MAX_BATCH = 500;
+
+interface PendingInsert {
+  workflow: NewWorkflow;
+  settle: (result: InsertResult) => void;
+  fail: (error: unknown) => void;
+}
+
+/**
+ * Combines concurrent enqueue calls into one statement and one commit (group commit): a lone call is sent at
+ * once; calls that arrive while statements are in flight go together in the next one. The database still decides
+ * every duplicate, and each caller gets its own outcome.
+ */
+export class EnqueueBatcher {
+  private queued: PendingInsert[] = [];
+  private inFlight = 0;
+
+  constructor(private readonly inserter: WorkflowInserter) {}
+
+  insert(workflow: NewWorkflow): Promise<InsertResult> {
+    return new Promise((settle, fail) => {
+      this.queued.push({ workflow, settle, fail });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.inFlight < MAX_IN_FLIGHT && this.queued.length > 0) {
+      const batch = this.takeBatch();
+      this.inFlight += 1;
+      void this.send(batch).finally(() => {
+        this.inFlight -= 1;
+        this.pump();
+      });
+    }
+  }
+
+  /** The next calls to send, at most one per workflow ID (a repeated ID waits for the next statement). */
+  private takeBatch(): PendingInsert[] {
+    const ids = new Set<string>();
+    const batch: PendingInsert[] = [];
+    const rest: PendingInsert[] = [];
+    for (const pending of this.queued) {
+      if (batch.length < MAX_BATCH && !ids.has(pending.workflow.workflowId)) {
+        ids.add(pending.workflow.workflowId);
+        batch.push(pending);
+      } else {
+        rest.push(pending);
+      }
+    }
+    this.queued = rest;
+    return batch;
+  }
+
+  private async send(batch: PendingInsert[]): Promise<void> {
+    try {
+      const results =
+        batch.length === 1
+          ? [await this.inserter.insert(batch[0].workflow)]
+          : await this.inserter.insertMany(batch.map((pending) => pending.workflow));
+      batch.forEach((pending, index) => pending.settle(results[index]));
+    } catch (error) {
+      batch.forEach((pending) => pending.fail(error));
+    }
+  }
+}

@@ -1,0 +1,107 @@
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { Holder, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
+import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
+import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
+import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
+import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
+import { DeduplicationEvents } from './deduplication-events';
+import { EnqueueBatcher } from './enqueue.batcher';
+
+export interface EnqueuePolicy {
+  onDuplicate: DuplicatePolicy;
+  whenRunning: WhenRunningPolicy;
+}
+
+export interface Enqueued {
+  workflowId: string;
+  created: boolean;
+}
+
+const MAX_ROUNDS = 20;
+
+/**
+ * Writes one workflow and applies the duplicate policy when its deduplication ID is held. The database decides
+ * every conflict; when the holder it names has ended by the time it is looked at, the insert is simply tried again.
+ */
+@Injectable()
+export class WorkflowEnqueuer {
+  private readonly batcher: EnqueueBatcher;
+
+  constructor(
+    private readonly inserter: WorkflowInserter,
+    private readonly events: DeduplicationEvents,
+  ) {
+    this.batcher = new EnqueueBatcher(inserter);
+  }
+
+  async enqueue(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager): Promise<Enqueued> {
+    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const result = manager ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
+      switch (result.outcome) {
+        case 'inserted':
+          return { workflowId: workflow.workflowId, created: true };
+        case 'duplicate-workflow-id':
+          if (result.existing.queueName !== workflow.queueName || result.existing.workflowName !== workflow.workflowName) {
+            throw new WorkflowIdConflictError(workflow.workflowId, result.existing);
+          }
+          return { workflowId: workflow.workflowId, created: false };
+        case 'deduplicated': {
+          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result.holderId);
+          if (resolved) return resolved;
+          break;
+        }
+      }
+    }
+    throw new Error(`Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`);
+  }
+
+  /** Undefined when the holder is gone by now: the caller inserts again. */
+  private async resolveDuplicate(
+    inserter: WorkflowInserter,
+    workflow: NewWorkflow,
+    policy: EnqueuePolicy,
+    holderId: string | undefined,
+  ): Promise<Enqueued | undefined> {
+    if (policy.onDuplicate === 'replace') {
+      const replaced = await inserter.replaceQueued(workflow);
+      if (replaced) return this.hit(workflow, replaced, 'replaced', { workflowId: replaced, created: false });
+    }
+    const holder: Holder | undefined =
+      holderId !== undefined && policy.onDuplicate !== 'replace'
+        ? { workflowId: holderId, status: 'PENDING' }
+        : await inserter.findHolder(workflow.queueName, workflow.deduplicationId as string);
+    if (!holder) return undefined;
+    switch (this.modeFor(policy, holder)) {
+      case 'retry':
+        return undefined;
+      case 'return-existing':
+        return this.hit(workflow, holder.workflowId, 'returned-existing', { workflowId: holder.workflowId, created: false });
+      case 'queue-next': {
+        const followUp = await inserter.upsertFollowUp(workflow);
+        return followUp && this.hit(workflow, holder.workflowId, 'queued-next', followUp);
+      }
+      default:
+        this.hit(workflow, holder.workflowId, 'rejected', undefined);
+        throw new QueueDeduplicatedError(workflow.queueName, workflow.deduplicationId as string, holder.workflowId);
+    }
+  }
+
+  private modeFor(policy: EnqueuePolicy, holder: Holder): DuplicatePolicy | WhenRunningPolicy | 'retry' {
+    if (policy.onDuplicate !== 'replace') return policy.onDuplicate;
+    if (holder.status === 'ENQUEUED') return 'retry';
+    if (holder.status === 'PENDING') return policy.whenRunning;
+    return policy.whenRunning === 'return-existing' ? 'return-existing' : 'reject';
+  }
+
+  private hit<T>(workflow: NewWorkflow, existingWorkflowId: string, outcome: DeduplicationOutcome, result: T): T {
+    this.events.emit({
+      queueName: workflow.queueName,
+      deduplicationId: workflow.deduplicationId as string,
+      existingWorkflowId,
+      outcome,
+    });
+    return result;
+  }
+}
