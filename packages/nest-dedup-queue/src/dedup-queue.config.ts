@@ -4,6 +4,7 @@ import {
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECOVERY_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
+  DEFAULT_RETENTION_MS,
   DEFAULT_SCHEMA,
   DEFAULT_SHUTDOWN_GRACE_MS,
   DEFAULT_WORKER_CONCURRENCY,
@@ -34,6 +35,8 @@ export class DedupQueueConfig {
   readonly leaseMs!: number;
   readonly heartbeatIntervalMs!: number;
   readonly maxRecoveryAttempts!: number;
+  /** null: keep finished workflows forever. */
+  readonly retentionMs!: number | null;
 
   constructor(values: DedupQueueConfig) {
     Object.assign(this, values);
@@ -93,6 +96,10 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
     heartbeatIntervalMs,
     maxRecoveryAttempts:
       nonNegativeInteger(options.maxRecoveryAttempts, 'maxRecoveryAttempts', fail) ?? DEFAULT_MAX_RECOVERY_ATTEMPTS,
+    retentionMs:
+      options.retentionMs === null
+        ? null
+        : (positiveIntegerOrUndefined(options.retentionMs, 'retentionMs', fail) ?? DEFAULT_RETENTION_MS),
   });
 }
 

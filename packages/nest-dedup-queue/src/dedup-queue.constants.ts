@@ -10,3 +10,4 @@ export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';
+export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;

@@ -131,6 +131,25 @@ export class WorkflowStore {
   }
 
   /**
+   * Deletes up to `batch` workflows (and their steps) that finished more than `retentionMs` ago and hold no key in
+   * a deduplication window. Dead-lettered workflows are kept for `resume`.
+   */
+  async pruneFinished(retentionMs: number, batch = 1000): Promise<number> {
+    const rows = await this.database.query(
+      `DELETE FROM ${this.table} WHERE workflow_id IN (
+         SELECT workflow_id FROM ${this.table}
+         WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
+           AND status IN ('SUCCESS', 'ERROR', 'CANCELLED') AND active_deduplication_id IS NULL
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       )
+       RETURNING workflow_id`,
+      [retentionMs, batch],
+    );
+    return rows.length;
+  }
+
+  /**
    * Puts a CANCELLED or dead-lettered workflow back in its queue with its recovery count reset; it takes its
    * deduplication ID again (a unique violation if another workflow holds it meanwhile) and keeps its completed
    * steps. Returns the status it had before, or undefined when it does not exist.

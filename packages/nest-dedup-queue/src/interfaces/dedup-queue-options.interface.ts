@@ -51,4 +51,10 @@ export interface DedupQueueModuleOptions {
    * `MAX_RECOVERY_ATTEMPTS_EXCEEDED` (a poison input that kills its process). Default 10.
    */
   maxRecoveryAttempts?: number;
+  /**
+   * How long finished workflows (SUCCESS, ERROR, CANCELLED) and their steps are kept, in milliseconds; workers
+   * delete older ones in the background. `null` keeps them forever. Dead-lettered workflows are always kept.
+   * Default 7 days.
+   */
+  retentionMs?: number | null;
 }

@@ -5,7 +5,8 @@ import type { WorkflowStore } from '../database/workflow.store';
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
- * recovers the workflows of executors whose lease expired and cancels workflows past their timeout. At start it
+ * recovers the workflows of executors whose lease expired, cancels workflows past their timeout and deletes finished
+ * workflows past their retention. At start it
  * recovers what an earlier process with the same executor ID left PENDING.
  */
 export class ExecutorHeartbeat {
@@ -67,6 +68,7 @@ export class ExecutorHeartbeat {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
+      if (this.config.retentionMs !== null) await this.workflows.pruneFinished(this.config.retentionMs);
     } catch (error) {
       this.logger.error(`Sweeping for expired leases and timeouts failed: ${(error as Error).message}`);
     }

@@ -2,9 +2,10 @@ import { createWorkflows } from './001-create-workflows.migration';
 import { durability } from './002-durability.migration';
 import { flowControl } from './003-flow-control.migration';
 import { duplicatePolicies } from './004-duplicate-policies.migration';
+import { retention } from './005-retention.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
-export const MIGRATIONS: readonly Migration[] = [createWorkflows, durability, flowControl, duplicatePolicies];
+export const MIGRATIONS: readonly Migration[] = [createWorkflows, durability, flowControl, duplicatePolicies, retention];
 
 export type { Migration } from './migration.interface';
