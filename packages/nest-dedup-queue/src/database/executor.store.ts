@@ -44,6 +44,17 @@ export class ExecutorStore {
     await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId]);
   }
 
+  /** Which of `workflowIds` are still PENDING under this executor. */
+  async stillPending(executorId: string, workflowIds: string[]): Promise<string[]> {
+    if (workflowIds.length === 0) return [];
+    const rows = await this.database.query<{ workflow_id: string }>(
+      `SELECT workflow_id FROM ${this.workflows}
+       WHERE workflow_id = ANY($1::text[]) AND status = 'PENDING' AND executor_id = $2`,
+      [workflowIds, executorId],
+    );
+    return rows.map((row) => row.workflow_id);
+  }
+
   /** Recovers the PENDING workflows of this executor ID, left by an earlier process with the same ID. */
   recoverOwn(executorId: string): Promise<RecoveredWorkflow[]> {
     return this.recover(

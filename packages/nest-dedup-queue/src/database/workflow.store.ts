@@ -3,6 +3,18 @@ import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-s
 import type { QueueDatabase } from './queue-database';
 import { WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 
+/**
+ * Cancel notifications carry `<reason prefix><workflow ID>`, so that the process running the workflow tells its body
+ * why (see `parseInterruptPayload`).
+ */
+export function interruptPayloadPrefix(reason: 'cancelled' | 'timed-out'): string {
+  return reason === 'timed-out' ? 't:' : 'c:';
+}
+
+export function parseInterruptPayload(payload: string): { workflowId: string; reason: 'cancelled' | 'timed-out' } {
+  return { workflowId: payload.slice(2), reason: payload.startsWith('t:') ? 'timed-out' : 'cancelled' };
+}
+
 const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
   'message', 'Workflow timed out after ' || timeout_ms || ' ms')`;
 
@@ -100,8 +112,8 @@ export class WorkflowStore {
          WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
          RETURNING workflow_id
        )
-       SELECT pg_notify($3, workflow_id) FROM cancelled`,
-      [workflowId, reason, this.database.cancelChannel],
+       SELECT pg_notify($3, $4 || workflow_id) FROM cancelled`,
+      [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
     );
     return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
   }
@@ -124,8 +136,8 @@ export class WorkflowStore {
          FROM due WHERE w.workflow_id = due.workflow_id
          RETURNING w.workflow_id
        )
-       SELECT workflow_id, pg_notify($1, workflow_id) FROM timed_out`,
-      [this.database.cancelChannel],
+       SELECT workflow_id, pg_notify($1, $2 || workflow_id) FROM timed_out`,
+      [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
     );
     return rows.map((row) => row.workflow_id);
   }

@@ -20,7 +20,8 @@ export class ExecutorHeartbeat {
     private readonly config: DedupQueueConfig,
     private readonly executors: ExecutorStore,
     private readonly workflows: WorkflowStore,
-    private readonly onOwnershipLost: () => void,
+    /** Called after the lease was found gone and registered again. */
+    private readonly onLeaseLost: () => Promise<void>,
   ) {}
 
   async start(): Promise<void> {
@@ -52,11 +53,11 @@ export class ExecutorHeartbeat {
     try {
       if (!(await this.executors.heartbeat(this.config.executorId))) {
         this.logger.warn(
-          `Executor ${this.config.executorId} missed its lease and was declared dead; its running workflows are ` +
-            `interrupted (they were recovered elsewhere) and it registers again`,
+          `Executor ${this.config.executorId} missed its lease and was declared dead; it registers again and ` +
+            `interrupts its running workflows that were recovered elsewhere`,
         );
-        this.onOwnershipLost();
         await this.executors.register(this.config.executorId);
+        await this.onLeaseLost();
       }
     } catch (error) {
       this.logger.error(`Renewing the lease of executor ${this.config.executorId} failed: ${(error as Error).message}`);

@@ -5,7 +5,7 @@ import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import { StepStore } from '../database/step.store';
-import { WorkflowStore } from '../database/workflow.store';
+import { WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { WorkflowCompletions } from '../workflow-completions';
@@ -63,15 +63,14 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         }),
       );
     }
-    this.heartbeat = new ExecutorHeartbeat(this.config, new ExecutorStore(this.database), this.store, () =>
-      this.interruptAll('ownership-lost'),
-    );
+    const executors = new ExecutorStore(this.database);
+    this.heartbeat = new ExecutorHeartbeat(this.config, executors, this.store, () => this.reclaimAfterLostLease(executors));
     await this.heartbeat.start();
     this.listener = new NotificationListener(
       this.database,
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
-        [this.database.cancelChannel, (workflowId) => workflowId && this.interrupt(workflowId, 'cancelled')],
+        [this.database.cancelChannel, (payload) => payload && this.interrupt(parseInterruptPayload(payload))],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
@@ -117,8 +116,20 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
-  private interrupt(workflowId: string, reason: InterruptReason): void {
+  private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
     for (const worker of this.workers.values()) worker.interrupt(workflowId, reason);
+  }
+
+  /**
+   * After this executor's lease was taken away and renewed: interrupts the running workflows that were recovered
+   * elsewhere meanwhile; those still PENDING under this executor (a sweep skipped them) run on and record normally.
+   */
+  private async reclaimAfterLostLease(executors: ExecutorStore): Promise<void> {
+    const running = [...this.workers.values()].flatMap((worker) => worker.runningIds());
+    const stillOwned = new Set(await executors.stillPending(this.config.executorId, running));
+    for (const workflowId of running) {
+      if (!stillOwned.has(workflowId)) this.interrupt({ workflowId, reason: 'ownership-lost' });
+    }
   }
 
   private interruptAll(reason: InterruptReason): void {

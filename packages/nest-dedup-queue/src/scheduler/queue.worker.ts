@@ -97,6 +97,10 @@ export class QueueWorker {
     }
   }
 
+  runningIds(): string[] {
+    return [...this.running.keys()];
+  }
+
   get runningCount(): number {
     return this.running.size;
   }
