@@ -37,6 +37,8 @@ export type InsertResult =
 export interface Holder {
   workflowId: string;
   status: WorkflowStatus;
+  /** Whether it has run before (it may be ENQUEUED again, waiting for a retry or after a recovery). */
+  started: boolean;
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -65,7 +67,10 @@ export class WorkflowInserter {
 
   /** The same statements, run inside the transaction of `manager`. */
   inTransaction(manager: EntityManager): WorkflowInserter {
-    return new WorkflowInserter(this.database, (sql, params) => manager.query(sql, params), true);
+    const runner = manager.queryRunner;
+    if (!runner) throw new Error('the EntityManager has no query runner');
+    // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
+    return new WorkflowInserter(this.database, async (sql, params) => (await runner.query(sql, params, true)).records, true);
   }
 
   async insert(workflow: NewWorkflow): Promise<InsertResult> {
@@ -94,6 +99,8 @@ export class WorkflowInserter {
   /**
    * Inserts many workflows in one statement and tells, for each in order, what happened. Duplicates within the
    * batch are decided by the index like any other: the first row wins. Workflow IDs must be distinct in a batch.
+   * NOTE: rows go in in key order, so that concurrent batches over the same keys take their index locks in the
+   * same order instead of deadlocking; a holder whose window expired is left to `findHolder` to clear.
    */
   async insertMany(workflows: NewWorkflow[]): Promise<InsertResult[]> {
     const columns = workflows.map((workflow) => this.values(workflow));
@@ -118,7 +125,7 @@ export class WorkflowInserter {
          SELECT workflow_id, queue_name, workflow_name, 'ENQUEUED', deduplication_id, deduplication_id, inputs::json,
                 timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
                 coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error
-         FROM input ORDER BY ord
+         FROM input ORDER BY queue_name, deduplication_id, ord
          ON CONFLICT DO NOTHING
          RETURNING workflow_id, queue_name, active_deduplication_id
        ),
@@ -132,6 +139,7 @@ export class WorkflowInserter {
        LEFT JOIN ${this.table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
        LEFT JOIN ${this.table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
          AND holder.active_deduplication_id = i.deduplication_id
+         AND (holder.dedup_expires_at IS NULL OR holder.dedup_expires_at > now())
        LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
          AND in_batch.active_deduplication_id = i.deduplication_id
        ORDER BY i.ord`,
@@ -152,27 +160,35 @@ export class WorkflowInserter {
    * lets go of the key here (expired windows are cleared when someone wants the key, never by a sweep).
    */
   async findHolder(queueName: string, deduplicationId: string): Promise<Holder | undefined> {
-    const rows = await this.query<{ workflow_id: string; status: WorkflowStatus }>(
+    const holder = await this.findHolderWith(this.query, queueName, deduplicationId);
+    if (holder || !this.savepoints) return holder;
+    // A caller's REPEATABLE READ snapshot may predate the holder's commit: look with a fresh one.
+    return this.findHolderWith((sql, params) => this.database.query(sql, params), queueName, deduplicationId);
+  }
+
+  private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {
+    const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number }>(
       `WITH expired AS (
          UPDATE ${this.table} SET active_deduplication_id = NULL, updated_at = now()
          WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now()
          RETURNING workflow_id
        )
-       SELECT workflow_id, status FROM ${this.table}
-       WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)`,
+       SELECT workflow_id, status, attempts FROM ${this.table}
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)
+         AND (dedup_expires_at IS NULL OR dedup_expires_at > now())`,
       [queueName, deduplicationId],
     );
-    return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status };
+    return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status, started: rows[0].attempts > 0 };
   }
 
-  /** Replaces the arguments (and delay, if given) of the holder of a key if it has not started; its ID, or undefined. */
+  /** Replaces the arguments (and delay, if given) of the holder of a key if it never started; its ID, or undefined. */
   async replaceQueued(workflow: NewWorkflow): Promise<string | undefined> {
     const rows = await this.query<{ workflow_id: string }>(
       `UPDATE ${this.table}
        SET inputs = $3::json, workflow_name = $4, updated_at = now(),
            not_before = CASE WHEN $5::timestamptz IS NULL AND $6::float8 IS NULL THEN not_before
                              ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
-       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = 'ENQUEUED'
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = 'ENQUEUED' AND attempts = 0
        RETURNING workflow_id`,
       [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.runAt, workflow.delayMs],
     );
@@ -180,7 +196,8 @@ export class WorkflowInserter {
   }
 
   /**
-   * Keeps exactly one follow-up for a key whose holder is running: updates the waiting one with the latest
+   * Keeps exactly one follow-up for a key whose holder has started (running, or waiting to retry or to be run again
+   * after a recovery): updates the waiting one with the latest
    * arguments, or inserts it (ENQUEUED, not due, holding the key's "next" slot) while the holder is still running.
    * A trigger hands the key to the follow-up in the statement that frees it. Undefined when the holder is no longer
    * running. NOTE: the holder row is locked FOR SHARE while the follow-up is inserted, so the holder cannot end in
@@ -199,7 +216,8 @@ export class WorkflowInserter {
         this.query<{ workflow_id: string | null; holder_running: boolean }>(
           `WITH holder AS (
              SELECT workflow_id FROM ${this.table}
-             WHERE queue_name = $2 AND active_deduplication_id = $4 AND status = 'PENDING'
+             WHERE queue_name = $2 AND active_deduplication_id = $4
+               AND (status = 'PENDING' OR (status = 'ENQUEUED' AND attempts > 0))
              FOR SHARE
            ),
            inserted AS (

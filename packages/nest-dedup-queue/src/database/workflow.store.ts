@@ -35,6 +35,17 @@ export interface WorkflowResultRow {
   error: WorkflowErrorInfo | null;
 }
 
+/**
+ * Whether a finished workflow keeps its key for its deduplication window: it has one, it did not fail with
+ * `releaseKeyOnError`, and no `queue-next` follow-up waits for the key (the follow-up takes precedence).
+ */
+function keepsKeyInWindow(table: string): string {
+  return `w.dedup_window_ms IS NOT NULL
+    AND NOT (o.status = 'ERROR' AND w.release_key_on_error)
+    AND NOT EXISTS (SELECT 1 FROM ${table} AS f
+                    WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
+}
+
 /** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
 export class WorkflowStore {
   private readonly table: string;
@@ -57,11 +68,9 @@ export class WorkflowStore {
       `WITH finished AS (
          UPDATE ${this.table} AS w
          SET status = CASE WHEN o.status = 'RETRY' THEN 'ENQUEUED' ELSE o.status END,
-             active_deduplication_id = CASE WHEN o.status = 'RETRY' OR (w.dedup_window_ms IS NOT NULL
-                                              AND NOT (o.status = 'ERROR' AND w.release_key_on_error))
+             active_deduplication_id = CASE WHEN o.status = 'RETRY' OR (${keepsKeyInWindow(this.table)})
                                             THEN w.active_deduplication_id END,
-             dedup_expires_at = CASE WHEN o.status <> 'RETRY' AND w.dedup_window_ms IS NOT NULL
-                                          AND NOT (o.status = 'ERROR' AND w.release_key_on_error)
+             dedup_expires_at = CASE WHEN o.status <> 'RETRY' AND ${keepsKeyInWindow(this.table)}
                                      THEN now() + w.dedup_window_ms * interval '1 millisecond' END,
              executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
              not_before = now() + o.retry_delay_ms * interval '1 millisecond',
@@ -151,7 +160,8 @@ export class WorkflowStore {
       `DELETE FROM ${this.table} WHERE workflow_id IN (
          SELECT workflow_id FROM ${this.table}
          WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
-           AND status IN ('SUCCESS', 'ERROR', 'CANCELLED') AND active_deduplication_id IS NULL
+           AND status IN ('SUCCESS', 'ERROR', 'CANCELLED')
+           AND (active_deduplication_id IS NULL OR dedup_expires_at <= now())
          LIMIT $2
          FOR UPDATE SKIP LOCKED
        )

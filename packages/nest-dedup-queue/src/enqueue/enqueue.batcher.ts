@@ -2,6 +2,12 @@ import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/wo
 
 const MAX_IN_FLIGHT = 2;
 const MAX_BATCH = 500;
+const MAX_DEADLOCK_RETRIES = 5;
+
+/** Postgres chose this statement as a deadlock victim (SQLSTATE 40P01): nothing of it was written. */
+function isDeadlock(error: unknown): boolean {
+  return (error as { code?: string } | null)?.code === '40P01';
+}
 
 interface PendingInsert {
   workflow: NewWorkflow;
@@ -56,14 +62,20 @@ export class EnqueueBatcher {
   }
 
   private async send(batch: PendingInsert[]): Promise<void> {
-    try {
-      const results =
-        batch.length === 1
-          ? [await this.inserter.insert(batch[0].workflow)]
-          : await this.inserter.insertMany(batch.map((pending) => pending.workflow));
-      batch.forEach((pending, index) => pending.settle(results[index]));
-    } catch (error) {
-      batch.forEach((pending) => pending.fail(error));
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const results =
+          batch.length === 1
+            ? [await this.inserter.insert(batch[0].workflow)]
+            : await this.inserter.insertMany(batch.map((pending) => pending.workflow));
+        batch.forEach((pending, index) => pending.settle(results[index]));
+        return;
+      } catch (error) {
+        if (!isDeadlock(error) || attempt >= MAX_DEADLOCK_RETRIES) {
+          batch.forEach((pending) => pending.fail(error));
+          return;
+        }
+      }
     }
   }
 }

@@ -70,7 +70,7 @@ export class WorkflowEnqueuer {
     }
     const holder: Holder | undefined =
       holderId !== undefined && policy.onDuplicate !== 'replace'
-        ? { workflowId: holderId, status: 'PENDING' }
+        ? { workflowId: holderId, status: 'PENDING', started: true }
         : await inserter.findHolder(workflow.queueName, workflow.deduplicationId as string);
     if (!holder) return undefined;
     switch (this.modeFor(policy, holder)) {
@@ -90,8 +90,8 @@ export class WorkflowEnqueuer {
 
   private modeFor(policy: EnqueuePolicy, holder: Holder): DuplicatePolicy | WhenRunningPolicy | 'retry' {
     if (policy.onDuplicate !== 'replace') return policy.onDuplicate;
-    if (holder.status === 'ENQUEUED') return 'retry';
-    if (holder.status === 'PENDING') return policy.whenRunning;
+    if (holder.status === 'ENQUEUED' && !holder.started) return 'retry';
+    if (holder.status === 'ENQUEUED' || holder.status === 'PENDING') return policy.whenRunning;
     return policy.whenRunning === 'return-existing' ? 'return-existing' : 'reject';
   }
 
