@@ -14,6 +14,7 @@ export interface EffectiveQueue extends ResolvedQueue {
 @Injectable()
 export class QueueSettings implements OnModuleInit {
   private overrides = new Map<string, QueueOverrides>();
+  private refreshing?: Promise<void>;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -25,8 +26,13 @@ export class QueueSettings implements OnModuleInit {
     await this.refresh();
   }
 
-  async refresh(): Promise<void> {
-    this.overrides = await this.control.load();
+  /** Re-reads the overrides; concurrent calls share one read. */
+  refresh(): Promise<void> {
+    this.refreshing ??= this.control
+      .load()
+      .then((overrides) => void (this.overrides = overrides))
+      .finally(() => (this.refreshing = undefined));
+    return this.refreshing;
   }
 
   effective(queueName: string): EffectiveQueue {
@@ -39,7 +45,9 @@ export class QueueSettings implements OnModuleInit {
       ...limits,
       concurrency,
       workerConcurrency: limits.workerConcurrency ?? declared.workerConcurrency,
-      rateLimit: limits.rateLimit ? { ...declared.rateLimit, ...limits.rateLimit } : declared.rateLimit,
+      rateLimit: limits.rateLimit
+        ? { ...limits.rateLimit, perPartition: limits.rateLimit.perPartition ?? declared.rateLimit?.perPartition }
+        : declared.rateLimit,
       paused: override?.paused ?? false,
     };
   }

@@ -78,7 +78,7 @@ export class QueueService {
     args: unknown[],
     options: EnqueueOptions = {},
   ): Promise<EnqueuedWorkflowHandle<unknown>> {
-    const { workflowName, valid, row } = this.prepare(queueName, workflow, args, options, 'options');
+    const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
     const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
     return this.handle(enqueued.workflowId, enqueued.created);
   }
@@ -96,9 +96,12 @@ export class QueueService {
     options: { manager?: EntityManager } = {},
   ): Promise<BulkEnqueueResult[]> {
     if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
-    const prepared = items.map((item, index) =>
-      this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
-    );
+    const prepared = [];
+    for (const [index, item] of items.entries()) {
+      prepared.push(
+        await this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
+      );
+    }
     const ids = new Set<string>();
     prepared.forEach(({ row }, index) => {
       if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
@@ -252,19 +255,19 @@ export class QueueService {
     return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
   }
 
-  private prepare(
+  private async prepare(
     queueName: string,
     workflow: WorkflowFunction | string,
     args: unknown,
     options: EnqueueOptions,
     optionsField: string,
     argsField = 'args',
-  ): { workflowName: string; valid: ValidEnqueueOptions; row: NewWorkflow } {
+  ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
     this.assertDeclared(queueName);
     const workflowName = this.registry.resolveName(workflow);
     const workflowOptions = this.registry.find(workflowName)?.options ?? {};
     const inputsJson = serialiseArgs(args, argsField);
-    const valid = validateEnqueueOptions(options, queueName, isPartitioned(this.settings.effective(queueName)), optionsField);
+    const valid = validateEnqueueOptions(options, queueName, await this.isPartitioned(queueName, options), optionsField);
     const row: NewWorkflow = {
       workflowId: valid.workflowId ?? randomUUID(),
       queueName,
@@ -281,7 +284,16 @@ export class QueueService {
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
     };
-    return { workflowName, valid, row };
+    return { valid, row };
+  }
+
+  /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */
+  private async isPartitioned(queueName: string, options: EnqueueOptions): Promise<boolean> {
+    if (isPartitioned(this.settings.effective(queueName)) || options?.partitionKey === undefined) {
+      return isPartitioned(this.settings.effective(queueName));
+    }
+    await this.settings.refresh();
+    return isPartitioned(this.settings.effective(queueName));
   }
 
   private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {

@@ -15,6 +15,7 @@ interface QueueRow {
   partition_concurrency: number | null;
   rate_limit: number | null;
   rate_period_ms: number | null;
+  rate_per_partition: boolean | null;
 }
 
 /** The SQL of run-time queue control: pause/resume and limit overrides, announced to every process by NOTIFY. */
@@ -48,7 +49,11 @@ export class QueueControlStore {
     if (limits.workerConcurrency !== undefined) columns.push(['worker_concurrency', limits.workerConcurrency]);
     if (limits.partitionConcurrency !== undefined) columns.push(['partition_concurrency', limits.partitionConcurrency]);
     if (limits.rateLimit !== undefined) {
-      columns.push(['rate_limit', limits.rateLimit?.limit ?? null], ['rate_period_ms', limits.rateLimit?.periodMs ?? null]);
+      columns.push(
+        ['rate_limit', limits.rateLimit?.limit ?? null],
+        ['rate_period_ms', limits.rateLimit?.periodMs ?? null],
+        ['rate_per_partition', limits.rateLimit?.perPartition ?? null],
+      );
     }
     if (columns.length === 0) return;
     await this.update(
@@ -78,6 +83,7 @@ function toOverrides(row: QueueRow): QueueOverrides {
   if (row.partition_concurrency !== null) limits.partitionConcurrency = row.partition_concurrency;
   if (row.rate_limit !== null && row.rate_period_ms !== null) {
     limits.rateLimit = { limit: row.rate_limit, periodMs: row.rate_period_ms };
+    if (row.rate_per_partition !== null) limits.rateLimit.perPartition = row.rate_per_partition;
   }
   return { paused: row.paused, limits };
 }

@@ -54,7 +54,8 @@ const LOCK_TIMEOUT = '5s';
  * first, only while its lease row exists, starting their timeout clocks. A queue without global limits is claimed
  * in one statement with SKIP LOCKED. A queue with a global concurrency, partitions or a rate limit is claimed in a
  * transaction that first locks the queue's row, so that the counts it reads are exact while it claims; partitions
- * are served round-robin (each partition's first due workflow before any partition's second).
+ * are served round-robin (each partition's first due workflow before any partition's second). Both skip rows locked
+ * by others, read the pause flag in the database, and time starts by `clock_timestamp()`, after any lock wait.
  */
 export class WorkflowClaimer {
   private readonly workflows: string;
@@ -92,9 +93,11 @@ export class WorkflowClaimer {
       `SELECT
          (SELECT count(*)::int FROM ${this.workflows} WHERE queue_name = $1 AND status = 'PENDING') AS running,
          count(*)::int AS recent,
-         (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - now()) * 1000)::float8 AS frees_in_ms
+         (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
+           AS frees_in_ms
        FROM ${this.workflows}
-       WHERE queue_name = $1 AND $2::float8 > 0 AND started_at > now() - $2::float8 * interval '1 millisecond'`,
+       WHERE queue_name = $1 AND $2::float8 > 0
+         AND started_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
       [request.queueName, queueWideRate?.periodMs ?? 0],
     );
     let limit = request.limit;
@@ -142,39 +145,44 @@ export class WorkflowClaimer {
          recent AS (
            SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
            WHERE queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
-             AND started_at > now() - $7::float8 * interval '1 millisecond'
+             AND started_at > clock_timestamp() - $7::float8 * interval '1 millisecond'
            GROUP BY partition_key
          ),
          picks AS (
-           SELECT c.workflow_id, c.turn, c.priority, c.seq
+           SELECT c.workflow_id, c.priority, c.seq,
+                  row_number() OVER (PARTITION BY p.partition_key ORDER BY c.priority, c.seq) AS turn
            FROM partitions AS p
            CROSS JOIN LATERAL (
-             SELECT workflow_id, priority, seq, row_number() OVER (ORDER BY priority, seq) AS turn
+             SELECT workflow_id, priority, seq
              FROM ${this.workflows}
              WHERE queue_name = $1 AND partition_key = p.partition_key AND ${due}
              ORDER BY priority, seq
-             LIMIT LEAST($4,
+             LIMIT GREATEST(0, LEAST($4,
                coalesce($5::int - coalesce((SELECT n FROM running AS r WHERE r.partition_key = p.partition_key), 0), $4),
-               coalesce($6::int - coalesce((SELECT n FROM recent AS r WHERE r.partition_key = p.partition_key), 0), $4))
+               coalesce($6::int - coalesce((SELECT n FROM recent AS r WHERE r.partition_key = p.partition_key), 0), $4)))
+             FOR UPDATE SKIP LOCKED
            ) AS c
            WHERE p.partition_key IS NOT NULL
            UNION ALL
-           SELECT workflow_id, row_number() OVER (ORDER BY priority, seq), priority, seq
+           SELECT workflow_id, priority, seq, row_number() OVER (ORDER BY priority, seq)
            FROM (SELECT workflow_id, priority, seq FROM ${this.workflows}
                  WHERE queue_name = $1 AND partition_key IS NULL AND ${due}
-                 ORDER BY priority, seq LIMIT $4) AS unpartitioned
+                 ORDER BY priority, seq LIMIT $4
+                 FOR UPDATE SKIP LOCKED) AS unpartitioned
          ),
          claimable AS (SELECT workflow_id FROM picks ORDER BY turn, priority, seq LIMIT $4)`
       : `WITH claimable AS (
            SELECT workflow_id FROM ${this.workflows}
            WHERE queue_name = $1 AND ${due}
+             AND NOT EXISTS (SELECT 1 FROM ${this.queues} WHERE queue_name = $1 AND paused)
            ORDER BY priority, seq
            LIMIT $4
            FOR UPDATE SKIP LOCKED
          )`;
     return `${candidates}
       UPDATE ${this.workflows} AS w
-      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = now(), updated_at = now(),
+      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = clock_timestamp(),
+          updated_at = now(),
           deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
                              THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
       FROM claimable
