@@ -7,10 +7,10 @@
 import type { Pool, PoolClient } from 'pg';
 import { QueueDeduplicatedError, QueueOptions } from 'nest-dedup-queue';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
-import { FLOW_OPTIONS, FlowTasks } from './fixtures/child-flow-tasks';
-import { callChild, countByStatus, createFlowTables, outputMark, printed, release, startFlowWorkers } from './fixtures/child-flow-support';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import type { FlowTasks } from './fixtures/child-flow-tasks';
+import { callChild, countByStatus, outputMark, printed, release, startFlowProducer, startFlowWorkers } from './fixtures/child-flow-support';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 const POLL_MS = 200;
@@ -33,12 +33,7 @@ describe('no head-of-line stalls', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    app = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'test' } },
-    ]);
-    tasks = app.get(FlowTasks);
-    await createFlowTables(pool, schema);
+    ({ app, tasks } = await startFlowProducer(pool, schema, QUEUES));
     // The module's default pool size (10), as an application would have it.
     workers = await startFlowWorkers(schema, WORKERS, QUEUES, { POLL_MS: String(POLL_MS), POOL_SIZE: '10' });
   });

@@ -9,21 +9,20 @@
 import type { Pool } from 'pg';
 import type { QueueOptions } from 'nest-dedup-queue';
 import { killFixtures } from './fixtures/child-harness';
-import { FLOW_OPTIONS, FlowTasks } from './fixtures/child-flow-tasks';
+import type { FlowTasks } from './fixtures/child-flow-tasks';
 import {
   bodyIntervals,
   columnIntervals,
   countByStatus,
-  createFlowTables,
   maxOverlap,
   Interval,
   MS,
   maxOverlapBy,
   pendingIntervals,
-  startFlowWorkers,
+  startFlowProducer, startFlowWorkers,
 } from './fixtures/child-flow-support';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 const QUEUES: QueueOptions[] = [
@@ -46,12 +45,7 @@ describe('flow control limits across 3 worker processes', () => {
   beforeAll(async () => {
     pool = testPool();
     // The test's own process only enqueues; it also migrates the schema before the tables and trigger are added.
-    app = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'test' } },
-    ]);
-    tasks = app.get(FlowTasks);
-    await createFlowTables(pool, schema);
+    ({ app, tasks } = await startFlowProducer(pool, schema, QUEUES));
     await startFlowWorkers(schema, WORKERS, QUEUES);
   });
 

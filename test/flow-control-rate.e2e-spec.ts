@@ -6,20 +6,19 @@
 import type { Pool } from 'pg';
 import type { QueueOptions } from 'nest-dedup-queue';
 import { killFixtures } from './fixtures/child-harness';
-import { FLOW_OPTIONS, FlowTasks } from './fixtures/child-flow-tasks';
+import type { FlowTasks } from './fixtures/child-flow-tasks';
 import {
   Interval,
   MS,
   bodyIntervals,
   columnIntervals,
   countByStatus,
-  createFlowTables,
   maxStartsPerWindow,
   pendingIntervals,
-  startFlowWorkers,
+  startFlowProducer, startFlowWorkers,
 } from './fixtures/child-flow-support';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 const PERIOD_MS = 1000;
@@ -40,12 +39,7 @@ describe('rate limits across 2 worker processes', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    app = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'test' } },
-    ]);
-    tasks = app.get(FlowTasks);
-    await createFlowTables(pool, schema);
+    ({ app, tasks } = await startFlowProducer(pool, schema, QUEUES));
     await startFlowWorkers(schema, WORKERS, QUEUES);
   });
 

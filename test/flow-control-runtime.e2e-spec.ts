@@ -9,12 +9,11 @@
 import type { Pool } from 'pg';
 import type { QueueOptions } from 'nest-dedup-queue';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
-import { FLOW_OPTIONS, FlowTasks } from './fixtures/child-flow-tasks';
+import type { FlowTasks } from './fixtures/child-flow-tasks';
 import {
   MS,
   callChild,
   countByStatus,
-  createFlowTables,
   dbNow,
   maxOverlap,
   overlapAtStarts,
@@ -22,10 +21,10 @@ import {
   pendingIntervals,
   printed,
   release,
-  startFlowWorkers,
+  startFlowProducer, startFlowWorkers,
 } from './fixtures/child-flow-support';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 const POLL_MS = 100;
@@ -56,12 +55,7 @@ describe('run-time control across worker processes', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    app = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'test' } },
-    ]);
-    tasks = app.get(FlowTasks);
-    await createFlowTables(pool, schema);
+    ({ app, tasks } = await startFlowProducer(pool, schema, QUEUES));
     const drained = QUEUES.map((queue) => queue.name).filter((name) => !NOT_FOR_MAIN_WORKERS.includes(name));
     workers = await startFlowWorkers(schema, WORKERS, QUEUES, { WORKER: JSON.stringify({ queues: drained }), POLL_MS: String(POLL_MS) });
   });
