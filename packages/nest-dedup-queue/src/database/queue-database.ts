@@ -47,9 +47,22 @@ export class QueueDatabase implements OnApplicationShutdown {
     return `dedup_queue_cancel:${this.schema}`;
   }
 
+  /**
+   * Runs one statement on a pooled connection. NOTE: unlike `pool.query`, a statement the server refused (a unique
+   * violation, a lock timeout) gives its connection back to the pool instead of destroying it; only a broken
+   * connection is discarded.
+   */
   async query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
-    const result = await this.pool.query(sql, params);
-    return result.rows as T[];
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      return (await client.query(sql, params)).rows as T[];
+    } catch (error) {
+      broken = isServerError(error) ? undefined : (error as Error);
+      throw error;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /** Runs `work` inside BEGIN/COMMIT on one connection, rolling back if it throws. */
@@ -84,4 +97,9 @@ export class QueueDatabase implements OnApplicationShutdown {
       await this.dataSource.destroy();
     }
   }
+}
+
+/** An error the server sent (it has a SQLSTATE severity): the connection itself is fine. */
+function isServerError(error: unknown): boolean {
+  return typeof (error as { severity?: unknown } | null)?.severity === 'string';
 }

@@ -1,6 +1,6 @@
 import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
 
-const MAX_IN_FLIGHT = 2;
+const MAX_IN_FLIGHT = 4;
 const MAX_BATCH = 500;
 const MAX_DEADLOCK_RETRIES = 5;
 

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { isPartitioned } from '../dedup-queue.config';
+import { isPartitioned, ResolvedQueue } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
@@ -44,6 +44,8 @@ export class QueueWorker {
   private readonly running = new Map<string, RunningWorkflow>();
   private claiming?: Promise<void>;
   private claimAgain = false;
+  /** False once an unconstrained claim came back short and nothing announced new work since. */
+  private mayHaveWork = true;
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
@@ -53,9 +55,17 @@ export class QueueWorker {
     private readonly deps: QueueWorkerDependencies,
   ) {}
 
-  /** Asks the worker to look for work now. Cheap to call often: concurrent wake-ups fold into one claim. */
+  /**
+   * Asks the worker to look for work now (new work was announced, or a timer fired). Cheap to call often:
+   * concurrent wake-ups fold into one claim.
+   */
   wake(): void {
-    if (this.stopped) return;
+    this.mayHaveWork = true;
+    this.claimSoon();
+  }
+
+  private claimSoon(): void {
+    if (this.stopped || !this.mayHaveWork) return;
     if (this.claiming) {
       this.claimAgain = true;
       return;
@@ -126,6 +136,7 @@ export class QueueWorker {
         for (const workflow of workflows) this.start(workflow);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
         else if (workflows.length === free) this.claimAgain = true;
+        else if (!isConstrained(queue)) this.mayHaveWork = this.claimAgain;
       } while (this.claimAgain && !this.stopped);
     } catch (error) {
       this.failedClaims += 1;
@@ -146,7 +157,7 @@ export class QueueWorker {
     const done = this.execute(claimed, controller).finally(() => {
       this.running.delete(claimed.workflowId);
       this.deps.completions.finished(claimed.workflowId);
-      this.wake();
+      this.claimSoon();
     });
     this.running.set(claimed.workflowId, { done, controller });
   }
@@ -203,4 +214,9 @@ export class QueueWorker {
       this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
     );
   }
+}
+
+/** Whether a queue's claims can come back short for lack of a slot rather than lack of work. */
+function isConstrained(queue: ResolvedQueue & { paused: boolean }): boolean {
+  return queue.paused || queue.concurrency !== undefined || isPartitioned(queue) || queue.rateLimit !== undefined;
 }
