@@ -1,4 +1,5 @@
 import type { OnApplicationShutdown } from '@nestjs/common';
+import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
 
@@ -48,15 +49,17 @@ export class QueueDatabase implements OnApplicationShutdown {
   }
 
   /**
-   * Runs one statement on a pooled connection. NOTE: unlike `pool.query`, a statement the server refused (a unique
+   * Runs one statement on a pooled connection; `prepared` statements (the hot paths) are parsed and planned once
+   * per connection. NOTE: unlike `pool.query`, a statement the server refused (a unique
    * violation, a lock timeout) gives its connection back to the pool instead of destroying it; only a broken
    * connection is discarded.
    */
-  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
+  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = [], prepared = false): Promise<T[]> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
     try {
-      return (await client.query(sql, params)).rows as T[];
+      const name = prepared ? statementName(sql) : undefined;
+      return (await client.query({ text: sql, values: params, name })).rows as T[];
     } catch (error) {
       broken = isServerError(error) ? undefined : (error as Error);
       throw error;
@@ -102,4 +105,16 @@ export class QueueDatabase implements OnApplicationShutdown {
 /** An error the server sent (it has a SQLSTATE severity): the connection itself is fine. */
 function isServerError(error: unknown): boolean {
   return typeof (error as { severity?: unknown } | null)?.severity === 'string';
+}
+
+const statementNames = new Map<string, string>();
+
+/** A stable name for a prepared statement: the same SQL text gets the same name on every connection. */
+function statementName(sql: string): string {
+  let name = statementNames.get(sql);
+  if (!name) {
+    name = `dq_${createHash('sha1').update(sql).digest('hex').slice(0, 20)}`;
+    statementNames.set(sql, name);
+  }
+  return name;
 }

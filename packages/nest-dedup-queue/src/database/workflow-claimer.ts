@@ -71,7 +71,8 @@ export class WorkflowClaimer {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const constrained = request.concurrency !== undefined || request.partitioned || request.rateLimit !== undefined;
     if (!constrained) {
-      return { workflows: toClaimed(await this.database.query<ClaimedRow>(this.claimSql(false), this.params(request, request.limit))) };
+      const sql = this.claimSql(false);
+      return { workflows: toClaimed(await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), true)) };
     }
     return this.database.transaction(async (query) => {
       await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);

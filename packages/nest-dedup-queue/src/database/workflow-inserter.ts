@@ -59,7 +59,7 @@ export class WorkflowInserter {
 
   constructor(
     private readonly database: QueueDatabase,
-    private readonly query: Query = (sql, params) => database.query(sql, params),
+    private readonly query: Query = (sql, params) => database.query(sql, params, true),
     private readonly savepoints = false,
   ) {
     this.table = `${database.schemaSql}.workflows`;

@@ -102,6 +102,7 @@ export class WorkflowStore {
         this.database.wakeUpChannel,
         wakeQueues,
       ],
+      true,
     );
     return rows.map((row) => row.workflow_id);
   }
@@ -223,6 +224,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowRow>(
       `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
+      true,
     );
     return rows[0];
   }
@@ -231,6 +233,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowResultRow>(
       `SELECT status, output::text AS output, error FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
+      true,
     );
     return rows[0];
   }
