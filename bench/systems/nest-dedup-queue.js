@@ -1,0 +1,157 @@
+'use strict';
+/*
+ * nest-dedup-queue: this repository's library, as built by `npm run build` (packages/nest-dedup-queue/dist).
+ *
+ * Used exactly as an application would: `NestFactory.createApplicationContext(BenchModule)` where BenchModule
+ * imports `DedupQueueModule.forRoot({ connection: { url }, schema, queues: [{ name, workerConcurrency }] })` and
+ * provides a class with a `@Workflow()` no-op method. Enqueue is `QueueService.enqueue(queue, tasks.run, [payload],
+ * { deduplicationId })`; a duplicate is the `QueueDeduplicatedError` it throws.
+ *
+ * Settings: the module's defaults for everything (pool size, poll interval, LISTEN/NOTIFY wake-ups, outcome
+ * writes), except `workerConcurrency: 32` on the worker, which the workloads prescribe. Producers are the same module
+ * with `worker: false` (W1 has no workers; W3's producer is a separate process from its worker).
+ *
+ * The library and its peer dependencies (@nestjs/*, typeorm, pg, rxjs, reflect-metadata) are loaded from the
+ * repository (the root node_modules), not from bench/node_modules.
+ *
+ * Orchestrator-side SQL (prefill, counts, W4 seed) writes the same row that `enqueue` writes, and the same finished
+ * row that a recorded outcome leaves (status SUCCESS, completed_at set, active_deduplication_id NULL).
+ */
+const path = require('node:path');
+const { LIBRARY_DIST } = require('../lib/config');
+const { query } = require('../lib/pg');
+
+const SCHEMA = 'dedup_queue';
+const TABLE = `${SCHEMA}.workflows`;
+const WORKFLOW_NAME = 'BenchTasks.run';
+
+let onJob = () => {};
+
+function loadNest() {
+  // Resolve everything from the library's own location so there is one copy of @nestjs/* and reflect-metadata.
+  const from = (id) => require(require.resolve(id, { paths: [LIBRARY_DIST] }));
+  from('reflect-metadata');
+  const common = from('@nestjs/common');
+  const core = from('@nestjs/core');
+  const lib = require(path.resolve(LIBRARY_DIST));
+  return { common, core, lib };
+}
+
+async function createApp(ctx, { worker }) {
+  const { common, core, lib } = loadNest();
+
+  class BenchTasks {
+    async run(payload) {
+      onJob(payload);
+    }
+  }
+  common.Injectable()(BenchTasks);
+  lib.Workflow()(BenchTasks.prototype, 'run', Object.getOwnPropertyDescriptor(BenchTasks.prototype, 'run'));
+
+  class BenchModule {}
+  common.Module({
+    imports: [
+      lib.DedupQueueModule.forRoot({
+        connection: { url: ctx.databaseUrl },
+        schema: SCHEMA,
+        queues: [{ name: ctx.queueName, workerConcurrency: ctx.concurrency ?? 32 }],
+        worker,
+      }),
+    ],
+    providers: [BenchTasks],
+  })(BenchModule);
+
+  const app = await core.NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
+  return { app, lib, tasks: app.get(BenchTasks), queueService: app.get(lib.QueueService) };
+}
+
+module.exports = {
+  id: 'nest-dedup-queue',
+  label: 'nest-dedup-queue',
+  backend: 'postgres',
+  settings: 'module defaults; workerConcurrency 32; producer with worker:false',
+  w4: true,
+
+  async install(ctx) {
+    // Booting the module runs its migrations.
+    const { app } = await createApp(ctx, { worker: false });
+    await app.close();
+  },
+
+  async reset(ctx) {
+    await query(ctx.databaseUrl, `TRUNCATE ${TABLE} CASCADE`);
+  },
+
+  /** n ENQUEUED workflows with distinct deduplication IDs: the row `QueueService.enqueue` inserts. */
+  async prefill(ctx, n) {
+    await query(
+      ctx.databaseUrl,
+      `INSERT INTO ${TABLE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
+       SELECT gen_random_uuid()::text, $1, $2, 'ENQUEUED', 'p' || i, 'p' || i, json_build_array(json_build_object('i', i))
+       FROM generate_series(1, $3::int) AS i`,
+      [ctx.queueName, WORKFLOW_NAME, n],
+    );
+    await query(ctx.databaseUrl, `ANALYZE ${TABLE}`);
+  },
+
+  /** W4: n finished workflows, as a recorded outcome leaves them. */
+  async seedFinished(ctx, n) {
+    await query(
+      ctx.databaseUrl,
+      `INSERT INTO ${TABLE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
+                             inputs, executor_id, attempts, started_at, completed_at)
+       SELECT gen_random_uuid()::text, $1, $2, 'SUCCESS', 'old' || i, NULL, json_build_array(json_build_object('i', i)),
+              'seed', 1, now() - interval '1 hour', now() - interval '1 hour'
+       FROM generate_series(1, $3::int) AS i`,
+      [ctx.queueName, WORKFLOW_NAME, n],
+    );
+    await query(ctx.databaseUrl, `VACUUM ANALYZE ${TABLE}`);
+  },
+
+  async pending(ctx) {
+    const [row] = await query(
+      ctx.databaseUrl,
+      `SELECT count(*)::int AS n FROM ${TABLE} WHERE queue_name = $1 AND status IN ('ENQUEUED', 'PENDING')`,
+      [ctx.queueName],
+    );
+    return row.n;
+  },
+
+  async completed(ctx) {
+    const [row] = await query(
+      ctx.databaseUrl,
+      `SELECT count(*)::int AS n FROM ${TABLE} WHERE queue_name = $1 AND status = 'SUCCESS' AND executor_id <> 'seed'`,
+      [ctx.queueName],
+    );
+    return row.n;
+  },
+
+  async stored(ctx) {
+    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${TABLE} WHERE queue_name = $1`, [ctx.queueName]);
+    return row.n;
+  },
+
+  // ---- in a child process ----
+
+  async producer(ctx) {
+    const { app, lib, tasks, queueService } = await createApp(ctx, { worker: false });
+    return {
+      async enqueue(key, payload) {
+        try {
+          await queueService.enqueue(ctx.queueName, tasks.run, [payload], { deduplicationId: key });
+          return true;
+        } catch (error) {
+          if (error instanceof lib.QueueDeduplicatedError) return false;
+          throw error;
+        }
+      },
+      close: () => app.close(),
+    };
+  },
+
+  async worker(ctx, hooks) {
+    onJob = hooks.onJob;
+    const { app } = await createApp({ ...ctx, concurrency: hooks.concurrency }, { worker: true });
+    return { close: () => app.close() };
+  },
+};
