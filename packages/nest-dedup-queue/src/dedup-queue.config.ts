@@ -26,7 +26,6 @@ export interface ResolvedQueue {
 export class DedupQueueConfig {
   readonly schema!: string;
   readonly queues!: ReadonlyMap<string, ResolvedQueue>;
-  readonly worker!: boolean;
   /** The queues this process drains (all declared ones unless `worker: { queues }` says otherwise). */
   readonly workerQueues!: ReadonlySet<string>;
   readonly executorId!: string;
@@ -38,8 +37,13 @@ export class DedupQueueConfig {
   /** null: keep finished workflows forever. */
   readonly retentionMs!: number | null;
 
-  constructor(values: DedupQueueConfig) {
+  constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
+  }
+
+  /** Whether this process runs workflows at all. */
+  get worker(): boolean {
+    return this.workerQueues.size > 0;
   }
 }
 
@@ -87,7 +91,6 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   return new DedupQueueConfig({
     schema,
     queues,
-    worker: workerQueues.size > 0,
     workerQueues,
     executorId,
     pollIntervalMs: positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
@@ -122,6 +125,14 @@ export function resolveLimits(
     positiveIntegerOrUndefined(rateLimit.periodMs ?? 0, `${prefix}rateLimit.periodMs`, fail);
   }
   return { name, concurrency, workerConcurrency, partitionConcurrency, rateLimit };
+}
+
+/**
+ * Whether a queue has limits that hold across processes (concurrency, partitions, a rate limit): its claims are
+ * serialised on the queue's row and can come back short for lack of a slot rather than of work.
+ */
+export function hasGlobalLimits(queue: ResolvedQueue): boolean {
+  return queue.concurrency !== undefined || isPartitioned(queue) || queue.rateLimit !== undefined;
 }
 
 /** Whether a queue is served partition by partition (round-robin, with per-key limits). */

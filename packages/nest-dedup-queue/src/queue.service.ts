@@ -289,10 +289,9 @@ export class QueueService {
 
   /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */
   private async isPartitioned(queueName: string, options: EnqueueOptions): Promise<boolean> {
-    if (isPartitioned(this.settings.effective(queueName)) || options?.partitionKey === undefined) {
-      return isPartitioned(this.settings.effective(queueName));
+    if (options?.partitionKey !== undefined && !isPartitioned(this.settings.effective(queueName))) {
+      await this.settings.refresh();
     }
-    await this.settings.refresh();
     return isPartitioned(this.settings.effective(queueName));
   }
 

@@ -1,4 +1,4 @@
-import type { RateLimit } from '../interfaces/queue-options.interface';
+import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.config';
 import type { QueueDatabase } from './queue-database';
 
 export interface ClaimedWorkflow {
@@ -14,17 +14,12 @@ export interface ClaimedWorkflow {
 }
 
 export interface ClaimRequest {
-  queueName: string;
+  /** The queue, with the limits that apply now. */
+  queue: ResolvedQueue;
   executorId: string;
   /** This process's free slots. */
   limit: number;
   workflowNames: string[];
-  /** The queue's limit across all processes, if it has one. */
-  concurrency?: number;
-  /** The per-partition limit across all processes, if the queue is partitioned. */
-  partitionConcurrency?: number;
-  partitioned: boolean;
-  rateLimit?: RateLimit;
 }
 
 export interface ClaimResult {
@@ -69,27 +64,28 @@ export class WorkflowClaimer {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const constrained = request.concurrency !== undefined || request.partitioned || request.rateLimit !== undefined;
-    if (!constrained) {
+    const partitioned = isPartitioned(request.queue);
+    if (!hasGlobalLimits(request.queue)) {
       const sql = this.claimSql(false);
       return { workflows: toClaimed(await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), true)) };
     }
     return this.database.transaction(async (query) => {
       await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
       const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1 FOR UPDATE`, [
-        request.queueName,
+        request.queue.name,
       ]);
       if (queue?.paused) return { workflows: [] };
       const { limit, retryInMs } = await this.allowedStarts(query, request);
       if (limit <= 0) return { workflows: [], retryInMs };
-      const rows = await query<ClaimedRow>(this.claimSql(request.partitioned), this.params(request, limit));
+      const rows = await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
       return { workflows: toClaimed(rows), retryInMs };
     });
   }
 
   private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
-    const queueWideRate = request.rateLimit && !request.rateLimit.perPartition ? request.rateLimit : undefined;
-    if (request.concurrency === undefined && !queueWideRate) return { limit: request.limit };
+    const { concurrency, rateLimit } = request.queue;
+    const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
+    if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
     const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
       `SELECT
          (SELECT count(*)::int FROM ${this.workflows} WHERE queue_name = $1 AND status = 'PENDING') AS running,
@@ -99,10 +95,10 @@ export class WorkflowClaimer {
        FROM ${this.workflows}
        WHERE queue_name = $1 AND $2::float8 > 0
          AND started_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
-      [request.queueName, queueWideRate?.periodMs ?? 0],
+      [request.queue.name, queueWideRate?.periodMs ?? 0],
     );
     let limit = request.limit;
-    if (request.concurrency !== undefined) limit = Math.min(limit, request.concurrency - counts.running);
+    if (concurrency !== undefined) limit = Math.min(limit, concurrency - counts.running);
     if (queueWideRate) {
       const rateRoom = queueWideRate.limit - counts.recent;
       if (rateRoom < limit) {
@@ -114,10 +110,11 @@ export class WorkflowClaimer {
   }
 
   private params(request: ClaimRequest, limit: number): unknown[] {
-    const params: unknown[] = [request.queueName, request.executorId, request.workflowNames, limit];
-    if (request.partitioned) {
-      const perPartitionRate = request.rateLimit?.perPartition ? request.rateLimit : undefined;
-      params.push(request.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
+    const { queue } = request;
+    const params: unknown[] = [queue.name, request.executorId, request.workflowNames, limit];
+    if (isPartitioned(queue)) {
+      const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
+      params.push(queue.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
     }
     return params;
   }

@@ -1,5 +1,5 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
-import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
+import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
 import { WorkflowClaimer } from '../database/workflow-claimer';
 import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
@@ -42,10 +42,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
-    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, (queueName) => {
-      const queue = this.settings.effective(queueName);
-      return queue.concurrency !== undefined || isPartitioned(queue);
-    });
+    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, (queueName) =>
+      hasGlobalLimits(this.settings.effective(queueName)),
+    );
     const steps = new StepStore(this.database, this.config.leaseMs);
     const claimer = new WorkflowClaimer(this.database);
     for (const queueName of queues) {

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { isPartitioned, ResolvedQueue } from '../dedup-queue.config';
+import { hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
@@ -123,20 +123,16 @@ export class QueueWorker {
         const free = queue.workerConcurrency - this.running.size;
         if (free <= 0 || queue.paused) break;
         const { workflows, retryInMs } = await this.deps.claimer.claim({
-          queueName: this.queueName,
+          queue,
           executorId: this.deps.executorId,
           limit: free,
           workflowNames: this.deps.registry.names(),
-          concurrency: queue.concurrency,
-          partitionConcurrency: queue.partitionConcurrency,
-          partitioned: isPartitioned(queue),
-          rateLimit: queue.rateLimit,
         });
         this.failedClaims = 0;
         for (const workflow of workflows) this.start(workflow);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
         else if (workflows.length === free) this.claimAgain = true;
-        else if (!isConstrained(queue)) this.mayHaveWork = this.claimAgain;
+        else if (!hasGlobalLimits(queue)) this.mayHaveWork = this.claimAgain;
       } while (this.claimAgain && !this.stopped);
     } catch (error) {
       this.failedClaims += 1;
@@ -214,9 +210,4 @@ export class QueueWorker {
       this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
     );
   }
-}
-
-/** Whether a queue's claims can come back short for lack of a slot rather than lack of work. */
-function isConstrained(queue: ResolvedQueue & { paused: boolean }): boolean {
-  return queue.paused || queue.concurrency !== undefined || isPartitioned(queue) || queue.rateLimit !== undefined;
 }
