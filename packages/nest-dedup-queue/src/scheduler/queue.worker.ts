@@ -150,8 +150,9 @@ export class QueueWorker {
 
   private start(claimed: ClaimedWorkflow): void {
     const controller = new AbortController();
-    const done = this.execute(claimed, controller).finally(() => {
-      this.running.delete(claimed.workflowId);
+    const done: Promise<void> = this.execute(claimed, controller).finally(() => {
+      // NOTE: a resumed workflow may be running again here while its interrupted earlier run winds down.
+      if (this.running.get(claimed.workflowId)?.done === done) this.running.delete(claimed.workflowId);
       this.deps.completions.finished(claimed.workflowId);
       this.claimSoon();
     });
