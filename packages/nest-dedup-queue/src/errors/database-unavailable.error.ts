@@ -9,7 +9,7 @@ export class DatabaseUnavailableError extends DedupQueueError {
   constructor(
     message: string,
     /** The driver's error (pg's, or a socket error). */
-    readonly cause: unknown,
+    override readonly cause: unknown,
     /** A suggested wait before trying again, in seconds (sent as `Retry-After`). */
     readonly retryAfterSeconds = 5,
   ) {
