@@ -53,6 +53,7 @@ import { WorkflowCompletions } from './workflow-completions';
     QueueScheduler,
     QueueService,
   ],
-  exports: [QueueService],
+  // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
+  exports: [QueueService, QueueDatabase, DedupQueueConfig, WorkflowEnqueuer],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {}

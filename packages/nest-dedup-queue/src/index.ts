@@ -11,3 +11,5 @@ export {
 export { QueueService, WorkflowFunction } from './queue.service';
 export * from './errors';
 export * from './interfaces';
+export { DedupQueueDashboardModule } from './dashboard/dedup-queue-dashboard.module';
+export * from './dashboard/dashboard-api.interface';

@@ -16,7 +16,12 @@ export interface StepCheckpoint {
   name: string;
   outputJson: string | null;
   error: WorkflowErrorInfo | null;
+  /** How long the step took, from its first attempt's start (measured in this process). */
+  durationMs: number;
 }
+
+/** The checkpoint's columns after the key: its outcome and its times, by the database's clock. */
+const CHECKPOINT_VALUES = `$4::json, $5::json, clock_timestamp() - $6::float8 * interval '1 millisecond', clock_timestamp()`;
 
 /** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
 export class StepStore {
@@ -43,9 +48,9 @@ export class StepStore {
   /** Records a checkpoint if the workflow is still PENDING under this executor; false if it is not. */
   async record(step: StepCheckpoint, executorId: string): Promise<boolean> {
     const rows = await this.database.query(
-      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
-       SELECT $1, $2, $3, $4::json, $5::json
-       WHERE EXISTS (SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6)
+      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at)
+       SELECT $1, $2, $3, ${CHECKPOINT_VALUES}
+       WHERE EXISTS (SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $7)
        ON CONFLICT DO NOTHING
        RETURNING step_index`,
       [...this.values(step), executorId],
@@ -79,12 +84,20 @@ export class StepStore {
 
   async insert(manager: EntityManager, step: StepCheckpoint): Promise<void> {
     await manager.query(
-      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error) VALUES ($1, $2, $3, $4::json, $5::json)`,
+      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at)
+       VALUES ($1, $2, $3, ${CHECKPOINT_VALUES})`,
       this.values(step),
     );
   }
 
   private values(step: StepCheckpoint): unknown[] {
-    return [step.workflowId, step.index, step.name, step.outputJson, step.error ? JSON.stringify(step.error) : null];
+    return [
+      step.workflowId,
+      step.index,
+      step.name,
+      step.outputJson,
+      step.error ? JSON.stringify(step.error) : null,
+      step.durationMs,
+    ];
   }
 }

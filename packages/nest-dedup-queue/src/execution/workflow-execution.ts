@@ -1,4 +1,4 @@
-import type { RecordedStep, StepStore } from '../database/step.store';
+import type { RecordedStep, StepCheckpoint, StepStore } from '../database/step.store';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
@@ -35,16 +35,17 @@ export class WorkflowExecution {
       return this.replay<T>(index, name, recorded);
     }
     const maxAttempts = options.maxAttempts ?? 1;
+    const startedAt = performance.now();
     for (let attempt = 1; ; attempt++) {
       this.throwIfInterrupted();
       try {
         return options.transactional
-          ? await this.runInTransaction(index, name, fn)
-          : await this.runThenRecord(index, name, fn);
+          ? await this.runInTransaction(index, name, fn, startedAt)
+          : await this.runThenRecord(index, name, fn, startedAt);
       } catch (error) {
         if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
         if (attempt >= maxAttempts) {
-          await this.record(index, name, null, error);
+          await this.record(this.checkpoint(index, name, null, error, startedAt));
           throw error;
         }
         await abortableDelay(backoffDelayMs(attempt, options.backoff), this.context.signal);
@@ -62,35 +63,36 @@ export class WorkflowExecution {
     return fromStoredJson<T>(recorded.output);
   }
 
-  private async runThenRecord<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
+  private async runThenRecord<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
     const result = await executionFrames.run({ execution: this, inStep: true }, async () => fn());
-    await this.record(index, name, result, null);
+    await this.record(this.checkpoint(index, name, result, null, startedAt));
     return result;
   }
 
-  private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
+  private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
     return this.steps.transaction(async (manager) => {
       if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId))) {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
-      await this.steps.insert(manager, this.checkpoint(index, name, result, null));
+      await this.steps.insert(manager, this.checkpoint(index, name, result, null, startedAt));
       return result;
     });
   }
 
-  private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
-    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId);
+  private async record(checkpoint: StepCheckpoint): Promise<void> {
+    const recorded = await this.steps.record(checkpoint, this.executorId);
     if (!recorded) throw this.ownershipLost();
   }
 
-  private checkpoint(index: number, name: string, result: unknown, error: unknown) {
+  private checkpoint(index: number, name: string, result: unknown, error: unknown, startedAt: number): StepCheckpoint {
     return {
       workflowId: this.context.workflowId,
       index,
       name,
       outputJson: error || result === undefined ? null : toStoredJson(result, `The result of step "${name}"`),
       error: error ? toErrorInfo(error) : null,
+      durationMs: performance.now() - startedAt,
     };
   }
 

@@ -1,0 +1,82 @@
+import type { QueueLimits } from '../interfaces/queue-options.interface';
+import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+
+/**
+ * A count that stops at a limit, so that counting never scans a million rows: `exact: false` means "more than
+ * `value`" (the page shows "10,000+"). A queue's count per status then also gives `estimate`, the planner's
+ * estimate from the table's statistics (the page shows "≈ 912,000").
+ */
+export interface DashboardCount {
+  value: number;
+  exact: boolean;
+  estimate?: number;
+}
+
+/** `GET <path>/api/queues`: one declared queue. */
+export interface DashboardQueue {
+  name: string;
+  paused: boolean;
+  /** The limits that apply now: declared, with run-time changes. */
+  limits: QueueLimits;
+  /** Workflows of the queue per status. */
+  counts: Record<WorkflowStatus, DashboardCount>;
+  /** Workflows of the queue that finished (any final status) in the last minute and the last 5 minutes. */
+  finished: { lastMinute: number; last5Minutes: number };
+}
+
+/** One row of a list. */
+export interface DashboardWorkflowSummary {
+  workflowId: string;
+  queueName: string;
+  workflowName: string;
+  status: WorkflowStatus;
+  deduplicationId: string | null;
+  /** Whether it holds its deduplication ID now (an enqueue with the same ID would be refused). */
+  holdsDeduplicationId: boolean;
+  partitionKey: string | null;
+  priority: number;
+  attempts: number;
+  executorId: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+  notBefore: string | null;
+}
+
+/** `GET <path>/api/workflows`: one page of a list, newest first. */
+export interface DashboardWorkflowPage {
+  workflows: DashboardWorkflowSummary[];
+  /** How many workflows match the filters (all pages). */
+  total: DashboardCount;
+  /** Pass as `cursor` for the next (older) page; null on the last page. */
+  nextCursor: string | null;
+}
+
+/** One checkpointed step of a workflow. */
+export interface DashboardStep {
+  index: number;
+  name: string;
+  /** The step's return value; null when it returned nothing or failed. */
+  output: unknown;
+  error: WorkflowErrorInfo | null;
+  /** When it started and ended; `startedAt` and `durationMs` are null for steps recorded before version 10. */
+  startedAt: string | null;
+  completedAt: string;
+  durationMs: number | null;
+}
+
+/** `GET <path>/api/workflows/:id`: everything stored about one workflow. */
+export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
+  inputs: unknown;
+  /** The return value (SUCCESS); null when it returned nothing or has not finished. */
+  output: unknown;
+  error: WorkflowErrorInfo | null;
+  failedAttempts: number;
+  maxAttempts: number;
+  recoveryAttempts: number;
+  maxRecoveryAttempts: number;
+  timeoutMs: number | null;
+  deadlineAt: string | null;
+  updatedAt: string;
+  steps: DashboardStep[];
+}

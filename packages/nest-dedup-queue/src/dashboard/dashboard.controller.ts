@@ -1,0 +1,118 @@
+import {
+  Body,
+  CanActivate,
+  Controller,
+  Get,
+  Header,
+  Headers,
+  HttpCode,
+  Param,
+  Patch,
+  Post,
+  Query,
+  Type,
+  UnsupportedMediaTypeException,
+  UseFilters,
+  UseGuards,
+} from '@nestjs/common';
+import type { DashboardPage } from './dashboard-page';
+import { DashboardExceptionFilter } from './dashboard-exception.filter';
+import { DashboardService } from './dashboard.service';
+
+/**
+ * Makes the dashboard's controller for one `forRoot()` call: a class of its own, so that its path and guards are
+ * metadata of that class alone (several apps, or dashboards, in one process never share them).
+ */
+export function createDashboardController(path: string, guards: Type<CanActivate>[], page: DashboardPage): Type<unknown> {
+  @Controller(path)
+  @UseGuards(...guards)
+  @UseFilters(DashboardExceptionFilter)
+  class DedupQueueDashboardController {
+    constructor(private readonly dashboard: DashboardService) {}
+
+    @Get()
+    @Header('Content-Type', 'text/html; charset=utf-8')
+    @Header('Cache-Control', 'no-store')
+    @Header('Content-Security-Policy', page.contentSecurityPolicy)
+    @Header('X-Content-Type-Options', 'nosniff')
+    page(): string {
+      return page.html;
+    }
+
+    @Get('api/queues')
+    @Header('Cache-Control', 'no-store')
+    async queues() {
+      return { queues: await this.dashboard.listQueues() };
+    }
+
+    @Post('api/queues/:name/pause')
+    @HttpCode(200)
+    pause(@Param('name') name: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.setPaused(name, true);
+    }
+
+    @Post('api/queues/:name/resume')
+    @HttpCode(200)
+    resumeQueue(@Param('name') name: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.setPaused(name, false);
+    }
+
+    @Patch('api/queues/:name/limits')
+    limits(@Param('name') name: string, @Body() body: unknown, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.setLimits(name, body);
+    }
+
+    @Get('api/workflows')
+    @Header('Cache-Control', 'no-store')
+    workflows(@Query() query: Record<string, unknown>) {
+      return this.dashboard.listWorkflows(query);
+    }
+
+    @Get('api/workflows/:id')
+    @Header('Cache-Control', 'no-store')
+    workflow(@Param('id') id: string) {
+      return this.dashboard.getWorkflow(id);
+    }
+
+    @Post('api/workflows/:id/cancel')
+    @HttpCode(200)
+    cancel(@Param('id') id: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.cancel(id);
+    }
+
+    @Post('api/workflows/:id/resume')
+    @HttpCode(200)
+    resume(@Param('id') id: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.resume(id);
+    }
+
+    @Post('api/workflows/:id/rerun')
+    rerun(@Param('id') id: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.rerun(id);
+    }
+
+    @Post('api/workflows/:id/reschedule')
+    @HttpCode(200)
+    reschedule(@Param('id') id: string, @Body() body: unknown, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.reschedule(id, body);
+    }
+  }
+  return DedupQueueDashboardController;
+}
+
+/**
+ * NOTE: actions accept only `application/json`, which a cross-site form cannot send without a CORS preflight the
+ * app does not grant: a page elsewhere cannot make a logged-in operator's browser cancel workflows.
+ */
+function assertJson(contentType: string | undefined): void {
+  if (!contentType?.toLowerCase().startsWith('application/json')) {
+    throw new UnsupportedMediaTypeException('dashboard actions take Content-Type: application/json (a JSON body, {} when empty)');
+  }
+}

@@ -1,0 +1,296 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { QueueDatabase } from '../database/queue-database';
+import { WorkflowEnqueuer } from '../enqueue/workflow-enqueuer';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { UnknownQueueError } from '../errors/unknown-queue.error';
+import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
+import type { DedupQueueDashboardOptions } from '../interfaces/dashboard-options.interface';
+import type { QueueLimits } from '../interfaces/queue-options.interface';
+import {
+  ACTIVE_WORKFLOW_STATUSES,
+  FINISHED_WORKFLOW_STATUSES,
+  WorkflowErrorInfo,
+  WorkflowStatus,
+} from '../interfaces/workflow-status.interface';
+import { QueueService } from '../queue.service';
+import type {
+  DashboardCount,
+  DashboardQueue,
+  DashboardWorkflowDetail,
+  DashboardWorkflowPage,
+  DashboardWorkflowSummary,
+} from './dashboard-api.interface';
+import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
+import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
+
+/** Every status, in the order the page shows them. */
+export const DASHBOARD_STATUSES: readonly WorkflowStatus[] = [...ACTIVE_WORKFLOW_STATUSES, ...FINISHED_WORKFLOW_STATUSES];
+
+/** A list's total is counted up to this many rows ("10,000+" past it). */
+export const LIST_COUNT_LIMIT = 10_000;
+/** A queue's count per status is exact up to this; past it, the planner's estimate is given. */
+export const STATUS_COUNT_LIMIT = 1_000;
+const DEFAULT_PAGE_SIZE = 50;
+const MAX_PAGE_SIZE = 500;
+const CURSOR = /^(\d{1,19})\.(\d{1,19})$/;
+const LIST_PARAMETERS = [
+  'queue', 'status', 'workflowName', 'deduplicationId', 'partitionKey', 'search', 'createdFrom', 'createdTo', 'limit', 'cursor',
+];
+const LIMIT_FIELDS = ['concurrency', 'workerConcurrency', 'partitionConcurrency', 'rateLimit'];
+const RESCHEDULE_FIELDS = ['delayMs', 'runAt', 'priority'];
+
+/** What the dashboard's API does: reads served by `DashboardStore`, actions through `QueueService`, all validated. */
+@Injectable()
+export class DashboardService {
+  private readonly store: DashboardStore;
+
+  constructor(
+    private readonly queues: QueueService,
+    private readonly config: DedupQueueConfig,
+    private readonly enqueuer: WorkflowEnqueuer,
+    @Inject(DEDUP_QUEUE_DASHBOARD_OPTIONS) private readonly options: DedupQueueDashboardOptions,
+    database: QueueDatabase,
+  ) {
+    this.store = new DashboardStore(database);
+  }
+
+  /** Every declared queue with its settings, counts per status and recent throughput. */
+  async listQueues(): Promise<DashboardQueue[]> {
+    const names = [...this.config.queues.keys()];
+    const [settings, counts, finished] = await Promise.all([
+      Promise.all(names.map((name) => this.queues.getQueueSettings(name))),
+      this.store.statusCounts(names, DASHBOARD_STATUSES, STATUS_COUNT_LIMIT),
+      this.store.finishedRecently(),
+    ]);
+    const estimates = counts.some((row) => row.count > STATUS_COUNT_LIMIT) ? await this.store.estimatedCounts() : undefined;
+    return names.map((name, index) => {
+      const { paused, ...limits } = settings[index];
+      const recent = finished.find((row) => row.queue_name === name);
+      const byStatus = Object.fromEntries(
+        DASHBOARD_STATUSES.map((status) => {
+          const count = counts.find((row) => row.queue_name === name && row.status === status)?.count ?? 0;
+          if (count <= STATUS_COUNT_LIMIT) return [status, { value: count, exact: true }];
+          const estimate = estimates
+            ? Math.round(estimates.rows * (estimates.queues.get(name) ?? 0) * (estimates.statuses.get(status) ?? 0))
+            : 0;
+          return [status, { value: STATUS_COUNT_LIMIT, exact: false, estimate: Math.max(estimate, STATUS_COUNT_LIMIT + 1) }];
+        }),
+      ) as Record<WorkflowStatus, DashboardCount>;
+      return {
+        name,
+        paused,
+        limits,
+        counts: byStatus,
+        finished: { lastMinute: recent?.last_minute ?? 0, last5Minutes: recent?.last_5_minutes ?? 0 },
+      };
+    });
+  }
+
+  /** One page of a filtered list, newest first, with the total (capped) and the cursor of the next page. */
+  async listWorkflows(query: Record<string, unknown>): Promise<DashboardWorkflowPage> {
+    for (const key of Object.keys(query)) {
+      if (!LIST_PARAMETERS.includes(key)) {
+        throw new InvalidArgumentError(key, `is not a filter; use ${LIST_PARAMETERS.join(', ')}`);
+      }
+    }
+    const filter = this.listFilter(query);
+    const limit = integerParameter(query.limit, 'limit', 1, MAX_PAGE_SIZE) ?? DEFAULT_PAGE_SIZE;
+    const cursor = cursorParameter(query.cursor);
+    const [rows, total] = await Promise.all([
+      this.store.list(filter, cursor, limit + 1, DASHBOARD_STATUSES),
+      this.store.count(filter, LIST_COUNT_LIMIT, DASHBOARD_STATUSES),
+    ]);
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      workflows: page.map(toSummary),
+      total: total > LIST_COUNT_LIMIT ? { value: LIST_COUNT_LIMIT, exact: false } : { value: total, exact: true },
+      nextCursor: rows.length > limit && last ? `${last.created_us}.${last.seq}` : null,
+    };
+  }
+
+  /** One workflow with its inputs, outcome and steps. @throws WorkflowNotFoundError */
+  async getWorkflow(workflowId: string): Promise<DashboardWorkflowDetail> {
+    const [row, steps] = await Promise.all([this.store.findDetail(workflowId), this.store.findSteps(workflowId)]);
+    if (!row) throw new WorkflowNotFoundError(workflowId);
+    return {
+      ...toSummary(row),
+      inputs: row.inputs,
+      output: row.output ?? null,
+      error: this.visibleError(row.error),
+      failedAttempts: row.failed_attempts,
+      maxAttempts: row.max_attempts,
+      recoveryAttempts: row.recovery_attempts,
+      maxRecoveryAttempts: row.max_recovery_attempts,
+      timeoutMs: row.timeout_ms,
+      deadlineAt: isoOrNull(row.deadline_at),
+      updatedAt: row.updated_at.toISOString(),
+      steps: steps.map((step) => ({
+        index: step.step_index,
+        name: step.step_name,
+        output: step.output ?? null,
+        error: this.visibleError(step.error),
+        startedAt: isoOrNull(step.started_at),
+        completedAt: step.completed_at.toISOString(),
+        durationMs: step.duration_ms === null ? null : Math.round(step.duration_ms * 1000) / 1000,
+      })),
+    };
+  }
+
+  async cancel(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {
+    return { workflowId, status: await this.queues.cancel(workflowId) };
+  }
+
+  async resume(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {
+    const handle = await this.queues.resume(workflowId);
+    return { workflowId, status: (await handle.getStatus()).status };
+  }
+
+  /**
+   * Enqueues a new workflow with the same queue, workflow, inputs, deduplication ID, partition key, priority and
+   * limits (attempts, timeout, deduplication window) as `workflowId`. Needs no code for the workflow in this process.
+   * @throws QueueDeduplicatedError when its deduplication ID is held
+   */
+  async rerun(workflowId: string): Promise<{ workflowId: string; rerunOf: string }> {
+    const row = await this.store.findRerunSource(workflowId);
+    if (!row) throw new WorkflowNotFoundError(workflowId);
+    this.assertDeclared(row.queueName);
+    const enqueued = await this.enqueuer.enqueue({ ...row, workflowId: randomUUID(), runAt: null, delayMs: null }, {
+      onDuplicate: 'reject',
+      whenRunning: 'reject',
+    });
+    return { workflowId: enqueued.workflowId, rerunOf: workflowId };
+  }
+
+  async reschedule(workflowId: string, body: unknown): Promise<DashboardWorkflowDetail> {
+    const change = plainObject(body, RESCHEDULE_FIELDS);
+    if (typeof change.runAt === 'string') change.runAt = dateParameter(change.runAt, 'runAt');
+    await this.queues.reschedule(workflowId, change);
+    return this.getWorkflow(workflowId);
+  }
+
+  async setPaused(queueName: string, paused: boolean): Promise<DashboardQueue> {
+    this.assertDeclared(queueName);
+    await (paused ? this.queues.pauseQueue(queueName) : this.queues.resumeQueue(queueName));
+    return this.queue(queueName);
+  }
+
+  /** Changes limits given in `body` (null: back to the declared value); the others stay. */
+  async setLimits(queueName: string, body: unknown): Promise<DashboardQueue> {
+    this.assertDeclared(queueName);
+    const limits = plainObject(body, LIMIT_FIELDS) as { [K in keyof QueueLimits]?: QueueLimits[K] | null };
+    await this.queues.setQueueLimits(queueName, limits);
+    return this.queue(queueName);
+  }
+
+  private async queue(name: string): Promise<DashboardQueue> {
+    return (await this.listQueues()).find((queue) => queue.name === name) as DashboardQueue;
+  }
+
+  private assertDeclared(queueName: string): void {
+    if (!this.config.queues.has(queueName)) throw new UnknownQueueError(queueName, [...this.config.queues.keys()]);
+  }
+
+  private listFilter(query: Record<string, unknown>): WorkflowListFilter {
+    const queueName = textParameter(query.queue, 'queue');
+    if (queueName !== undefined) this.assertDeclared(queueName);
+    const statusText = textParameter(query.status, 'status');
+    const statuses = statusText?.split(',').map((status) => status.trim());
+    for (const status of statuses ?? []) {
+      if (!DASHBOARD_STATUSES.includes(status as WorkflowStatus)) {
+        throw new InvalidArgumentError('status', `"${status}" is not a status; use ${DASHBOARD_STATUSES.join(', ')}`);
+      }
+    }
+    const createdFrom = dateParameter(query.createdFrom, 'createdFrom');
+    const createdTo = dateParameter(query.createdTo, 'createdTo');
+    if (createdFrom && createdTo && createdFrom >= createdTo) {
+      throw new InvalidArgumentError('createdFrom', 'must be before createdTo');
+    }
+    return {
+      queueName,
+      statuses: statuses && ([...new Set(statuses)] as WorkflowStatus[]),
+      workflowName: textParameter(query.workflowName, 'workflowName'),
+      deduplicationId: textParameter(query.deduplicationId, 'deduplicationId'),
+      partitionKey: textParameter(query.partitionKey, 'partitionKey'),
+      search: textParameter(query.search, 'search')?.trim() || undefined,
+      createdFrom,
+      createdTo,
+    };
+  }
+
+  private visibleError(error: WorkflowErrorInfo | null): WorkflowErrorInfo | null {
+    if (!error || this.options.showErrorStacks) return error ?? null;
+    const { stack: _stack, ...rest } = error;
+    return rest;
+  }
+}
+
+function toSummary(row: SummaryRow): DashboardWorkflowSummary {
+  return {
+    workflowId: row.workflow_id,
+    queueName: row.queue_name,
+    workflowName: row.workflow_name,
+    status: row.status,
+    deduplicationId: row.deduplication_id,
+    holdsDeduplicationId: row.holds_key,
+    partitionKey: row.partition_key,
+    priority: row.priority,
+    attempts: row.attempts,
+    executorId: row.executor_id,
+    createdAt: row.created_at.toISOString(),
+    startedAt: isoOrNull(row.started_at),
+    completedAt: isoOrNull(row.completed_at),
+    notBefore: isoOrNull(row.not_before),
+  };
+}
+
+function isoOrNull(date: Date | null): string | null {
+  return date ? date.toISOString() : null;
+}
+
+function textParameter(value: unknown, name: string): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (typeof value !== 'string') throw new InvalidArgumentError(name, 'must be given once, as text');
+  if (value.length > 255) throw new InvalidArgumentError(name, 'must be at most 255 characters');
+  return value;
+}
+
+function integerParameter(value: unknown, name: string, min: number, max: number): number | undefined {
+  const text = textParameter(value, name);
+  if (text === undefined) return undefined;
+  const number = Number(text);
+  if (!/^\d+$/.test(text) || number < min || number > max) {
+    throw new InvalidArgumentError(name, `must be an integer from ${min} to ${max}`);
+  }
+  return number;
+}
+
+function dateParameter(value: unknown, name: string): Date | undefined {
+  const text = textParameter(value, name);
+  if (text === undefined) return undefined;
+  const date = new Date(text);
+  if (Number.isNaN(date.getTime())) throw new InvalidArgumentError(name, 'must be a date (ISO 8601)');
+  return date;
+}
+
+function cursorParameter(value: unknown): ListCursor | undefined {
+  const text = textParameter(value, 'cursor');
+  if (text === undefined) return undefined;
+  const match = CURSOR.exec(text);
+  if (!match) throw new InvalidArgumentError('cursor', 'must be a nextCursor given by an earlier page');
+  return { createdAtMicros: match[1], seq: match[2] };
+}
+
+/** A JSON object body holding only `fields`, at least one of them. */
+function plainObject(body: unknown, fields: string[]): Record<string, any> {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new InvalidArgumentError('body', `must be a JSON object with ${fields.join(', ')}`);
+  }
+  const keys = Object.keys(body);
+  const unknown = keys.find((key) => !fields.includes(key));
+  if (unknown !== undefined) throw new InvalidArgumentError(unknown, `is not accepted here; use ${fields.join(', ')}`);
+  if (keys.length === 0) throw new InvalidArgumentError('body', `must give at least one of ${fields.join(', ')}`);
+  return { ...body };
+}

@@ -1,0 +1,264 @@
+import type { QueueDatabase } from '../database/queue-database';
+import type { NewWorkflow } from '../database/workflow-inserter';
+import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+
+/** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
+export interface ListCursor {
+  createdAtMicros: string;
+  seq: string;
+}
+
+/** The filters of a list; all optional, combined with AND. */
+export interface WorkflowListFilter {
+  queueName?: string;
+  statuses?: WorkflowStatus[];
+  workflowName?: string;
+  deduplicationId?: string;
+  partitionKey?: string;
+  /** A workflow ID or a deduplication ID. */
+  search?: string;
+  createdFrom?: Date;
+  createdTo?: Date;
+}
+
+export interface SummaryRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+  status: WorkflowStatus;
+  deduplication_id: string | null;
+  holds_key: boolean;
+  partition_key: string | null;
+  priority: number;
+  attempts: number;
+  executor_id: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  completed_at: Date | null;
+  not_before: Date | null;
+  created_us: string;
+  seq: string;
+}
+
+export interface DetailRow extends SummaryRow {
+  inputs: unknown;
+  output: unknown;
+  error: WorkflowErrorInfo | null;
+  failed_attempts: number;
+  max_attempts: number;
+  recovery_attempts: number;
+  max_recovery_attempts: number;
+  timeout_ms: number | null;
+  deadline_at: Date | null;
+  updated_at: Date;
+}
+
+export interface StepRow {
+  step_index: number;
+  step_name: string;
+  output: unknown;
+  error: WorkflowErrorInfo | null;
+  started_at: Date | null;
+  completed_at: Date;
+  duration_ms: number | null;
+}
+
+/** Per queue and status: the count, read up to a limit. */
+export interface StatusCountRow {
+  queue_name: string;
+  status: WorkflowStatus;
+  count: number;
+}
+
+const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id,
+  active_deduplication_id IS NOT NULL AS holds_key, partition_key, priority, attempts, executor_id, created_at,
+  started_at, completed_at, not_before, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us,
+  seq::text AS seq`;
+
+const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
+
+/**
+ * The SQL of the dashboard: capped counts, recent throughput, filtered lists paged by `(created_at, seq)`, one
+ * workflow with its steps. Every query is served by an index (see migration 010); no count reads past its limit.
+ */
+export class DashboardStore {
+  private readonly table: string;
+  private readonly steps: string;
+  private readonly queues: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.table = `${database.schemaSql}.workflows`;
+    this.steps = `${database.schemaSql}.steps`;
+    this.queues = `${database.schemaSql}.queues`;
+  }
+
+  /** For each queue and status, how many workflows, counting at most `limit` + 1 (index-only on the queue/status index). */
+  async statusCounts(queueNames: string[], statuses: readonly WorkflowStatus[], limit: number): Promise<StatusCountRow[]> {
+    return this.database.query<StatusCountRow>(
+      `SELECT q.queue_name, s.status,
+              (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table} AS w
+                                          WHERE w.queue_name = q.queue_name AND w.status = s.status
+                                          LIMIT $3) AS capped) AS count
+       FROM unnest($1::text[]) AS q(queue_name) CROSS JOIN unnest($2::text[]) AS s(status)`,
+      [queueNames, statuses, limit + 1],
+      true,
+    );
+  }
+
+  /**
+   * The planner's estimate of a queue's rows in a status, from the table's statistics (row count times the most
+   * common values' frequencies of `queue_name` and `status`), as Postgres itself estimates it.
+   */
+  async estimatedCounts(): Promise<{ rows: number; queues: Map<string, number>; statuses: Map<string, number> }> {
+    const stats = await this.database.query<{ attname: string; vals: string[] | null; freqs: number[] | null; rows: number }>(
+      `SELECT a.attname, s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,
+              greatest(c.reltuples, 0)::float8 AS rows
+       FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+       CROSS JOIN (VALUES ('queue_name'), ('status')) AS a(attname)
+       LEFT JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = a.attname
+       WHERE n.nspname = $1 AND c.relname = 'workflows'`,
+      [this.database.schema],
+    );
+    const frequencies = (attname: string) => {
+      const row = stats.find((stat) => stat.attname === attname);
+      return new Map((row?.vals ?? []).map((value, index) => [value, row?.freqs?.[index] ?? 0]));
+    };
+    return { rows: stats[0]?.rows ?? 0, queues: frequencies('queue_name'), statuses: frequencies('status') };
+  }
+
+  /** Per queue, how many workflows finished in the last minute and the last 5 minutes (the completed_at index). */
+  async finishedRecently(): Promise<Array<{ queue_name: string; last_minute: number; last_5_minutes: number }>> {
+    return this.database.query(
+      `SELECT queue_name, count(*) FILTER (WHERE completed_at > now() - interval '1 minute')::int AS last_minute,
+              count(*)::int AS last_5_minutes
+       FROM ${this.table}
+       WHERE completed_at > now() - interval '5 minutes'
+       GROUP BY queue_name`,
+      [],
+      true,
+    );
+  }
+
+  /**
+   * One page of workflows, newest first, after `cursor`. NOTE: Postgres cannot walk one index in (created_at, seq)
+   * order across several statuses, and sorting a whole queue is what must not happen; so with a queue, a workflow
+   * name or a status, each status (and, without queue and name, each queue) is read as its own UNION ALL branch,
+   * `limit` rows at most, and the branches are merged. Its values are bound parameters of an unnamed statement, so
+   * each branch is planned for its own status (a rare one walks the (queue_name, status, ...) index).
+   */
+  async list(filter: WorkflowListFilter, cursor: ListCursor | undefined, limit: number, allStatuses: readonly WorkflowStatus[]): Promise<SummaryRow[]> {
+    const { conditions, params } = this.conditions(filter);
+    if (cursor) {
+      params.push(cursor.createdAtMicros, cursor.seq);
+      conditions.push(
+        `(created_at, seq) < (timestamptz 'epoch' + $${params.length - 1}::bigint * interval '1 microsecond', $${params.length}::bigint)`,
+      );
+    }
+    params.push(limit);
+    const limitParam = `$${params.length}`;
+    const branches = await this.branches(filter, allStatuses, conditions, params);
+    if (!branches) {
+      return this.database.query<SummaryRow>(
+        `SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(conditions)} ${NEWEST_FIRST} LIMIT ${limitParam}`,
+        params,
+      );
+    }
+    const union = branches
+      .map((branch) => `(SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(branch)} ${NEWEST_FIRST} LIMIT ${limitParam})`)
+      .join(' UNION ALL ');
+    return this.database.query<SummaryRow>(`SELECT * FROM (${union}) AS page ${NEWEST_FIRST} LIMIT ${limitParam}`, params);
+  }
+
+  /** How many workflows match, counting at most `limit` + 1 (the branches of `list`, read until the limit). */
+  async count(filter: WorkflowListFilter, limit: number, allStatuses: readonly WorkflowStatus[]): Promise<number> {
+    const { conditions, params } = this.conditions(filter);
+    params.push(limit + 1);
+    const limitParam = `$${params.length}`;
+    const branches = (await this.branches(filter, allStatuses, conditions, params)) ?? [conditions];
+    const union = branches
+      .map((branch) => `(SELECT 1 FROM ${this.table} ${whereClause(branch)} LIMIT ${limitParam})`)
+      .join(' UNION ALL ');
+    const rows = await this.database.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM (SELECT 1 FROM (${union}) AS hits LIMIT ${limitParam}) AS capped`,
+      params,
+    );
+    return rows[0].count;
+  }
+
+  /**
+   * The conditions of each branch a filtered read is split into (see `list`), or undefined when one index walk
+   * serves the read: no queue, name or status, or a deduplication ID, partition key or search (few rows to sort).
+   */
+  private async branches(
+    filter: WorkflowListFilter,
+    allStatuses: readonly WorkflowStatus[],
+    conditions: string[],
+    params: unknown[],
+  ): Promise<string[][] | undefined> {
+    const selective = filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
+    const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
+    if (selective || (!keyed && !filter.statuses)) return undefined;
+    const param = (value: unknown) => {
+      params.push(value);
+      return `$${params.length}`;
+    };
+    const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, `status = ${param(status)}`]);
+    if (keyed) return byStatus;
+    const queues = await this.database.query<{ queue_name: string }>(`SELECT queue_name FROM ${this.queues}`, [], true);
+    return byStatus.flatMap((branch) => queues.map((queue) => [...branch, `queue_name = ${param(queue.queue_name)}`]));
+  }
+
+  async findDetail(workflowId: string): Promise<DetailRow | undefined> {
+    const rows = await this.database.query<DetailRow>(
+      `SELECT ${SUMMARY_COLUMNS}, inputs, output, error, failed_attempts, max_attempts, recovery_attempts,
+              max_recovery_attempts, timeout_ms, deadline_at, updated_at
+       FROM ${this.table} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+    return rows[0];
+  }
+
+  /** What a re-run copies: everything a new workflow row needs except its ID and start time. */
+  async findRerunSource(workflowId: string): Promise<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'> | undefined> {
+    const rows = await this.database.query<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'>>(
+      `SELECT queue_name AS "queueName", workflow_name AS "workflowName", deduplication_id AS "deduplicationId",
+              inputs::text AS "inputsJson", timeout_ms AS "timeoutMs", max_attempts AS "maxAttempts",
+              max_recovery_attempts AS "maxRecoveryAttempts", partition_key AS "partitionKey", priority,
+              dedup_window_ms AS "deduplicationWindowMs", release_key_on_error AS "releaseKeyOnError"
+       FROM ${this.table} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+    return rows[0];
+  }
+
+  async findSteps(workflowId: string): Promise<StepRow[]> {
+    return this.database.query<StepRow>(
+      `SELECT step_index, step_name, output, error, started_at, completed_at,
+              (extract(epoch FROM completed_at - started_at) * 1000)::float8 AS duration_ms
+       FROM ${this.steps} WHERE workflow_id = $1 ORDER BY step_index`,
+      [workflowId],
+    );
+  }
+
+  private conditions(filter: WorkflowListFilter): { conditions: string[]; params: unknown[] } {
+    const conditions: string[] = [];
+    const params: unknown[] = [];
+    const add = (sql: (param: string) => string, value: unknown) => {
+      if (value === undefined) return;
+      params.push(value);
+      conditions.push(sql(`$${params.length}`));
+    };
+    add((p) => `queue_name = ${p}`, filter.queueName);
+    add((p) => `workflow_name = ${p}`, filter.workflowName);
+    add((p) => `deduplication_id = ${p}`, filter.deduplicationId);
+    add((p) => `partition_key = ${p}`, filter.partitionKey);
+    add((p) => `(workflow_id = ${p} OR deduplication_id = ${p})`, filter.search);
+    add((p) => `created_at >= ${p}`, filter.createdFrom);
+    add((p) => `created_at < ${p}`, filter.createdTo);
+    return { conditions, params };
+  }
+}
+
+function whereClause(conditions: string[]): string {
+  return conditions.length ? `WHERE ${conditions.join(' AND ')}` : '';
+}
