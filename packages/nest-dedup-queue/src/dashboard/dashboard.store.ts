@@ -37,6 +37,7 @@ export interface SummaryRow {
   completed_at: Date | null;
   not_before: Date | null;
   created_us: string;
+  /** bigint, read by pg as a string. */
   seq: string;
 }
 
@@ -73,7 +74,7 @@ export interface StatusCountRow {
 const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id,
   active_deduplication_id IS NOT NULL AS holds_key, partition_key, priority, attempts, executor_id, created_at,
   started_at, completed_at, not_before, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us,
-  seq::text AS seq`;
+  seq`;
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
 
@@ -187,7 +188,8 @@ export class DashboardStore {
 
   /**
    * The conditions of each branch a filtered read is split into (see `list`), or undefined when one index walk
-   * serves the read: no queue, name or status, or a deduplication ID, partition key or search (few rows to sort).
+   * serves the read (`conditions` then take the statuses): no queue, name or status, or a deduplication ID,
+   * partition key or search (few rows to sort).
    */
   private async branches(
     filter: WorkflowListFilter,
@@ -197,11 +199,14 @@ export class DashboardStore {
   ): Promise<string[][] | undefined> {
     const selective = filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
     const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
-    if (selective || (!keyed && !filter.statuses)) return undefined;
     const param = (value: unknown) => {
       params.push(value);
       return `$${params.length}`;
     };
+    if (selective || (!keyed && !filter.statuses)) {
+      if (filter.statuses) conditions.push(`status = ANY(${param(filter.statuses)}::text[])`);
+      return undefined;
+    }
     const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, `status = ${param(status)}`]);
     if (keyed) return byStatus;
     const queues = await this.database.query<{ queue_name: string }>(`SELECT queue_name FROM ${this.queues}`, [], true);
