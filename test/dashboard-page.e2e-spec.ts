@@ -1,0 +1,126 @@
+import type { AddressInfo } from 'node:net';
+import type { INestApplication } from '@nestjs/common';
+import type { Pool } from 'pg';
+import { Browser, Page, chromium } from 'playwright-core';
+import { DashboardApp, DenyAllGuard, startDashboardApp } from './fixtures/dashboard-app';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { SYSTEM_TOOLS, describeWithTools } from './support/system-tools';
+import { waitFor } from './support/wait-for';
+
+const REPORT = 'DashboardTasks.report';
+const WAITING = 'DashboardTasks.waiting';
+
+async function listen(app: INestApplication): Promise<string> {
+  await app.listen(0, '127.0.0.1');
+  return `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}`;
+}
+
+describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
+  const schema = uniqueSchema('dash_page');
+  let pool: Pool;
+  let open: DashboardApp;
+  let guarded: DashboardApp;
+  let openUrl: string;
+  let guardedUrl: string;
+  let browser: Browser;
+  let page: Page;
+  /** Script errors and console errors (a refused inline script or style would show here). */
+  const pageErrors: string[] = [];
+
+  const statusInDb = async (id: string) =>
+    (await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0]?.status;
+
+  beforeAll(async () => {
+    pool = testPool();
+    open = await startDashboardApp(schema, { refreshIntervalMs: 300 });
+    guarded = await startDashboardApp(schema, { path: '/queues', guards: [DenyAllGuard] });
+    openUrl = await listen(open.app);
+    guardedUrl = await listen(guarded.app);
+    browser = await chromium.launch({
+      executablePath: SYSTEM_TOOLS.chromium,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+    });
+    page = await browser.newPage({ viewport: { width: 1366, height: 768 } });
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    page.on('console', (message) => {
+      if (message.type() === 'error' && !message.text().includes('403')) pageErrors.push(message.text());
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    open?.tasks.release('page-user');
+    await open?.app.close();
+    await guarded?.app.close();
+    await dropSchema(pool, schema);
+    await pool.end();
+  });
+
+  it('shows every declared queue with its counts per status, refreshed without a reload', async () => {
+    await open.queues.enqueue('held', REPORT, ['a']);
+    await open.queues.enqueue('held', REPORT, ['b']);
+    await page.goto(`${openUrl}/queues`);
+    const table = page.getByRole('table', { name: 'Workflows per queue and status' });
+    await table.waitFor();
+    for (const name of ['work', 'held', 'tenants']) {
+      await table.getByRole('rowheader', { name }).waitFor();
+    }
+    await table.getByRole('link', { name: 'held ENQUEUED: 2' }).waitFor();
+    await table.getByRole('link', { name: 'tenants ENQUEUED: 0' }).waitFor();
+    await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
+    await open.queues.enqueue('held', REPORT, ['c']);
+    await table.getByRole('link', { name: 'held ENQUEUED: 3' }).waitFor();
+    expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
+  });
+
+  it('finds the holder of a deduplication ID by search, shows its steps, cancels it and resumes it', async () => {
+    const holder = await open.queues.enqueue('work', WAITING, ['page-user'], { deduplicationId: 'user-42' });
+    await waitFor(async () => (await pool.query(
+      `SELECT 1 FROM "${schema}".steps WHERE workflow_id = $1`, [holder.workflowId])).rowCount === 1, { what: 'its first step' });
+
+    await page.goto(`${openUrl}/queues`);
+    await page.getByRole('searchbox', { name: 'Search' }).fill('user-42');
+    await page.getByRole('button', { name: 'Find' }).click();
+    const results = page.getByRole('table', { name: /user-42/ });
+    await results.getByRole('link', { name: holder.workflowId }).click();
+
+    await page.getByRole('heading', { name: new RegExp(`Workflow ${holder.workflowId}`) }).waitFor();
+    const steps = page.getByRole('table', { name: 'Steps, in the order they ran' });
+    await steps.getByRole('rowheader', { name: 'DashboardTasks.load' }).waitFor();
+    expect(await steps.getByRole('row').count()).toBe(2);
+    expect(await page.getByText('"page-user"').first().isVisible()).toBe(true);
+
+    await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+    const dialog = page.getByRole('dialog', { name: 'Cancel this workflow?' });
+    await dialog.waitFor();
+    expect(await statusInDb(holder.workflowId)).toBe('PENDING');
+    await dialog.getByRole('button', { name: 'Confirm' }).click();
+    await waitFor(async () => (await statusInDb(holder.workflowId)) === 'CANCELLED', { what: 'the workflow to be cancelled' });
+
+    await page.getByRole('button', { name: 'Resume', exact: true }).click();
+    await waitFor(async () => ['ENQUEUED', 'PENDING'].includes(await statusInDb(holder.workflowId)), { what: 'it to be resumed' });
+    await page.getByRole('button', { name: 'Cancel', exact: true }).waitFor();
+  });
+
+  it('keeps the workflow when the confirmation is dismissed', async () => {
+    const queued = await open.queues.enqueue('held', REPORT, ['keep']);
+    await page.goto(`${openUrl}/queues#/workflow/${queued.workflowId}`);
+    await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Back' }).click();
+    await page.getByRole('dialog').waitFor({ state: 'hidden' });
+    expect(await statusInDb(queued.workflowId)).toBe('ENQUEUED');
+  });
+
+  it('ran without script errors or content-security-policy refusals', () => {
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('is blocked, page and API, by a guard that refuses', async () => {
+    const response = await page.goto(`${guardedUrl}/queues`);
+    expect(response?.status()).toBe(403);
+    expect(await page.getByRole('searchbox', { name: 'Search' }).count()).toBe(0);
+    const api = await page.goto(`${guardedUrl}/queues/api/queues`);
+    expect(api?.status()).toBe(403);
+    expect(await api?.text()).not.toContain('held');
+  });
+});
