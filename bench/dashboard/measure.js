@@ -23,6 +23,7 @@ async function main() {
     }
     const recent = (await fetchJson(`${baseUrl}/api/workflows?queue=emails&limit=1`)).workflows[0];
     const firstPage = await fetchJson(`${baseUrl}/api/workflows?queue=emails&status=SUCCESS`);
+    const { rows: [withSteps] } = await pool.query(`SELECT workflow_id FROM "${schema}".steps ORDER BY workflow_id DESC LIMIT 1`);
     const sixDaysAgo = new Date(Date.now() - 6 * 86_400_000).toISOString();
     const calls = [
       ['GET  /api/queues (counts, limits, throughput)', '/api/queues'],
@@ -40,7 +41,7 @@ async function main() {
       ['GET  /api/workflows?search (deduplication ID)', '/api/workflows?search=user-4242'],
       ['GET  /api/workflows?createdTo (6 days ago)', `/api/workflows?createdTo=${sixDaysAgo}`],
       ['GET  /api/workflows?queue&status&createdTo', `/api/workflows?queue=billing&status=ERROR&createdTo=${sixDaysAgo}`],
-      ['GET  /api/workflows/:id (with steps)', '/api/workflows/wf-999990'],
+      ['GET  /api/workflows/:id (with 3 steps)', `/api/workflows/${withSteps.workflow_id}`],
       ['GET  <path> (the page)', ''],
     ];
     const results = [];

@@ -18,7 +18,7 @@ const QUEUES = [
  */
 async function seedWorkflows(pool, schema, count) {
   const table = `"${schema}".workflows`;
-  await pool.query(`TRUNCATE ${table} CASCADE`);
+  await pool.query(`TRUNCATE ${table} RESTART IDENTITY CASCADE`);
   await pool.query(`
     INSERT INTO ${table} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
                           inputs, output, error, executor_id, attempts, created_at, started_at, completed_at,
@@ -52,9 +52,19 @@ async function seedWorkflows(pool, schema, count) {
     SELECT w.workflow_id, n, (ARRAY['load', 'render', 'deliver'])[n + 1], json_build_object('step', n),
            w.started_at + n * interval '200 milliseconds', w.started_at + (n + 1) * interval '200 milliseconds'
     FROM ${table} AS w CROSS JOIN generate_series(0, 2) AS n
-    WHERE w.started_at IS NOT NULL AND w.seq % 10 = 0`);
+    WHERE w.started_at IS NOT NULL AND substr(w.workflow_id, 4)::int % 10 = 0`);
+  await touchRecent(pool, schema);
   await pool.query(`VACUUM ANALYZE ${table}`);
   await pool.query(`VACUUM ANALYZE "${schema}".steps`);
 }
 
-module.exports = { QUEUES, seedWorkflows };
+/** Spreads the completion times of the newest 1,500 finished rows over the last 5 minutes (recent throughput). */
+async function touchRecent(pool, schema) {
+  await pool.query(`
+    UPDATE "${schema}".workflows AS w SET completed_at = now() - (recent.n % 300) * interval '1 second'
+    FROM (SELECT workflow_id, row_number() OVER (ORDER BY created_at DESC) AS n FROM "${schema}".workflows
+          WHERE completed_at IS NOT NULL ORDER BY created_at DESC LIMIT 1500) AS recent
+    WHERE w.workflow_id = recent.workflow_id`);
+}
+
+module.exports = { QUEUES, seedWorkflows, touchRecent };

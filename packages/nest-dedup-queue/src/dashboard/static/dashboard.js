@@ -50,7 +50,11 @@
   const formatTime = (iso) => (iso ? new Date(iso).toLocaleString() : '—');
   const formatDuration = (ms) =>
     ms === null || ms === undefined ? '—' : ms < 1000 ? `${ms.toFixed(ms < 10 ? 1 : 0)} ms` : `${(ms / 1000).toFixed(2)} s`;
-  const json = (value) => (value === undefined ? 'undefined' : JSON.stringify(value, null, 2));
+  const json = (value) => {
+    if (value === undefined) return 'undefined';
+    const compact = JSON.stringify(value);
+    return compact.length <= 100 ? compact : JSON.stringify(value, null, 2);
+  };
   const statusBadge = (status) => h('span', { class: `badge s-${status.toLowerCase()}` }, status);
   const queueLink = (name, status) =>
     `#/queue/${encodeURIComponent(name)}${status ? `?status=${encodeURIComponent(status)}` : ''}`;
@@ -406,24 +410,24 @@
       h('p', {}, h('a', { href: queueLink(workflow.queueName) }, `← Queue ${workflow.queueName}`)),
       h('h1', {}, 'Workflow ', h('span', { class: 'mono' }, workflow.workflowId), ' ', statusBadge(workflow.status)),
       workflowActions(workflow),
-      h('dl', { class: 'fields' },
-        field('Status', workflow.status),
-        field('Queue', h('a', { href: queueLink(workflow.queueName) }, workflow.queueName)),
-        field('Workflow', workflow.workflowName),
-        field('Deduplication ID', workflow.deduplicationId || '—',
-          workflow.holdsDeduplicationId ? ' (holds it: an enqueue with it is refused)' : ''),
-        field('Partition key', workflow.partitionKey || '—'),
-        field('Priority', workflow.priority),
-        field('Attempts', `${workflow.attempts} (failed ${workflow.failedAttempts} of at most ${workflow.maxAttempts})`),
-        field('Recoveries', `${workflow.recoveryAttempts} of at most ${workflow.maxRecoveryAttempts}`),
-        field('Executor', workflow.executorId || '—'),
-        field('Created', formatTime(workflow.createdAt)),
-        field('Started', formatTime(workflow.startedAt)),
-        field('Finished', formatTime(workflow.completedAt)),
-        workflow.notBefore ? field('Not before', formatTime(workflow.notBefore)) : [],
-        workflow.deadlineAt ? field('Deadline', formatTime(workflow.deadlineAt)) : []),
-      h('h2', {}, 'Inputs'), h('pre', {}, json(workflow.inputs)),
-      outcome,
+      h('div', { class: 'detail' },
+        h('dl', { class: 'fields' },
+          field('Status', workflow.status),
+          field('Queue', h('a', { href: queueLink(workflow.queueName) }, workflow.queueName)),
+          field('Workflow', workflow.workflowName),
+          field('Deduplication ID', workflow.deduplicationId || '—',
+            workflow.holdsDeduplicationId ? ' (holds it: an enqueue with it is refused)' : ''),
+          field('Partition key', workflow.partitionKey || '—'),
+          field('Priority', workflow.priority),
+          field('Attempts', `${workflow.attempts} (failed ${workflow.failedAttempts} of at most ${workflow.maxAttempts})`),
+          field('Recoveries', `${workflow.recoveryAttempts} of at most ${workflow.maxRecoveryAttempts}`),
+          field('Executor', workflow.executorId || '—'),
+          field('Created', formatTime(workflow.createdAt)),
+          field('Started', formatTime(workflow.startedAt)),
+          field('Finished', formatTime(workflow.completedAt)),
+          workflow.notBefore ? field('Not before', formatTime(workflow.notBefore)) : [],
+          workflow.deadlineAt ? field('Deadline', formatTime(workflow.deadlineAt)) : []),
+        h('div', {}, h('h2', {}, 'Inputs'), h('pre', {}, json(workflow.inputs)), outcome)),
       h('h2', {}, 'Steps'), stepsTable(workflow));
     placeBars(element);
     return element;
