@@ -72,6 +72,22 @@ describe('demo app over HTTP', () => {
   it('answers 404 for an unknown workflow', async () => {
     await request(app.getHttpServer()).get('/workflows/does-not-exist').expect(404);
   });
+
+  it('serves the dashboard at /queues, open by default and behind HTTP Basic with DEMO_DASHBOARD_PASSWORD', async () => {
+    const server = app.getHttpServer();
+    await request(server).get('/queues').expect(200);
+    const { body } = await request(server).get('/queues/api/queues').expect(200);
+    expect(body.queues.map((queue: { name: string }) => queue.name)).toEqual(['user_tasks']);
+    process.env.DEMO_DASHBOARD_PASSWORD = 'demo';
+    try {
+      const refused = await request(server).get('/queues').expect(401);
+      expect(refused.headers['www-authenticate']).toBe('Basic realm="queues"');
+      await request(server).get('/queues/api/queues').auth('ops', 'wrong').expect(401);
+      await request(server).get('/queues/api/queues').auth('ops', 'demo').expect(200);
+    } finally {
+      delete process.env.DEMO_DASHBOARD_PASSWORD;
+    }
+  });
 });
 
 describe('DedupExceptionFilter registration', () => {

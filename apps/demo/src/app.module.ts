@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
-import { DedupQueueModule } from 'nest-dedup-queue';
+import { DedupQueueDashboardModule, DedupQueueModule } from 'nest-dedup-queue';
+import { DashboardAccessGuard } from './dashboard-access.guard';
 import { demoConfig } from './demo.config';
 import { ProcessController } from './process.controller';
 import { UserTasks } from './user-tasks.service';
@@ -17,6 +18,8 @@ import { WorkflowsController } from './workflows.controller';
         };
       },
     }),
+    // The dashboard at http://localhost:3000/queues, behind the demo's guard (open unless DEMO_DASHBOARD_PASSWORD).
+    DedupQueueDashboardModule.forRoot({ path: '/queues', guards: [DashboardAccessGuard] }),
   ],
   controllers: [ProcessController, WorkflowsController],
   providers: [UserTasks],

@@ -4,6 +4,8 @@ export interface DemoConfig {
   schema: string;
   /** How long one `UserTasks.process` run takes, so a person can see the 409 by posting twice. */
   taskDurationMs: number;
+  /** When set, the dashboard at /queues asks for it (HTTP Basic); unset, the dashboard is open. */
+  dashboardPassword: string | undefined;
 }
 
 export function demoConfig(): DemoConfig {
@@ -13,5 +15,6 @@ export function demoConfig(): DemoConfig {
     databaseUrl,
     schema: process.env.DEDUP_QUEUE_SCHEMA ?? 'dedup_queue',
     taskDurationMs: Number(process.env.DEMO_TASK_MS ?? 5000),
+    dashboardPassword: process.env.DEMO_DASHBOARD_PASSWORD || undefined,
   };
 }
