@@ -22,7 +22,11 @@ describe('dashboard admin API over HTTP (Express)', () => {
   const statusInDb = async (id: string) =>
     (await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0]?.status;
   const api = () => request(app.getHttpServer());
-  const post = (path: string, body: unknown = {}) => api().post(`/queues/api${path}`).set(json).send(body as object);
+  const post = (path: string, body: unknown = {}) =>
+    api()
+      .post(`/queues/api${path}`)
+      .set(json)
+      .send(body as object);
 
   beforeAll(async () => {
     pool = testPool();
@@ -85,7 +89,8 @@ describe('dashboard admin API over HTTP (Express)', () => {
 
   describe('GET /queues/api/workflows', () => {
     const list = async (query: string) => (await api().get(`/queues/api/workflows?${query}`).expect(200)).body;
-    const idsOf = (page: { workflows: Array<{ workflowId: string }> }) => page.workflows.map((w) => w.workflowId).sort();
+    const idsOf = (page: { workflows: Array<{ workflowId: string }> }) =>
+      page.workflows.map((w) => w.workflowId).sort();
     const sorted = (...keys: string[]) => keys.map((key) => ids[key]).sort();
 
     it('filters by queue, status (one or several), workflow name, deduplication ID and partition key, with totals', async () => {
@@ -103,8 +108,12 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect(idsOf(await list('deduplicationId=user-1&status=ENQUEUED'))).toEqual(sorted('held1'));
 
       const tenants = await list('partitionKey=t1');
-      expect(tenants.workflows.map((w: { partitionKey: string; queueName: string }) => [w.queueName, w.partitionKey]))
-        .toEqual([['tenants', 't1'], ['tenants', 't1']]);
+      expect(
+        tenants.workflows.map((w: { partitionKey: string; queueName: string }) => [w.queueName, w.partitionKey]),
+      ).toEqual([
+        ['tenants', 't1'],
+        ['tenants', 't1'],
+      ]);
       expect(tenants.total).toEqual({ value: 2, exact: true });
       expect((await list('queue=work&status=PENDING')).workflows).toEqual([]);
     });
@@ -129,7 +138,12 @@ describe('dashboard admin API over HTTP (Express)', () => {
         completedAt: null,
         notBefore: null,
       });
-      expect(finished).toMatchObject({ status: 'SUCCESS', holdsDeduplicationId: false, attempts: 1, executorId: expect.any(String) });
+      expect(finished).toMatchObject({
+        status: 'SUCCESS',
+        holdsDeduplicationId: false,
+        attempts: 1,
+        executorId: expect.any(String),
+      });
     });
 
     it('searches by workflow ID or deduplication ID', async () => {
@@ -139,11 +153,15 @@ describe('dashboard admin API over HTTP (Express)', () => {
     });
 
     it('filters by a time range of creation', async () => {
-      const { rows } = await pool.query(`SELECT created_at FROM "${schema}".workflows WHERE workflow_id = $1`, [ids.held3]);
+      const { rows } = await pool.query(`SELECT created_at FROM "${schema}".workflows WHERE workflow_id = $1`, [
+        ids.held3,
+      ]);
       const at = rows[0].created_at as Date;
       const expected = (
         await pool.query(`SELECT workflow_id FROM "${schema}".workflows WHERE created_at >= $1`, [at])
-      ).rows.map((row) => row.workflow_id).sort();
+      ).rows
+        .map((row) => row.workflow_id)
+        .sort();
       const after = await list(`createdFrom=${encodeURIComponent(at.toISOString())}`);
       expect(idsOf(after)).toEqual(expected);
       const before = await list(`createdTo=${encodeURIComponent(new Date(at.getTime() - 3_600_000).toISOString())}`);
@@ -152,7 +170,11 @@ describe('dashboard admin API over HTTP (Express)', () => {
     });
 
     it('walks every page of a list newest first, without duplicates or omissions (ties on created_at included)', async () => {
-      await queues.enqueueMany('held', REPORT, Array.from({ length: 95 }, (_, i) => ({ args: [`bulk-${i}`] })));
+      await queues.enqueueMany(
+        'held',
+        REPORT,
+        Array.from({ length: 95 }, (_, i) => ({ args: [`bulk-${i}`] })),
+      );
       const walks: Array<[string, string]> = [
         ['queue=held', `queue_name = 'held'`],
         ['queue=held&status=ENQUEUED,CANCELLED', `queue_name = 'held'`],
@@ -161,7 +183,9 @@ describe('dashboard admin API over HTTP (Express)', () => {
       ];
       for (const [query, where] of walks) {
         const expected = (
-          await pool.query(`SELECT workflow_id FROM "${schema}".workflows WHERE ${where} ORDER BY created_at DESC, seq DESC`)
+          await pool.query(
+            `SELECT workflow_id FROM "${schema}".workflows WHERE ${where} ORDER BY created_at DESC, seq DESC`,
+          )
         ).rows.map((row) => row.workflow_id);
         expect(expected.length).toBeGreaterThan(95);
         const walked: string[] = [];
@@ -201,7 +225,12 @@ describe('dashboard admin API over HTTP (Express)', () => {
     it('refuses unknown filters, statuses, queues, bad limits, dates and cursors with 400/404 and a message', async () => {
       const refuse = async (query: string, status: number, field?: string) => {
         const { body } = await api().get(`/queues/api/workflows?${query}`).expect(status);
-        expect(body).toEqual({ statusCode: status, error: expect.any(String), message: expect.any(String), ...(field ? { field } : {}) });
+        expect(body).toEqual({
+          statusCode: status,
+          error: expect.any(String),
+          message: expect.any(String),
+          ...(field ? { field } : {}),
+        });
         return body;
       };
       expect((await refuse('colour=red', 400, 'colour')).error).toBe('InvalidArgumentError');
@@ -235,10 +264,24 @@ describe('dashboard admin API over HTTP (Express)', () => {
         completedAt: expect.any(String),
       });
       expect(body.steps).toEqual([
-        { index: 0, name: 'DashboardTasks.load', output: { userId: 'u1', plan: 'pro' }, error: null,
-          startedAt: expect.any(String), completedAt: expect.any(String), durationMs: expect.any(Number) },
-        { index: 1, name: 'DashboardTasks.render', output: 'report for u1 (pro)', error: null,
-          startedAt: expect.any(String), completedAt: expect.any(String), durationMs: expect.any(Number) },
+        {
+          index: 0,
+          name: 'DashboardTasks.load',
+          output: { userId: 'u1', plan: 'pro' },
+          error: null,
+          startedAt: expect.any(String),
+          completedAt: expect.any(String),
+          durationMs: expect.any(Number),
+        },
+        {
+          index: 1,
+          name: 'DashboardTasks.render',
+          output: 'report for u1 (pro)',
+          error: null,
+          startedAt: expect.any(String),
+          completedAt: expect.any(String),
+          durationMs: expect.any(Number),
+        },
       ]);
       for (const step of body.steps) {
         expect(step.durationMs).toBeGreaterThanOrEqual(0);
@@ -259,7 +302,11 @@ describe('dashboard admin API over HTTP (Express)', () => {
 
     it('answers 404 with the typed error for an unknown ID', async () => {
       const { body } = await api().get('/queues/api/workflows/nope').expect(404);
-      expect(body).toEqual({ statusCode: 404, error: 'WorkflowNotFoundError', message: 'Workflow "nope" does not exist' });
+      expect(body).toEqual({
+        statusCode: 404,
+        error: 'WorkflowNotFoundError',
+        message: 'Workflow "nope" does not exist',
+      });
     });
   });
 
@@ -268,15 +315,24 @@ describe('dashboard admin API over HTTP (Express)', () => {
       const { body } = await post(`/workflows/${ids.held2}/cancel`).expect(200);
       expect(body).toEqual({ workflowId: ids.held2, status: 'CANCELLED' });
       expect(await statusInDb(ids.held2)).toBe('CANCELLED');
-      const freed = await pool.query(`SELECT active_deduplication_id FROM "${schema}".workflows WHERE workflow_id = $1`, [ids.held2]);
+      const freed = await pool.query(
+        `SELECT active_deduplication_id FROM "${schema}".workflows WHERE workflow_id = $1`,
+        [ids.held2],
+      );
       expect(freed.rows[0].active_deduplication_id).toBeNull();
-      expect((await post(`/workflows/${ids.done2}/cancel`).expect(200)).body).toEqual({ workflowId: ids.done2, status: 'SUCCESS' });
+      expect((await post(`/workflows/${ids.done2}/cancel`).expect(200)).body).toEqual({
+        workflowId: ids.done2,
+        status: 'SUCCESS',
+      });
       expect(await statusInDb(ids.done2)).toBe('SUCCESS');
       expect((await post('/workflows/nope/cancel').expect(404)).body.error).toBe('WorkflowNotFoundError');
     });
 
     it('resumes a CANCELLED workflow (ENQUEUED again, holding its key); refuses a SUCCESS one (400) and a taken key (409)', async () => {
-      expect((await post(`/workflows/${ids.held2}/resume`).expect(200)).body).toEqual({ workflowId: ids.held2, status: 'ENQUEUED' });
+      expect((await post(`/workflows/${ids.held2}/resume`).expect(200)).body).toEqual({
+        workflowId: ids.held2,
+        status: 'ENQUEUED',
+      });
       expect(await statusInDb(ids.held2)).toBe('ENQUEUED');
 
       const refused = await post(`/workflows/${ids.done1}/resume`).expect(400);
@@ -309,14 +365,25 @@ describe('dashboard admin API over HTTP (Express)', () => {
 
       const before = (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows`)).rows[0].n;
       const conflict = await post(`/workflows/${ids.held1}/rerun`).expect(409);
-      expect(conflict.body).toMatchObject({ statusCode: 409, deduplicationId: 'user-1', existingWorkflowId: ids.held1 });
+      expect(conflict.body).toMatchObject({
+        statusCode: 409,
+        deduplicationId: 'user-1',
+        existingWorkflowId: ids.held1,
+      });
       expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows`)).rows[0].n).toBe(before);
       await post('/workflows/nope/rerun').expect(404);
     });
 
     it('reschedules an ENQUEUED workflow (start time and priority); refuses bad values and finished workflows', async () => {
-      const { body } = await post(`/workflows/${ids.held3}/reschedule`, { delayMs: 3_600_000, priority: 5 }).expect(200);
-      expect(body).toMatchObject({ workflowId: ids.held3, status: 'ENQUEUED', priority: 5, notBefore: expect.any(String) });
+      const { body } = await post(`/workflows/${ids.held3}/reschedule`, { delayMs: 3_600_000, priority: 5 }).expect(
+        200,
+      );
+      expect(body).toMatchObject({
+        workflowId: ids.held3,
+        status: 'ENQUEUED',
+        priority: 5,
+        notBefore: expect.any(String),
+      });
       const { rows } = await pool.query(
         `SELECT priority, not_before > now() + interval '59 minutes' AS later FROM "${schema}".workflows WHERE workflow_id = $1`,
         [ids.held3],
@@ -325,20 +392,41 @@ describe('dashboard admin API over HTTP (Express)', () => {
       const runAt = new Date(Date.now() + 7_200_000).toISOString();
       expect((await post(`/workflows/${ids.held3}/reschedule`, { runAt }).expect(200)).body.notBefore).toBe(runAt);
 
-      expect((await post(`/workflows/${ids.held3}/reschedule`, { priority: 'high' }).expect(400)).body.error).toBe('InvalidArgumentError');
-      expect((await post(`/workflows/${ids.held3}/reschedule`, { delayMs: -5 }).expect(400)).body.error).toBe('InvalidArgumentError');
+      expect((await post(`/workflows/${ids.held3}/reschedule`, { priority: 'high' }).expect(400)).body.error).toBe(
+        'InvalidArgumentError',
+      );
+      expect((await post(`/workflows/${ids.held3}/reschedule`, { delayMs: -5 }).expect(400)).body.error).toBe(
+        'InvalidArgumentError',
+      );
       expect((await post(`/workflows/${ids.held3}/reschedule`, { when: 'soon' }).expect(400)).body.field).toBe('when');
       expect((await post(`/workflows/${ids.held3}/reschedule`, {}).expect(400)).body.field).toBe('body');
-      expect((await post(`/workflows/${ids.held3}/reschedule`, { runAt: 'tomorrow' }).expect(400)).body.field).toBe('runAt');
-      expect((await post(`/workflows/${ids.done1}/reschedule`, { priority: 1 }).expect(400)).body.message).toContain('SUCCESS');
-      expect((await post('/workflows/nope/reschedule', { priority: 1 }).expect(404)).body.error).toBe('WorkflowNotFoundError');
-      expect((await pool.query(`SELECT priority FROM "${schema}".workflows WHERE workflow_id = $1`, [ids.held3])).rows[0].priority).toBe(5);
+      expect((await post(`/workflows/${ids.held3}/reschedule`, { runAt: 'tomorrow' }).expect(400)).body.field).toBe(
+        'runAt',
+      );
+      expect((await post(`/workflows/${ids.done1}/reschedule`, { priority: 1 }).expect(400)).body.message).toContain(
+        'SUCCESS',
+      );
+      expect((await post('/workflows/nope/reschedule', { priority: 1 }).expect(404)).body.error).toBe(
+        'WorkflowNotFoundError',
+      );
+      expect(
+        (await pool.query(`SELECT priority FROM "${schema}".workflows WHERE workflow_id = $1`, [ids.held3])).rows[0]
+          .priority,
+      ).toBe(5);
     });
 
     it('refuses malformed JSON (400) and actions that are not JSON requests (415)', async () => {
-      const malformed = await api().post(`/queues/api/workflows/${ids.held3}/reschedule`).set(json).send('{"priority": ').expect(400);
+      const malformed = await api()
+        .post(`/queues/api/workflows/${ids.held3}/reschedule`)
+        .set(json)
+        .send('{"priority": ')
+        .expect(400);
       expect(JSON.stringify(malformed.body)).not.toMatch(/\bat\b.*\.js/);
-      await api().post(`/queues/api/workflows/${ids.held4}/cancel`).set('content-type', 'text/plain').send('x').expect(415);
+      await api()
+        .post(`/queues/api/workflows/${ids.held4}/cancel`)
+        .set('content-type', 'text/plain')
+        .send('x')
+        .expect(415);
       await api().post(`/queues/api/workflows/${ids.held4}/cancel`).expect(415);
       expect(await statusInDb(ids.held4)).toBe('ENQUEUED');
     });
@@ -357,16 +445,35 @@ describe('dashboard admin API over HTTP (Express)', () => {
     });
 
     it('changes limits (null: back to the declared value) and refuses bad ones', async () => {
-      const changed = await api().patch('/queues/api/queues/tenants/limits').set(json)
-        .send({ concurrency: 4, rateLimit: { limit: 10, periodMs: 1000 } }).expect(200);
-      expect(changed.body.limits).toEqual({ concurrency: 4, workerConcurrency: 10, partitionConcurrency: 1, rateLimit: { limit: 10, periodMs: 1000 } });
+      const changed = await api()
+        .patch('/queues/api/queues/tenants/limits')
+        .set(json)
+        .send({ concurrency: 4, rateLimit: { limit: 10, periodMs: 1000 } })
+        .expect(200);
+      expect(changed.body.limits).toEqual({
+        concurrency: 4,
+        workerConcurrency: 10,
+        partitionConcurrency: 1,
+        rateLimit: { limit: 10, periodMs: 1000 },
+      });
       expect(await queueRow('tenants')).toMatchObject({ concurrency: 4, rate_limit: 10, rate_period_ms: 1000 });
 
-      const reset = await api().patch('/queues/api/queues/tenants/limits').set(json).send({ concurrency: null, rateLimit: null }).expect(200);
+      const reset = await api()
+        .patch('/queues/api/queues/tenants/limits')
+        .set(json)
+        .send({ concurrency: null, rateLimit: null })
+        .expect(200);
       expect(reset.body.limits).toEqual({ workerConcurrency: 10, partitionConcurrency: 1 });
       expect(await queueRow('tenants')).toMatchObject({ concurrency: null, rate_limit: null });
 
-      for (const bad of [{ concurrency: 0 }, { concurrency: 'many' }, { rateLimit: { limit: 5 } }, { speed: 3 }, {}, [1]]) {
+      for (const bad of [
+        { concurrency: 0 },
+        { concurrency: 'many' },
+        { rateLimit: { limit: 5 } },
+        { speed: 3 },
+        {},
+        [1],
+      ]) {
         const { body } = await api().patch('/queues/api/queues/tenants/limits').set(json).send(bad).expect(400);
         expect(body.error).toBe('InvalidArgumentError');
       }
@@ -407,14 +514,24 @@ describe('dashboard options and guards', () => {
   });
 
   it('runs an app guard (resolved through DI with the modules given in imports) before the page and every API route', async () => {
-    const { app, queues } = await start(schema, { path: '/admin/jobs', guards: [AdminKeyGuard], imports: [AdminKeyModule] });
+    const { app, queues } = await start(schema, {
+      path: '/admin/jobs',
+      guards: [AdminKeyGuard],
+      imports: [AdminKeyModule],
+    });
     const id = (await queues.enqueue('held', REPORT, ['g'])).workflowId;
     const server = app.getHttpServer();
     await request(server).get('/admin/jobs').expect(403);
     await request(server).get('/admin/jobs/api/queues').expect(403);
     await request(server).get(`/admin/jobs/api/workflows/${id}`).expect(403);
-    await request(server).post(`/admin/jobs/api/workflows/${id}/cancel`).set('content-type', 'application/json').send({}).expect(403);
-    expect((await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0].status).toBe('ENQUEUED');
+    await request(server)
+      .post(`/admin/jobs/api/workflows/${id}/cancel`)
+      .set('content-type', 'application/json')
+      .send({})
+      .expect(403);
+    expect(
+      (await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0].status,
+    ).toBe('ENQUEUED');
     await request(server).get('/admin/jobs').set('x-admin-key', 's3cret').expect(200);
     await request(server).get('/admin/jobs/api/queues').set('x-admin-key', 's3cret').expect(200);
     await request(server).get('/queues').expect(404);
@@ -424,10 +541,13 @@ describe('dashboard options and guards', () => {
     const shown = await start(schema, { path: '/with-stacks', showErrorStacks: true });
     const hidden = await start(schema, { path: '/queues', guards: [DenyAllGuard] });
     const id = (await shown.queues.enqueue('work', BROKEN, ['s'])).workflowId;
-    const { body } = await waitFor(async () => {
-      const response = await request(shown.app.getHttpServer()).get(`/with-stacks/api/workflows/${id}`).expect(200);
-      return response.body.status === 'ERROR' && response;
-    }, { what: 'the broken workflow to fail' });
+    const { body } = await waitFor(
+      async () => {
+        const response = await request(shown.app.getHttpServer()).get(`/with-stacks/api/workflows/${id}`).expect(200);
+        return response.body.status === 'ERROR' && response;
+      },
+      { what: 'the broken workflow to fail' },
+    );
     expect(body.error.stack).toContain('TypeError: no report for s');
     expect(body.steps[1].error.stack).toContain('TypeError: no report for s');
     await request(hidden.app.getHttpServer()).get('/queues').expect(403);
@@ -437,7 +557,9 @@ describe('dashboard options and guards', () => {
 
   it('refuses a bad path at boot', async () => {
     const { DedupQueueDashboardModule } = await import('nest-dedup-queue');
-    expect(() => DedupQueueDashboardModule.forRoot({ path: '/a b' })).toThrow(/`path` "\/a b" must be a plain URL path/);
+    expect(() => DedupQueueDashboardModule.forRoot({ path: '/a b' })).toThrow(
+      /`path` "\/a b" must be a plain URL path/,
+    );
     expect(() => DedupQueueDashboardModule.forRoot({ guards: [undefined as never] })).toThrow(/guards/);
   });
 });
@@ -469,13 +591,27 @@ describe('dashboard on Fastify', () => {
     const id = (await open.queues.enqueue('held', REPORT, ['f'], { deduplicationId: 'fast' })).workflowId;
     const { body } = await request(server).get('/queues/api/workflows?search=fast').expect(200);
     expect(body.workflows.map((w: { workflowId: string }) => w.workflowId)).toEqual([id]);
-    const cancelled = await request(server).post(`/queues/api/workflows/${id}/cancel`).set('content-type', 'application/json').send({}).expect(200);
+    const cancelled = await request(server)
+      .post(`/queues/api/workflows/${id}/cancel`)
+      .set('content-type', 'application/json')
+      .send({})
+      .expect(200);
     expect(cancelled.body).toEqual({ workflowId: id, status: 'CANCELLED' });
     const taker = await open.queues.enqueue('held', REPORT, ['f2'], { deduplicationId: 'fast' });
-    const conflict = await request(server).post(`/queues/api/workflows/${id}/resume`).set('content-type', 'application/json').send({}).expect(409);
+    const conflict = await request(server)
+      .post(`/queues/api/workflows/${id}/resume`)
+      .set('content-type', 'application/json')
+      .send({})
+      .expect(409);
     expect(conflict.body).toMatchObject({ statusCode: 409, existingWorkflowId: taker.workflowId });
-    expect((await request(server).get('/queues/api/workflows/nope').expect(404)).body.error).toBe('WorkflowNotFoundError');
-    await request(server).post(`/queues/api/workflows/${id}/reschedule`).set('content-type', 'application/json').send('{"x": ').expect(400);
+    expect((await request(server).get('/queues/api/workflows/nope').expect(404)).body.error).toBe(
+      'WorkflowNotFoundError',
+    );
+    await request(server)
+      .post(`/queues/api/workflows/${id}/reschedule`)
+      .set('content-type', 'application/json')
+      .send('{"x": ')
+      .expect(400);
 
     await request(guarded.app.getHttpServer()).get('/guarded').expect(403);
     await request(guarded.app.getHttpServer()).get('/guarded/api/queues').expect(403);

@@ -67,16 +67,20 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     }
     await table.getByRole('link', { name: 'held ENQUEUED: 2' }).waitFor();
     await table.getByRole('link', { name: 'tenants ENQUEUED: 0' }).waitFor();
-    await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
+    await page.evaluate(() => ((globalThis as unknown as { loadedOnce: boolean }).loadedOnce = true));
     await open.queues.enqueue('held', REPORT, ['c']);
     await table.getByRole('link', { name: 'held ENQUEUED: 3' }).waitFor();
-    expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
+    expect(await page.evaluate(() => (globalThis as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
   });
 
   it('finds the holder of a deduplication ID by search, shows its steps, cancels it and resumes it', async () => {
     const holder = await open.queues.enqueue('work', WAITING, ['page-user'], { deduplicationId: 'user-42' });
-    await waitFor(async () => (await pool.query(
-      `SELECT 1 FROM "${schema}".steps WHERE workflow_id = $1`, [holder.workflowId])).rowCount === 1, { what: 'its first step' });
+    await waitFor(
+      async () =>
+        (await pool.query(`SELECT 1 FROM "${schema}".steps WHERE workflow_id = $1`, [holder.workflowId])).rowCount ===
+        1,
+      { what: 'its first step' },
+    );
 
     await page.goto(`${openUrl}/queues`);
     await page.getByRole('searchbox', { name: 'Search' }).fill('user-42');
@@ -95,10 +99,14 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     await dialog.waitFor();
     expect(await statusInDb(holder.workflowId)).toBe('PENDING');
     await dialog.getByRole('button', { name: 'Confirm' }).click();
-    await waitFor(async () => (await statusInDb(holder.workflowId)) === 'CANCELLED', { what: 'the workflow to be cancelled' });
+    await waitFor(async () => (await statusInDb(holder.workflowId)) === 'CANCELLED', {
+      what: 'the workflow to be cancelled',
+    });
 
     await page.getByRole('button', { name: 'Resume', exact: true }).click();
-    await waitFor(async () => ['ENQUEUED', 'PENDING'].includes(await statusInDb(holder.workflowId)), { what: 'it to be resumed' });
+    await waitFor(async () => ['ENQUEUED', 'PENDING'].includes(await statusInDb(holder.workflowId)), {
+      what: 'it to be resumed',
+    });
     await page.getByRole('button', { name: 'Cancel', exact: true }).waitFor();
   });
 

@@ -10,7 +10,12 @@ async function startDashboardApp(url, schema) {
   class BenchDashboardApp {}
   Module({
     imports: [
-      DedupQueueModule.forRoot({ connection: { url }, schema, worker: false, queues: QUEUES.map(({ workflow: _w, ...q }) => q) }),
+      DedupQueueModule.forRoot({
+        connection: { url },
+        schema,
+        worker: false,
+        queues: QUEUES.map(({ workflow: _w, ...q }) => q),
+      }),
       DedupQueueDashboardModule.forRoot({ path: '/queues' }),
     ],
   })(BenchDashboardApp);

@@ -15,24 +15,34 @@ async function main() {
   const pool = new Pool({ connectionString: url, max: 2 });
   pool.on('error', () => undefined);
   try {
-    const { rows: [{ count }] } = await pool.query(`SELECT count(*)::int AS count FROM "${schema}".workflows`);
-    if (count !== rows || process.env.DASHBOARD_RESEED === '1') {
+    const {
+      rows: [{ count }],
+    } = await pool.query(`SELECT count(*)::int AS count FROM "${schema}".workflows`);
+    if (count < rows || process.env.DASHBOARD_RESEED === '1') {
       const started = Date.now();
       await seedWorkflows(pool, schema, rows);
       console.log(`seeded ${rows.toLocaleString('en')} workflows in ${((Date.now() - started) / 1000).toFixed(1)} s`);
     }
     const recent = (await fetchJson(`${baseUrl}/api/workflows?queue=emails&limit=1`)).workflows[0];
     const firstPage = await fetchJson(`${baseUrl}/api/workflows?queue=emails&status=SUCCESS`);
-    const { rows: [withSteps] } = await pool.query(`SELECT workflow_id FROM "${schema}".steps ORDER BY workflow_id DESC LIMIT 1`);
+    const {
+      rows: [withSteps],
+    } = await pool.query(`SELECT workflow_id FROM "${schema}".steps ORDER BY workflow_id DESC LIMIT 1`);
     const sixDaysAgo = new Date(Date.now() - 6 * 86_400_000).toISOString();
     const calls = [
       ['GET  /api/queues (counts, limits, throughput)', '/api/queues'],
       ['GET  /api/workflows (no filter)', '/api/workflows'],
       ['GET  /api/workflows?queue', '/api/workflows?queue=emails'],
       ['GET  /api/workflows?queue&status=SUCCESS', '/api/workflows?queue=emails&status=SUCCESS'],
-      ['GET  /api/workflows?queue&status=SUCCESS, page 2', `/api/workflows?queue=emails&status=SUCCESS&cursor=${firstPage.nextCursor}`],
+      [
+        'GET  /api/workflows?queue&status=SUCCESS, page 2',
+        `/api/workflows?queue=emails&status=SUCCESS&cursor=${firstPage.nextCursor}`,
+      ],
       ['GET  /api/workflows?queue&status=ERROR,CANCELLED', '/api/workflows?queue=emails&status=ERROR,CANCELLED'],
-      ['GET  /api/workflows?status=MAX_RECOVERY_… (all queues)', '/api/workflows?status=MAX_RECOVERY_ATTEMPTS_EXCEEDED'],
+      [
+        'GET  /api/workflows?status=MAX_RECOVERY_… (all queues)',
+        '/api/workflows?status=MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+      ],
       ['GET  /api/workflows?workflowName', '/api/workflows?workflowName=Reports.build'],
       ['GET  /api/workflows?workflowName&status=ERROR', '/api/workflows?workflowName=Reports.build&status=ERROR'],
       ['GET  /api/workflows?deduplicationId', '/api/workflows?deduplicationId=user-4242'],
@@ -40,7 +50,10 @@ async function main() {
       ['GET  /api/workflows?search (workflow ID)', `/api/workflows?search=${recent.workflowId}`],
       ['GET  /api/workflows?search (deduplication ID)', '/api/workflows?search=user-4242'],
       ['GET  /api/workflows?createdTo (6 days ago)', `/api/workflows?createdTo=${sixDaysAgo}`],
-      ['GET  /api/workflows?queue&status&createdTo', `/api/workflows?queue=billing&status=ERROR&createdTo=${sixDaysAgo}`],
+      [
+        'GET  /api/workflows?queue&status&createdTo',
+        `/api/workflows?queue=billing&status=ERROR&createdTo=${sixDaysAgo}`,
+      ],
       ['GET  /api/workflows/:id (with 3 steps)', `/api/workflows/${withSteps.workflow_id}`],
       ['GET  <path> (the page)', ''],
     ];
@@ -56,7 +69,10 @@ async function main() {
       times.sort((a, b) => a - b);
       results.push({ label, median: times[Math.floor(times.length / 2)], max: times[times.length - 1] });
     }
-    for (const [label, path] of [['POST cancel + resume', 'wf-999995'], ['POST rerun', 'wf-999991']]) {
+    for (const [label, path] of [
+      ['POST cancel + resume', 'wf-999995'],
+      ['POST rerun', 'wf-999991'],
+    ]) {
       const started = process.hrtime.bigint();
       if (label.includes('cancel')) {
         await post(`${baseUrl}/api/workflows/${path}/cancel`);
@@ -71,7 +87,9 @@ async function main() {
     console.log(`\n${rows.toLocaleString('en')} workflows, ${repetitions} calls each over HTTP (ms)\n`);
     console.log(`${'call'.padEnd(width)}  median     max`);
     for (const result of results) {
-      console.log(`${result.label.padEnd(width)}  ${result.median.toFixed(1).padStart(6)}  ${result.max.toFixed(1).padStart(6)}`);
+      console.log(
+        `${result.label.padEnd(width)}  ${result.median.toFixed(1).padStart(6)}  ${result.max.toFixed(1).padStart(6)}`,
+      );
     }
     const slowest = results.reduce((a, b) => (b.median > a.median ? b : a));
     console.log(`\nslowest (median): ${slowest.label}: ${slowest.median.toFixed(1)} ms`);

@@ -19,7 +19,8 @@ const QUEUES = [
 async function seedWorkflows(pool, schema, count) {
   const table = `"${schema}".workflows`;
   await pool.query(`TRUNCATE ${table} RESTART IDENTITY CASCADE`);
-  await pool.query(`
+  await pool.query(
+    `
     INSERT INTO ${table} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
                           inputs, output, error, executor_id, attempts, created_at, started_at, completed_at,
                           partition_key, updated_at)

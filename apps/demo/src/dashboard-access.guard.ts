@@ -14,9 +14,14 @@ export class DashboardAccessGuard implements CanActivate {
     if (password === undefined) return true;
     const http = context.switchToHttp();
     const header: string = http.getRequest().headers.authorization ?? '';
-    const given = Buffer.from(Buffer.from(header.replace(/^Basic /, ''), 'base64').toString('utf8').replace(/^[^:]*:/, ''));
+    const given = Buffer.from(
+      Buffer.from(header.replace(/^Basic /, ''), 'base64')
+        .toString('utf8')
+        .replace(/^[^:]*:/, ''),
+    );
     const expected = Buffer.from(password);
-    if (header.startsWith('Basic ') && given.length === expected.length && timingSafeEqual(given, expected)) return true;
+    if (header.startsWith('Basic ') && given.length === expected.length && timingSafeEqual(given, expected))
+      return true;
     http.getResponse().setHeader('WWW-Authenticate', 'Basic realm="queues"');
     throw new UnauthorizedException('The dashboard needs the demo password (DEMO_DASHBOARD_PASSWORD)');
   }

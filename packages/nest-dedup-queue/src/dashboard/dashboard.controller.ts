@@ -23,7 +23,11 @@ import { DashboardService } from './dashboard.service';
  * Makes the dashboard's controller for one `forRoot()` call: a class of its own, so that its path and guards are
  * metadata of that class alone (several apps, or dashboards, in one process never share them).
  */
-export function createDashboardController(path: string, guards: Type<CanActivate>[], page: DashboardPage): Type<unknown> {
+export function createDashboardController(
+  path: string,
+  guards: Type<CanActivate>[],
+  page: DashboardPage,
+): Type<unknown> {
   @Controller(path)
   @UseGuards(...guards)
   @UseFilters(DashboardExceptionFilter)
@@ -113,6 +117,8 @@ export function createDashboardController(path: string, guards: Type<CanActivate
  */
 function assertJson(contentType: string | undefined): void {
   if (!contentType?.toLowerCase().startsWith('application/json')) {
-    throw new UnsupportedMediaTypeException('dashboard actions take Content-Type: application/json (a JSON body, {} when empty)');
+    throw new UnsupportedMediaTypeException(
+      'dashboard actions take Content-Type: application/json (a JSON body, {} when empty)',
+    );
   }
 }

@@ -26,7 +26,10 @@ import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
 
 /** Every status, in the order the page shows them. */
-export const DASHBOARD_STATUSES: readonly WorkflowStatus[] = [...ACTIVE_WORKFLOW_STATUSES, ...FINISHED_WORKFLOW_STATUSES];
+export const DASHBOARD_STATUSES: readonly WorkflowStatus[] = [
+  ...ACTIVE_WORKFLOW_STATUSES,
+  ...FINISHED_WORKFLOW_STATUSES,
+];
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -36,7 +39,16 @@ const DEFAULT_PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 500;
 const CURSOR = /^(\d{1,19})\.(\d{1,19})$/;
 const LIST_PARAMETERS = [
-  'queue', 'status', 'workflowName', 'deduplicationId', 'partitionKey', 'search', 'createdFrom', 'createdTo', 'limit', 'cursor',
+  'queue',
+  'status',
+  'workflowName',
+  'deduplicationId',
+  'partitionKey',
+  'search',
+  'createdFrom',
+  'createdTo',
+  'limit',
+  'cursor',
 ];
 const LIMIT_FIELDS = ['concurrency', 'workerConcurrency', 'partitionConcurrency', 'rateLimit'];
 const RESCHEDULE_FIELDS = ['delayMs', 'runAt', 'priority'];
@@ -59,12 +71,12 @@ export class DashboardService {
   /** Every declared queue with its settings, counts per status and recent throughput. */
   async listQueues(): Promise<DashboardQueue[]> {
     const names = [...this.config.queues.keys()];
-    const [settings, counts, finished] = await Promise.all([
+    const [settings, counts, finished, estimates] = await Promise.all([
       Promise.all(names.map((name) => this.queues.getQueueSettings(name))),
       this.store.statusCounts(names, DASHBOARD_STATUSES, STATUS_COUNT_LIMIT),
       this.store.finishedRecently(),
+      this.store.estimatedCounts(),
     ]);
-    const estimates = counts.some((row) => row.count > STATUS_COUNT_LIMIT) ? await this.store.estimatedCounts() : undefined;
     return names.map((name, index) => {
       const { paused, ...limits } = settings[index];
       const recent = finished.find((row) => row.queue_name === name);
@@ -72,10 +84,13 @@ export class DashboardService {
         DASHBOARD_STATUSES.map((status) => {
           const count = counts.find((row) => row.queue_name === name && row.status === status)?.count ?? 0;
           if (count <= STATUS_COUNT_LIMIT) return [status, { value: count, exact: true }];
-          const estimate = estimates
-            ? Math.round(estimates.rows * (estimates.queues.get(name) ?? 0) * (estimates.statuses.get(status) ?? 0))
-            : 0;
-          return [status, { value: STATUS_COUNT_LIMIT, exact: false, estimate: Math.max(estimate, STATUS_COUNT_LIMIT + 1) }];
+          const estimate = Math.round(
+            estimates.rows * (estimates.queues.get(name) ?? 0) * (estimates.statuses.get(status) ?? 0),
+          );
+          return [
+            status,
+            { value: STATUS_COUNT_LIMIT, exact: false, estimate: Math.max(estimate, STATUS_COUNT_LIMIT + 1) },
+          ];
         }),
       ) as Record<WorkflowStatus, DashboardCount>;
       return {
@@ -157,10 +172,13 @@ export class DashboardService {
     const row = await this.store.findRerunSource(workflowId);
     if (!row) throw new WorkflowNotFoundError(workflowId);
     this.assertDeclared(row.queueName);
-    const enqueued = await this.enqueuer.enqueue({ ...row, workflowId: randomUUID(), runAt: null, delayMs: null }, {
-      onDuplicate: 'reject',
-      whenRunning: 'reject',
-    });
+    const enqueued = await this.enqueuer.enqueue(
+      { ...row, workflowId: randomUUID(), runAt: null, delayMs: null },
+      {
+        onDuplicate: 'reject',
+        whenRunning: 'reject',
+      },
+    );
     return { workflowId: enqueued.workflowId, rerunOf: workflowId };
   }
 

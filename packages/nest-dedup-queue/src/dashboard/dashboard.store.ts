@@ -93,8 +93,12 @@ export class DashboardStore {
     this.queues = `${database.schemaSql}.queues`;
   }
 
-  /** For each queue and status, how many workflows, counting at most `limit` + 1 (index-only on the queue/status index). */
-  async statusCounts(queueNames: string[], statuses: readonly WorkflowStatus[], limit: number): Promise<StatusCountRow[]> {
+  /** For each queue and status, how many workflows, counting at most `limit` + 1 (index-only, queue/status index). */
+  async statusCounts(
+    queueNames: string[],
+    statuses: readonly WorkflowStatus[],
+    limit: number,
+  ): Promise<StatusCountRow[]> {
     return this.database.query<StatusCountRow>(
       `SELECT q.queue_name, s.status,
               (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table} AS w
@@ -111,7 +115,12 @@ export class DashboardStore {
    * common values' frequencies of `queue_name` and `status`), as Postgres itself estimates it.
    */
   async estimatedCounts(): Promise<{ rows: number; queues: Map<string, number>; statuses: Map<string, number> }> {
-    const stats = await this.database.query<{ attname: string; vals: string[] | null; freqs: number[] | null; rows: number }>(
+    const stats = await this.database.query<{
+      attname: string;
+      vals: string[] | null;
+      freqs: number[] | null;
+      rows: number;
+    }>(
       `SELECT a.attname, s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,
               greatest(c.reltuples, 0)::float8 AS rows
        FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
@@ -147,13 +156,17 @@ export class DashboardStore {
    * `limit` rows at most, and the branches are merged. Its values are bound parameters of an unnamed statement, so
    * each branch is planned for its own status (a rare one walks the (queue_name, status, ...) index).
    */
-  async list(filter: WorkflowListFilter, cursor: ListCursor | undefined, limit: number, allStatuses: readonly WorkflowStatus[]): Promise<SummaryRow[]> {
+  async list(
+    filter: WorkflowListFilter,
+    cursor: ListCursor | undefined,
+    limit: number,
+    allStatuses: readonly WorkflowStatus[],
+  ): Promise<SummaryRow[]> {
     const { conditions, params } = this.conditions(filter);
     if (cursor) {
       params.push(cursor.createdAtMicros, cursor.seq);
-      conditions.push(
-        `(created_at, seq) < (timestamptz 'epoch' + $${params.length - 1}::bigint * interval '1 microsecond', $${params.length}::bigint)`,
-      );
+      const [micros, seq] = [`$${params.length - 1}::bigint`, `$${params.length}::bigint`];
+      conditions.push(`(created_at, seq) < (timestamptz 'epoch' + ${micros} * interval '1 microsecond', ${seq})`);
     }
     params.push(limit);
     const limitParam = `$${params.length}`;
@@ -165,9 +178,15 @@ export class DashboardStore {
       );
     }
     const union = branches
-      .map((branch) => `(SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(branch)} ${NEWEST_FIRST} LIMIT ${limitParam})`)
+      .map(
+        (branch) =>
+          `(SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(branch)} ${NEWEST_FIRST} LIMIT ${limitParam})`,
+      )
       .join(' UNION ALL ');
-    return this.database.query<SummaryRow>(`SELECT * FROM (${union}) AS page ${NEWEST_FIRST} LIMIT ${limitParam}`, params);
+    return this.database.query<SummaryRow>(
+      `SELECT * FROM (${union}) AS page ${NEWEST_FIRST} LIMIT ${limitParam}`,
+      params,
+    );
   }
 
   /** How many workflows match, counting at most `limit` + 1 (the branches of `list`, read until the limit). */
@@ -197,7 +216,8 @@ export class DashboardStore {
     conditions: string[],
     params: unknown[],
   ): Promise<string[][] | undefined> {
-    const selective = filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
+    const selective =
+      filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
     const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
     const param = (value: unknown) => {
       params.push(value);
@@ -224,7 +244,9 @@ export class DashboardStore {
   }
 
   /** What a re-run copies: everything a new workflow row needs except its ID and start time. */
-  async findRerunSource(workflowId: string): Promise<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'> | undefined> {
+  async findRerunSource(
+    workflowId: string,
+  ): Promise<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'> | undefined> {
     const rows = await this.database.query<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'>>(
       `SELECT queue_name AS "queueName", workflow_name AS "workflowName", deduplication_id AS "deduplicationId",
               inputs::text AS "inputsJson", timeout_ms AS "timeoutMs", max_attempts AS "maxAttempts",

@@ -1,7 +1,11 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueDashboardOptions } from '../interfaces/dashboard-options.interface';
-import { DEDUP_QUEUE_DASHBOARD_OPTIONS, DEFAULT_DASHBOARD_PATH, DEFAULT_DASHBOARD_REFRESH_MS } from './dashboard.constants';
+import {
+  DEDUP_QUEUE_DASHBOARD_OPTIONS,
+  DEFAULT_DASHBOARD_PATH,
+  DEFAULT_DASHBOARD_REFRESH_MS,
+} from './dashboard.constants';
 import { createDashboardController } from './dashboard.controller';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
 import { buildDashboardPage } from './dashboard-page';
@@ -34,14 +38,20 @@ export class DedupQueueDashboardModule {
     }
     const refreshIntervalMs = options.refreshIntervalMs ?? DEFAULT_DASHBOARD_REFRESH_MS;
     if (!Number.isInteger(refreshIntervalMs) || refreshIntervalMs < 250) {
-      throw new DedupQueueConfigurationError('DedupQueueDashboardModule: `refreshIntervalMs` must be an integer of at least 250');
+      throw new DedupQueueConfigurationError(
+        'DedupQueueDashboardModule: `refreshIntervalMs` must be an integer of at least 250',
+      );
     }
     const page = buildDashboardPage({ refreshIntervalMs, showErrorStacks: options.showErrorStacks === true });
     return {
       module: DedupQueueDashboardModule,
       imports: options.imports ?? [],
       controllers: [createDashboardController(path, guards, page)],
-      providers: [{ provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options }, DashboardService, DashboardExceptionFilter],
+      providers: [
+        { provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options },
+        DashboardService,
+        DashboardExceptionFilter,
+      ],
     };
   }
 }
@@ -49,7 +59,8 @@ export class DedupQueueDashboardModule {
 function validPath(path: string): string {
   if (typeof path !== 'string' || !/^\/?[A-Za-z0-9._~\-/]*$/.test(path) || path.includes('//')) {
     throw new DedupQueueConfigurationError(
-      `DedupQueueDashboardModule: \`path\` ${JSON.stringify(path)} must be a plain URL path such as '/queues' (letters, digits, - _ . ~ /)`,
+      `DedupQueueDashboardModule: \`path\` ${JSON.stringify(path)} must be a plain URL path such as '/queues' ` +
+        '(letters, digits, - _ . ~ /)',
     );
   }
   return path.replace(/\/+$/, '') || '/';

@@ -21,7 +21,8 @@ export interface StepCheckpoint {
 }
 
 /** The checkpoint's columns after the key: its outcome and its times, by the database's clock. */
-const CHECKPOINT_VALUES = `$4::json, $5::json, clock_timestamp() - $6::float8 * interval '1 millisecond', clock_timestamp()`;
+const CHECKPOINT_VALUES = `$4::json, $5::json,
+  clock_timestamp() - $6::float8 * interval '1 millisecond', clock_timestamp()`;
 
 /** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
 export class StepStore {

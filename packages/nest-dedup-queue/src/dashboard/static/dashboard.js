@@ -46,10 +46,18 @@
   }
 
   const formatCount = (count) =>
-    count.exact ? numbers.format(count.value) : count.estimate ? `≈${numbers.format(count.estimate)}` : `${numbers.format(count.value)}+`;
+    count.exact
+      ? numbers.format(count.value)
+      : count.estimate
+        ? `≈${numbers.format(count.estimate)}`
+        : `${numbers.format(count.value)}+`;
   const formatTime = (iso) => (iso ? new Date(iso).toLocaleString() : '—');
   const formatDuration = (ms) =>
-    ms === null || ms === undefined ? '—' : ms < 1000 ? `${ms.toFixed(ms < 10 ? 1 : 0)} ms` : `${(ms / 1000).toFixed(2)} s`;
+    ms === null || ms === undefined
+      ? '—'
+      : ms < 1000
+        ? `${ms.toFixed(ms < 10 ? 1 : 0)} ms`
+        : `${(ms / 1000).toFixed(2)} s`;
   const json = (value) => {
     if (value === undefined) return 'undefined';
     const compact = JSON.stringify(value);
@@ -121,22 +129,52 @@
   // ----- the queues at a glance -----
 
   function queuesTable(queues) {
-    return h('table', { class: 'queues' },
+    return h(
+      'table',
+      { class: 'queues' },
       h('caption', {}, 'Workflows per queue and status'),
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, 'Queue'),
-        h('th', { scope: 'col' }, 'State'),
-        STATUSES.map((status) => h('th', { scope: 'col', class: 'num', title: status }, SHORT[status] || status)),
-        h('th', { scope: 'col', class: 'num' }, 'Finished, 1 min'),
-        h('th', { scope: 'col', class: 'num' }, 'Finished, 5 min'))),
-      h('tbody', {}, queues.map((queue) => h('tr', {},
-        h('th', { scope: 'row' }, h('a', { href: queueLink(queue.name) }, queue.name)),
-        h('td', {}, queue.paused ? h('span', { class: 'badge paused' }, 'Paused') : 'Running'),
-        STATUSES.map((status) => h('td', { class: 'num' },
-          h('a', { href: queueLink(queue.name, status), 'aria-label': `${queue.name} ${status}: ${formatCount(queue.counts[status])}` },
-            formatCount(queue.counts[status])))),
-        h('td', { class: 'num' }, numbers.format(queue.finished.lastMinute)),
-        h('td', { class: 'num' }, numbers.format(queue.finished.last5Minutes))))));
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          h('th', { scope: 'col' }, 'Queue'),
+          h('th', { scope: 'col' }, 'State'),
+          STATUSES.map((status) => h('th', { scope: 'col', class: 'num', title: status }, SHORT[status] || status)),
+          h('th', { scope: 'col', class: 'num' }, 'Finished, 1 min'),
+          h('th', { scope: 'col', class: 'num' }, 'Finished, 5 min'),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        queues.map((queue) =>
+          h(
+            'tr',
+            {},
+            h('th', { scope: 'row' }, h('a', { href: queueLink(queue.name) }, queue.name)),
+            h('td', {}, queue.paused ? h('span', { class: 'badge paused' }, 'Paused') : 'Running'),
+            STATUSES.map((status) =>
+              h(
+                'td',
+                { class: 'num' },
+                h(
+                  'a',
+                  {
+                    href: queueLink(queue.name, status),
+                    'aria-label': `${queue.name} ${status}: ${formatCount(queue.counts[status])}`,
+                  },
+                  formatCount(queue.counts[status]),
+                ),
+              ),
+            ),
+            h('td', { class: 'num' }, numbers.format(queue.finished.lastMinute)),
+            h('td', { class: 'num' }, numbers.format(queue.finished.last5Minutes)),
+          ),
+        ),
+      ),
+    );
   }
 
   async function showOverview(token) {
@@ -154,15 +192,28 @@
   // ----- lists of workflows -----
 
   function workflowRows(workflows) {
-    return workflows.map((workflow) => h('tr', {},
-      h('th', { scope: 'row' }, h('a', { href: workflowLink(workflow.workflowId), class: 'mono' }, workflow.workflowId)),
-      h('td', {}, workflow.workflowName),
-      h('td', {}, statusBadge(workflow.status)),
-      h('td', { class: 'mono' }, workflow.deduplicationId || '—',
-        workflow.holdsDeduplicationId ? h('span', { class: 'holds' }, ' (holds it)') : ''),
-      h('td', { class: 'mono' }, workflow.partitionKey || '—'),
-      h('td', {}, formatTime(workflow.createdAt)),
-      h('td', { class: 'num' }, workflow.attempts)));
+    return workflows.map((workflow) =>
+      h(
+        'tr',
+        {},
+        h(
+          'th',
+          { scope: 'row' },
+          h('a', { href: workflowLink(workflow.workflowId), class: 'mono' }, workflow.workflowId),
+        ),
+        h('td', {}, workflow.workflowName),
+        h('td', {}, statusBadge(workflow.status)),
+        h(
+          'td',
+          { class: 'mono' },
+          workflow.deduplicationId || '—',
+          workflow.holdsDeduplicationId ? h('span', { class: 'holds' }, ' (holds it)') : '',
+        ),
+        h('td', { class: 'mono' }, workflow.partitionKey || '—'),
+        h('td', {}, formatTime(workflow.createdAt)),
+        h('td', { class: 'num' }, workflow.attempts),
+      ),
+    );
   }
 
   /** A list with its total and "Load more"; `query` is the API's filter string. */
@@ -170,17 +221,30 @@
     const total = h('p', { class: 'total' });
     const body = h('tbody');
     const more = h('button', { type: 'button', hidden: true }, 'Load more');
-    const table = h('table', { class: 'workflows' },
+    const table = h(
+      'table',
+      { class: 'workflows' },
       h('caption', {}, caption),
-      h('thead', {}, h('tr', {},
-        ['Workflow ID', 'Workflow', 'Status', 'Deduplication ID', 'Partition key', 'Created', 'Attempts']
-          .map((label) => h('th', { scope: 'col', class: label === 'Attempts' ? 'num' : undefined }, label)))),
-      body);
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['Workflow ID', 'Workflow', 'Status', 'Deduplication ID', 'Partition key', 'Created', 'Attempts'].map(
+            (label) => h('th', { scope: 'col', class: label === 'Attempts' ? 'num' : undefined }, label),
+          ),
+        ),
+      ),
+      body,
+    );
     let nextCursor = null;
     let query = '';
     let pages = 1;
     const load = async (append) => {
-      const page = await request(`/workflows?${query}${append && nextCursor ? `&cursor=${encodeURIComponent(nextCursor)}` : ''}`);
+      const page = await request(
+        `/workflows?${query}${append && nextCursor ? `&cursor=${encodeURIComponent(nextCursor)}` : ''}`,
+      );
       nextCursor = page.nextCursor;
       more.hidden = !nextCursor;
       total.textContent = `${formatCount(page.total)} workflow${page.total.value === 1 && page.total.exact ? '' : 's'}`;
@@ -209,15 +273,18 @@
   }
 
   function filtersForm(queueName, params) {
-    const field = (name, label, type) => h('label', {}, label,
-      h('input', { name, type: type || 'text', value: params.get(name) || undefined }));
-    const form = h('form', { class: 'filters' },
+    const field = (name, label, type) =>
+      h('label', {}, label, h('input', { name, type: type || 'text', value: params.get(name) || undefined }));
+    const form = h(
+      'form',
+      { class: 'filters' },
       field('workflowName', 'Workflow name'),
       field('deduplicationId', 'Deduplication ID'),
       field('partitionKey', 'Partition key'),
       field('createdFrom', 'Created from', 'datetime-local'),
       field('createdTo', 'Created before', 'datetime-local'),
-      h('button', { type: 'submit' }, 'Apply filters'));
+      h('button', { type: 'submit' }, 'Apply filters'),
+    );
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       const next = new URLSearchParams();
@@ -225,23 +292,42 @@
       for (const [name, value] of new FormData(form)) if (value) next.set(name, String(value));
       location.hash = `#/queue/${encodeURIComponent(queueName)}?${next}`;
     });
-    return h('details', { class: 'filter-box', open: [...params.keys()].some((key) => key !== 'status') },
-      h('summary', {}, 'Filters'), form);
+    return h(
+      'details',
+      { class: 'filter-box', open: [...params.keys()].some((key) => key !== 'status') },
+      h('summary', {}, 'Filters'),
+      form,
+    );
   }
 
   function limitsForm(queue) {
     const limits = queue.limits || {};
     const rate = limits.rateLimit || {};
-    const number = (name, label, value) => h('label', {}, label,
-      h('input', { name, type: 'number', min: 1, step: 1, inputmode: 'numeric', value: value === undefined ? undefined : value,
-        placeholder: 'unset' }));
-    const form = h('form', { class: 'limits' },
+    const number = (name, label, value) =>
+      h(
+        'label',
+        {},
+        label,
+        h('input', {
+          name,
+          type: 'number',
+          min: 1,
+          step: 1,
+          inputmode: 'numeric',
+          value: value === undefined ? undefined : value,
+          placeholder: 'unset',
+        }),
+      );
+    const form = h(
+      'form',
+      { class: 'limits' },
       number('concurrency', 'Concurrency (all processes)', limits.concurrency),
       number('workerConcurrency', 'Per process', limits.workerConcurrency),
       number('partitionConcurrency', 'Per partition key', limits.partitionConcurrency),
       number('rateLimit', 'Rate limit (starts)', rate.limit),
       number('ratePeriodMs', 'per (ms)', rate.periodMs),
-      h('button', { type: 'submit' }, 'Save limits'));
+      h('button', { type: 'submit' }, 'Save limits'),
+    );
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       const data = new FormData(form);
@@ -250,9 +336,14 @@
         concurrency: value('concurrency'),
         workerConcurrency: value('workerConcurrency'),
         partitionConcurrency: value('partitionConcurrency'),
-        rateLimit: value('rateLimit') === null && value('ratePeriodMs') === null
-          ? null
-          : { limit: value('rateLimit'), periodMs: value('ratePeriodMs'), ...(rate.perPartition ? { perPartition: true } : {}) },
+        rateLimit:
+          value('rateLimit') === null && value('ratePeriodMs') === null
+            ? null
+            : {
+                limit: value('rateLimit'),
+                periodMs: value('ratePeriodMs'),
+                ...(rate.perPartition ? { perPartition: true } : {}),
+              },
       };
       act('Save limits', () => request(`/queues/${encodeURIComponent(queue.name)}/limits`, { method: 'PATCH', body }));
     });
@@ -265,8 +356,14 @@
     const tabs = h('nav', { 'aria-label': 'Statuses', class: 'tabs' });
     const list = workflowList(status ? `${status} workflows of ${name}` : `Workflows of ${name}`);
     const extra = h('div');
-    view.replaceChildren(h('p', {}, h('a', { href: '#/' }, '← All queues')), header, extra, tabs,
-      filtersForm(name, params), list.element);
+    view.replaceChildren(
+      h('p', {}, h('a', { href: '#/' }, '← All queues')),
+      header,
+      extra,
+      tabs,
+      filtersForm(name, params),
+      list.element,
+    );
     const query = new URLSearchParams(params);
     query.set('queue', name);
     let queueShown = false;
@@ -275,28 +372,81 @@
       if (token !== routeToken) return;
       const queue = queues.find((candidate) => candidate.name === name);
       if (!queue) throw new Error(`Queue "${name}" is not declared`);
-      replaceIfChanged(header, JSON.stringify([queue.paused, queue.limits, queue.finished]), () => h('div', {},
-        h('h1', {}, `Queue ${name} `, queue.paused ? h('span', { class: 'badge paused' }, 'Paused') : ''),
-        h('p', { class: 'meta' },
-          `Finished in the last minute: ${numbers.format(queue.finished.lastMinute)}, last 5 minutes: `,
-          numbers.format(queue.finished.last5Minutes), '. ', describeLimits(queue.limits)),
-        h('div', { class: 'actions' }, queue.paused
-          ? h('button', { type: 'button', onclick: () => act('Resume queue', () =>
-            request(`/queues/${encodeURIComponent(name)}/resume`, { method: 'POST' })) }, 'Resume queue')
-          : h('button', { type: 'button', class: 'danger', onclick: async () => {
-            if (await confirmAction(`Pause queue ${name}?`, 'No process starts its workflows until it is resumed; enqueues still succeed.')) {
-              await act('Pause queue', () => request(`/queues/${encodeURIComponent(name)}/pause`, { method: 'POST' }));
-            }
-          } }, 'Pause queue'))));
+      replaceIfChanged(header, JSON.stringify([queue.paused, queue.limits, queue.finished]), () =>
+        h(
+          'div',
+          {},
+          h('h1', {}, `Queue ${name} `, queue.paused ? h('span', { class: 'badge paused' }, 'Paused') : ''),
+          h(
+            'p',
+            { class: 'meta' },
+            `Finished in the last minute: ${numbers.format(queue.finished.lastMinute)}, last 5 minutes: `,
+            numbers.format(queue.finished.last5Minutes),
+            '. ',
+            describeLimits(queue.limits),
+          ),
+          h(
+            'div',
+            { class: 'actions' },
+            queue.paused
+              ? h(
+                  'button',
+                  {
+                    type: 'button',
+                    onclick: () =>
+                      act('Resume queue', () =>
+                        request(`/queues/${encodeURIComponent(name)}/resume`, { method: 'POST' }),
+                      ),
+                  },
+                  'Resume queue',
+                )
+              : h(
+                  'button',
+                  {
+                    type: 'button',
+                    class: 'danger',
+                    onclick: async () => {
+                      if (
+                        await confirmAction(
+                          `Pause queue ${name}?`,
+                          'No process starts its workflows until it is resumed; enqueues still succeed.',
+                        )
+                      ) {
+                        await act('Pause queue', () =>
+                          request(`/queues/${encodeURIComponent(name)}/pause`, { method: 'POST' }),
+                        );
+                      }
+                    },
+                  },
+                  'Pause queue',
+                ),
+          ),
+        ),
+      );
       if (!queueShown) {
         queueShown = true;
         extra.replaceChildren(limitsForm(queue));
       }
-      replaceIfChanged(tabs, JSON.stringify(queue.counts), () => h('ul', {},
-        [''].concat(STATUSES).map((tab) => h('li', {}, h('a', {
-          href: queueLink(name, tab),
-          'aria-current': tab === status ? 'page' : undefined,
-        }, tab ? `${SHORT[tab] || tab} ${formatCount(queue.counts[tab])}` : 'All')))));
+      replaceIfChanged(tabs, JSON.stringify(queue.counts), () =>
+        h(
+          'ul',
+          {},
+          [''].concat(STATUSES).map((tab) =>
+            h(
+              'li',
+              {},
+              h(
+                'a',
+                {
+                  href: queueLink(name, tab),
+                  'aria-current': tab === status ? 'page' : undefined,
+                },
+                tab ? `${SHORT[tab] || tab} ${formatCount(queue.counts[tab])}` : 'All',
+              ),
+            ),
+          ),
+        ),
+      );
       stamp();
     };
     await refreshView(false);
@@ -308,7 +458,10 @@
     if (limits.workerConcurrency) parts.push(`${limits.workerConcurrency} per process`);
     if (limits.partitionConcurrency) parts.push(`${limits.partitionConcurrency} per partition key`);
     if (limits.rateLimit) {
-      parts.push(`at most ${limits.rateLimit.limit} per ${limits.rateLimit.periodMs} ms${limits.rateLimit.perPartition ? ' per key' : ''}`);
+      parts.push(
+        `at most ${limits.rateLimit.limit} per ${limits.rateLimit.periodMs} ms` +
+          (limits.rateLimit.perPartition ? ' per key' : ''),
+      );
     }
     return parts.length ? `Limits: ${parts.join(', ')}.` : 'No limits.';
   }
@@ -331,7 +484,11 @@
   }
 
   function errorBlock(error) {
-    return h('pre', { class: 'error-text' }, `${error.name}: ${error.message}${error.stack ? `\n\n${error.stack}` : ''}`);
+    return h(
+      'pre',
+      { class: 'error-text' },
+      `${error.name}: ${error.message}${error.stack ? `\n\n${error.stack}` : ''}`,
+    );
   }
 
   function stepsTable(workflow) {
@@ -341,22 +498,48 @@
     const origin = Math.min(...starts);
     const end = Math.max(...steps.map((step) => Date.parse(step.completedAt)));
     const span = Math.max(end - origin, 1);
-    return h('div', { class: 'scroll' }, h('table', { class: 'steps' },
-      h('caption', {}, 'Steps, in the order they ran'),
-      h('thead', {}, h('tr', {}, ['#', 'Step', 'Started', 'Duration', 'Timeline', 'Result or error']
-        .map((label) => h('th', { scope: 'col' }, label)))),
-      h('tbody', {}, steps.map((step, index) => {
-        const left = ((starts[index] - origin) / span) * 100;
-        const width = Math.max(((Date.parse(step.completedAt) - starts[index]) / span) * 100, 0.5);
-        return h('tr', { class: step.error ? 'failed' : undefined },
-          h('td', { class: 'num' }, step.index),
-          h('th', { scope: 'row' }, step.name),
-          h('td', {}, formatTime(step.startedAt)),
-          h('td', { class: 'num' }, formatDuration(step.durationMs)),
-          h('td', { class: 'timeline', 'aria-hidden': 'true' },
-            h('span', { class: 'bar', style: undefined, 'data-left': left, 'data-width': width })),
-          h('td', {}, step.error ? errorBlock(step.error) : h('pre', {}, json(step.output))));
-      }))));
+    return h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        { class: 'steps' },
+        h('caption', {}, 'Steps, in the order they ran'),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['#', 'Step', 'Started', 'Duration', 'Timeline', 'Result or error'].map((label) =>
+              h('th', { scope: 'col' }, label),
+            ),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          steps.map((step, index) => {
+            const left = ((starts[index] - origin) / span) * 100;
+            const width = Math.max(((Date.parse(step.completedAt) - starts[index]) / span) * 100, 0.5);
+            return h(
+              'tr',
+              { class: step.error ? 'failed' : undefined },
+              h('td', { class: 'num' }, step.index),
+              h('th', { scope: 'row' }, step.name),
+              h('td', {}, formatTime(step.startedAt)),
+              h('td', { class: 'num' }, formatDuration(step.durationMs)),
+              h(
+                'td',
+                { class: 'timeline', 'aria-hidden': 'true' },
+                h('span', { class: 'bar', style: undefined, 'data-left': left, 'data-width': width }),
+              ),
+              h('td', {}, step.error ? errorBlock(step.error) : h('pre', {}, json(step.output))),
+            );
+          }),
+        ),
+      ),
+    );
   }
 
   /** NOTE: the CSP allows no inline style attributes; bar geometry is set through the CSSOM instead. */
@@ -371,33 +554,78 @@
     const id = workflow.workflowId;
     const buttons = [];
     if (workflow.status === 'ENQUEUED' || workflow.status === 'PENDING') {
-      buttons.push(h('button', { type: 'button', class: 'danger', onclick: async () => {
-        const running = workflow.status === 'PENDING' ? ' It is running: its body is told to stop and its outcome is not recorded.' : '';
-        if (await confirmAction('Cancel this workflow?', `Workflow ${id} ends as CANCELLED and frees its deduplication ID.${running}`)) {
-          await act('Cancel', () => request(`/workflows/${encodeURIComponent(id)}/cancel`, { method: 'POST' }));
-        }
-      } }, 'Cancel'));
+      buttons.push(
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'danger',
+            onclick: async () => {
+              const running =
+                workflow.status === 'PENDING'
+                  ? ' It is running: its body is told to stop and its outcome is not recorded.'
+                  : '';
+              if (
+                await confirmAction(
+                  'Cancel this workflow?',
+                  `Workflow ${id} ends as CANCELLED and frees its deduplication ID.${running}`,
+                )
+              ) {
+                await act('Cancel', () => request(`/workflows/${encodeURIComponent(id)}/cancel`, { method: 'POST' }));
+              }
+            },
+          },
+          'Cancel',
+        ),
+      );
     }
     if (workflow.status === 'CANCELLED' || workflow.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED') {
-      buttons.push(h('button', { type: 'button', onclick: () =>
-        act('Resume', () => request(`/workflows/${encodeURIComponent(id)}/resume`, { method: 'POST' })) }, 'Resume'));
+      buttons.push(
+        h(
+          'button',
+          {
+            type: 'button',
+            onclick: () =>
+              act('Resume', () => request(`/workflows/${encodeURIComponent(id)}/resume`, { method: 'POST' })),
+          },
+          'Resume',
+        ),
+      );
     }
-    buttons.push(h('button', { type: 'button', onclick: async () => {
-      const result = await act('Re-run', () => request(`/workflows/${encodeURIComponent(id)}/rerun`, { method: 'POST' }));
-      if (result) location.hash = workflowLink(result.workflowId);
-    } }, 'Re-run'));
+    buttons.push(
+      h(
+        'button',
+        {
+          type: 'button',
+          onclick: async () => {
+            const result = await act('Re-run', () =>
+              request(`/workflows/${encodeURIComponent(id)}/rerun`, { method: 'POST' }),
+            );
+            if (result) location.hash = workflowLink(result.workflowId);
+          },
+        },
+        'Re-run',
+      ),
+    );
     const row = h('div', { class: 'actions' }, buttons);
     if (workflow.status !== 'ENQUEUED') return row;
     const delay = h('input', { name: 'delaySeconds', type: 'number', min: 0, step: 1, value: 0 });
     const priority = h('input', { name: 'priority', type: 'number', step: 1, value: workflow.priority });
-    const form = h('form', { class: 'reschedule' },
-      h('label', {}, 'Start in (seconds)', delay), h('label', {}, 'Priority', priority),
-      h('button', { type: 'submit' }, 'Reschedule'));
+    const form = h(
+      'form',
+      { class: 'reschedule' },
+      h('label', {}, 'Start in (seconds)', delay),
+      h('label', {}, 'Priority', priority),
+      h('button', { type: 'submit' }, 'Reschedule'),
+    );
     form.addEventListener('submit', (event) => {
       event.preventDefault();
-      act('Reschedule', () => request(`/workflows/${encodeURIComponent(id)}/reschedule`, {
-        method: 'POST', body: { delayMs: Number(delay.value) * 1000, priority: Number(priority.value) },
-      }));
+      act('Reschedule', () =>
+        request(`/workflows/${encodeURIComponent(id)}/reschedule`, {
+          method: 'POST',
+          body: { delayMs: Number(delay.value) * 1000, priority: Number(priority.value) },
+        }),
+      );
     });
     return h('div', {}, row, form);
   }
@@ -405,30 +633,48 @@
   function workflowView(workflow) {
     const outcome = workflow.error
       ? [h('h2', {}, 'Error'), errorBlock(workflow.error)]
-      : workflow.status === 'SUCCESS' ? [h('h2', {}, 'Result'), h('pre', {}, json(workflow.output))] : [];
-    const element = h('div', {},
+      : workflow.status === 'SUCCESS'
+        ? [h('h2', {}, 'Result'), h('pre', {}, json(workflow.output))]
+        : [];
+    const element = h(
+      'div',
+      {},
       h('p', {}, h('a', { href: queueLink(workflow.queueName) }, `← Queue ${workflow.queueName}`)),
       h('h1', {}, 'Workflow ', h('span', { class: 'mono' }, workflow.workflowId), ' ', statusBadge(workflow.status)),
       workflowActions(workflow),
-      h('div', { class: 'detail' },
-        h('dl', { class: 'fields' },
+      h(
+        'div',
+        { class: 'detail' },
+        h(
+          'dl',
+          { class: 'fields' },
           field('Status', workflow.status),
           field('Queue', h('a', { href: queueLink(workflow.queueName) }, workflow.queueName)),
           field('Workflow', workflow.workflowName),
-          field('Deduplication ID', workflow.deduplicationId || '—',
-            workflow.holdsDeduplicationId ? ' (holds it: an enqueue with it is refused)' : ''),
+          field(
+            'Deduplication ID',
+            workflow.deduplicationId || '—',
+            workflow.holdsDeduplicationId ? ' (holds it: an enqueue with it is refused)' : '',
+          ),
           field('Partition key', workflow.partitionKey || '—'),
           field('Priority', workflow.priority),
-          field('Attempts', `${workflow.attempts} (failed ${workflow.failedAttempts} of at most ${workflow.maxAttempts})`),
+          field(
+            'Attempts',
+            `${workflow.attempts} (failed ${workflow.failedAttempts} of at most ${workflow.maxAttempts})`,
+          ),
           field('Recoveries', `${workflow.recoveryAttempts} of at most ${workflow.maxRecoveryAttempts}`),
           field('Executor', workflow.executorId || '—'),
           field('Created', formatTime(workflow.createdAt)),
           field('Started', formatTime(workflow.startedAt)),
           field('Finished', formatTime(workflow.completedAt)),
           workflow.notBefore ? field('Not before', formatTime(workflow.notBefore)) : [],
-          workflow.deadlineAt ? field('Deadline', formatTime(workflow.deadlineAt)) : []),
-        h('div', {}, h('h2', {}, 'Inputs'), h('pre', {}, json(workflow.inputs)), outcome)),
-      h('h2', {}, 'Steps'), stepsTable(workflow));
+          workflow.deadlineAt ? field('Deadline', formatTime(workflow.deadlineAt)) : [],
+        ),
+        h('div', {}, h('h2', {}, 'Inputs'), h('pre', {}, json(workflow.inputs)), outcome),
+      ),
+      h('h2', {}, 'Steps'),
+      stepsTable(workflow),
+    );
     placeBars(element);
     return element;
   }

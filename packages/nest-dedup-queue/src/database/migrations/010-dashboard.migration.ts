@@ -4,8 +4,7 @@ import type { Migration } from './migration.interface';
  * What the dashboard's lists and step timeline need. Every list is ordered newest first by `(created_at, seq)` and
  * paged by that key, so each filter has an index that ends in `(created_at, seq)`: queue and status (also the capped
  * counts per status), workflow name and status, deduplication ID (the search), partition key. No filter and a time
- * range alone
- * use `workflows_created_at` (001). `steps.started_at` gives each step's duration.
+ * range alone use `workflows_created_at` (001). `steps.started_at` gives each step's duration.
  */
 export const dashboard: Migration = {
   version: 10,
