@@ -108,6 +108,7 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
       what: 'it to be resumed',
     });
     await page.getByRole('button', { name: 'Cancel', exact: true }).waitFor();
+    await open.queues.cancel(holder.workflowId);
   });
 
   it('keeps the workflow when the confirmation is dismissed', async () => {
