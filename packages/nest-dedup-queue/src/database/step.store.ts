@@ -40,15 +40,19 @@ export class StepStore {
     return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
   }
 
-  /** Records a checkpoint if the workflow is still PENDING under this executor; false if it is not. */
-  async record(step: StepCheckpoint, executorId: string): Promise<boolean> {
+  /**
+   * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
+   * later run of it, after a cancel and resume); false if it is not.
+   */
+  async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
     const rows = await this.database.query(
       `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
        SELECT $1, $2, $3, $4::json, $5::json
-       WHERE EXISTS (SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6)
+       WHERE EXISTS (SELECT 1 FROM ${this.workflows}
+                     WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6 AND attempts = $7)
        ON CONFLICT DO NOTHING
        RETURNING step_index`,
-      [...this.values(step), executorId],
+      [...this.values(step), executorId, attempt],
     );
     return rows.length === 1;
   }
@@ -66,13 +70,14 @@ export class StepStore {
 
   /**
    * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
-   * still owns it. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
+   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
    * writes never land after its workflow was taken away.
    */
-  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string): Promise<boolean> {
+  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
     const rows = await manager.query(
-      `SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 FOR SHARE`,
-      [workflowId, executorId],
+      `SELECT 1 FROM ${this.workflows}
+       WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 AND attempts = $3 FOR SHARE`,
+      [workflowId, executorId, attempt],
     );
     return rows.length === 1;
   }

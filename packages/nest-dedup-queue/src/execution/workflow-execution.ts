@@ -3,7 +3,7 @@ import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
-import { toErrorInfo } from '../utils/error-info';
+import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { executionFrames } from './execution-frames';
 import type { WorkflowContext } from './workflow-context';
@@ -56,9 +56,7 @@ export class WorkflowExecution {
     if (recorded.name !== name) {
       throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
     }
-    if (recorded.error) {
-      throw Object.assign(new Error(recorded.error.message), { name: recorded.error.name, stack: recorded.error.stack });
-    }
+    if (recorded.error) throw reviveError(recorded.error);
     return fromStoredJson<T>(recorded.output);
   }
 
@@ -70,7 +68,7 @@ export class WorkflowExecution {
 
   private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId))) {
+      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId, this.context.attempt))) {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
@@ -80,7 +78,7 @@ export class WorkflowExecution {
   }
 
   private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
-    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId);
+    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId, this.context.attempt);
     if (!recorded) throw this.ownershipLost();
   }
 

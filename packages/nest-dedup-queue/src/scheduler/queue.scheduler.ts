@@ -5,14 +5,14 @@ import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import { StepStore } from '../database/step.store';
-import { WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
+import { InterruptPayload, WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
-import { QueueWorker } from './queue.worker';
+import { AbandonedRunInfo, QueueWorker } from './queue.worker';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
@@ -69,7 +69,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       this.database,
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
-        [this.database.cancelChannel, (payload) => payload && this.interrupt(parseInterruptPayload(payload))],
+        [this.database.cancelChannel, (payload) => payload && this.cancelled(parseInterruptPayload(payload))],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
@@ -90,6 +90,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
+    const abandoned = this.abandonedRuns().length;
+    if (abandoned > 0) this.logger.warn(`Not waiting for ${abandoned} abandoned body(ies) of cancelled workflows`);
     if (finished.includes(false)) {
       const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
       this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
@@ -113,6 +115,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     } else {
       this.workers.get(queueName)?.wake();
     }
+  }
+
+  /**
+   * A workflow was CANCELLED in Postgres (by this process, or announced on the cancel channel): the worker running
+   * that run of it here aborts its signal and frees its slot at once.
+   */
+  cancelled({ workflowId, reason, attempt }: InterruptPayload): void {
+    for (const worker of this.workers.values()) worker.release(workflowId, reason, attempt);
+  }
+
+  /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
+  abandonedRuns(): AbandonedRunInfo[] {
+    return [...this.workers.values()].flatMap((worker) => worker.abandonedRuns());
   }
 
   private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
