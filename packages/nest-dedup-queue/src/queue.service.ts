@@ -24,7 +24,7 @@ import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workfl
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { QueueScheduler } from './scheduler/queue.scheduler';
-import type { AbandonedRunInfo } from './scheduler/queue.worker';
+import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
 import { WorkflowCompletions } from './workflow-completions';
 

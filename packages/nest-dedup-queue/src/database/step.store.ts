@@ -70,8 +70,8 @@ export class StepStore {
 
   /**
    * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
-   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
-   * writes never land after its workflow was taken away.
+   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
+   * step's commit, so the step's writes never land after its workflow was taken away.
    */
   async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
     const rows = await manager.query(

@@ -22,7 +22,8 @@ export interface WorkflowRow {
  * The status a workflow is reported with. NOTE: DELAYED is not stored: an ENQUEUED row whose start time is still
  * ahead by the database's clock is DELAYED, so it turns ENQUEUED (ready) by itself, with no sweep to lag behind.
  */
-export const REPORTED_STATUS_SQL = `(CASE WHEN status = 'ENQUEUED' AND not_before > now() THEN 'DELAYED' ELSE status END)`;
+export const REPORTED_STATUS_SQL = `(CASE WHEN status = 'ENQUEUED' AND not_before > now() THEN 'DELAYED'
+  ELSE status END)`;
 
 /** The columns `WorkflowRow` is read from. */
 export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,

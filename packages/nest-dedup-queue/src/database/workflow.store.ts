@@ -42,6 +42,12 @@ export interface WorkflowOutcome {
   retryDelayMs?: number;
 }
 
+export interface StatusCount {
+  queueName: string;
+  status: WorkflowStatus;
+  count: number;
+}
+
 export interface WorkflowResultRow {
   status: WorkflowStatus;
   output: string | null;
@@ -73,8 +79,8 @@ export class WorkflowStore {
    * Records finished workflows and frees their deduplication IDs in the same statement; a RETRY goes back to
    * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
    * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
-   * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the workers of `wakeQueues` (queues with a global limit,
-   * whose freed slot another process may take).
+   * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the
+   * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take).
    */
   async recordOutcomes(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
@@ -270,7 +276,8 @@ export class WorkflowStore {
     if (filter.status !== undefined) {
       const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
       params.push(wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)), wanted);
-      conditions.push(`status = ANY($${params.length - 1}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${params.length}::text[])`);
+      const [stored, reported] = [params.length - 1, params.length];
+      conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
     }
     params.push(filter.limit ?? 100, filter.offset ?? 0);
     return this.database.query<WorkflowRow>(
@@ -283,7 +290,7 @@ export class WorkflowStore {
   }
 
   /** How many workflows each queue has per status, as reported (`DELAYED` apart from `ENQUEUED`). */
-  async countByStatus(queueName?: string): Promise<Array<{ queueName: string; status: WorkflowStatus; count: number }>> {
+  async countByStatus(queueName?: string): Promise<StatusCount[]> {
     const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; count: number }>(
       `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::int AS count FROM ${this.table}
        WHERE $1::text IS NULL OR queue_name = $1

@@ -78,7 +78,8 @@ export class WorkflowExecution {
   }
 
   private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
-    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId, this.context.attempt);
+    const checkpoint = this.checkpoint(index, name, result, error);
+    const recorded = await this.steps.record(checkpoint, this.executorId, this.context.attempt);
     if (!recorded) throw this.ownershipLost();
   }
 

@@ -12,7 +12,8 @@ import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
-import { AbandonedRunInfo, QueueWorker } from './queue.worker';
+import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
+import { QueueWorker } from './queue.worker';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this

@@ -10,6 +10,7 @@ import { WorkflowExecution } from '../execution/workflow-execution';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
+import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { OutcomeWriter } from './outcome.writer';
@@ -30,18 +31,6 @@ export interface QueueWorkerDependencies {
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
-}
-
-/** A body whose workflow was cancelled or timed out while it ran here, and that has not returned yet. */
-export interface AbandonedRunInfo {
-  workflowId: string;
-  queueName: string;
-  workflowName: string;
-  reason: 'cancelled' | 'timed-out';
-  /** When its slot was freed. */
-  abandonedAt: Date;
-  /** How long it has been running since. */
-  abandonedForMs: number;
 }
 
 /** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
@@ -233,7 +222,8 @@ export class QueueWorker {
       this.abandoned.delete(run);
       clearTimeout(abandoned.reminder);
       if (abandoned.warned) {
-        this.logger.log(`The abandoned body of workflow ${describe(run)} returned after ${seconds(Date.now() - abandoned.abandonedAt)}`);
+        const age = seconds(Date.now() - abandoned.abandonedAt);
+        this.logger.log(`The abandoned body of workflow ${describe(run)} returned after ${age}`);
       }
     }
     this.deps.completions.finished(run.workflowId);
@@ -260,18 +250,22 @@ export class QueueWorker {
     const what = abandoned.reason === 'timed-out' ? 'timed out' : 'was cancelled';
     this.logger.warn(
       abandoned.warned
-        ? `The abandoned body of workflow ${describe(abandoned.run)} is still running, ${seconds(ageMs)} after it ${what}`
+        ? `The abandoned body of workflow ${describe(abandoned.run)} is still running, ${seconds(ageMs)} after ` +
+            `it ${what}`
         : `Workflow ${describe(abandoned.run)} ${what} but its body ignores its signal and is still running after ` +
             `${seconds(ageMs)}; its slot is freed and its outcome will be ignored (abandoned)`,
     );
     abandoned.warned = true;
-    const next = ageMs < ABANDONED_REMINDER.firstMs ? ABANDONED_REMINDER.firstMs : Math.min(ageMs * 2, ageMs + ABANDONED_REMINDER.maxIntervalMs);
+    const { firstMs, maxIntervalMs } = ABANDONED_REMINDER;
+    const next = ageMs < firstMs ? firstMs : Math.min(ageMs * 2, ageMs + maxIntervalMs);
     this.remindLater(abandoned, next - ageMs);
   }
 
   private async execute(claimed: ClaimedWorkflow, run: RunningWorkflow): Promise<void> {
     const { controller } = run;
-    const timeout = claimed.remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, claimed.remainingMs));
+    const remainingMs = claimed.remainingMs;
+    const timeout =
+      remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
     try {
       const workflow = this.deps.registry.find(claimed.workflowName);
       const outcome = workflow
@@ -288,12 +282,22 @@ export class QueueWorker {
     }
   }
 
-  private async run(claimed: ClaimedWorkflow, workflow: RegisteredWorkflow, run: RunningWorkflow): Promise<WorkflowOutcome> {
+  private async run(
+    claimed: ClaimedWorkflow,
+    workflow: RegisteredWorkflow,
+    run: RunningWorkflow,
+  ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
     try {
       const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
       const execution = new WorkflowExecution(
-        { workflowId, workflowName: claimed.workflowName, queueName: this.queueName, attempt: claimed.attempts, signal: run.controller.signal },
+        {
+          workflowId,
+          workflowName: claimed.workflowName,
+          queueName: this.queueName,
+          attempt: claimed.attempts,
+          signal: run.controller.signal,
+        },
         this.deps.executorId,
         recorded,
         this.deps.steps,
@@ -313,7 +317,8 @@ export class QueueWorker {
   }
 
   private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
-    return { workflowId: claimed.workflowId, attempt: claimed.attempts, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+    const { workflowId, attempts: attempt } = claimed;
+    return { workflowId, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
   }
 
   /** Aborts the run at its deadline, then frees its slot once Postgres has it CANCELLED (so global counts agree). */
@@ -323,7 +328,8 @@ export class QueueWorker {
       const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
       if (cancelled?.status === 'CANCELLED') this.release(run.workflowId, 'timed-out', run.attempt);
     } catch (error) {
-      this.logger.warn(`Cancelling timed-out workflow ${run.workflowId} failed (the next heartbeat retries): ${(error as Error).message}`);
+      const reason = (error as Error).message;
+      this.logger.warn(`Cancelling timed-out workflow ${run.workflowId} failed (the next sweep retries): ${reason}`);
     }
   }
 }

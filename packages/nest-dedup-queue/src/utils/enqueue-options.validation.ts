@@ -56,7 +56,10 @@ export function validateEnqueueOptions(
   }
   const deduplicationId = optionalKey(options.deduplicationId, named('deduplicationId'));
   if (onDuplicate !== 'reject' && deduplicationId === null) {
-    throw new InvalidArgumentError(named('onDuplicate'), `'${onDuplicate}' needs a deduplicationId: without one there is no duplicate`);
+    throw new InvalidArgumentError(
+      named('onDuplicate'),
+      `'${onDuplicate}' needs a deduplicationId to find duplicates by`,
+    );
   }
   const deduplicationWindowMs = optionalInteger(options.deduplicationWindowMs, named('deduplicationWindowMs'), 1);
   if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {

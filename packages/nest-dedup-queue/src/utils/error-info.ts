@@ -18,6 +18,9 @@ const REVIVABLE = new Map<string, ErrorClass>(
   ].map((errorClass) => [errorClass.name, errorClass]),
 );
 
+const RECORDED_APART = ['name', 'message', 'stack'];
+const PRIMITIVES = ['string', 'number', 'boolean'];
+
 /** What the database records of a thrown value. */
 export function toErrorInfo(thrown: unknown): WorkflowErrorInfo {
   if (thrown instanceof Error) {
@@ -41,7 +44,9 @@ export function reviveError(info: WorkflowErrorInfo): Error {
   const errorClass = REVIVABLE.get(info.name) ?? Error;
   const error = Object.create(errorClass.prototype) as Error;
   Object.defineProperty(error, 'message', { value: info.message, writable: true, configurable: true });
-  if (info.stack !== undefined) Object.defineProperty(error, 'stack', { value: info.stack, writable: true, configurable: true });
+  if (info.stack !== undefined) {
+    Object.defineProperty(error, 'stack', { value: info.stack, writable: true, configurable: true });
+  }
   if (error.name !== info.name) error.name = info.name;
   return Object.assign(error, info.fields);
 }
@@ -49,7 +54,7 @@ export function reviveError(info: WorkflowErrorInfo): Error {
 /** The error's own enumerable properties that hold a string, number, boolean or null (a `code`, an ID). */
 function primitiveFields(error: Error): WorkflowErrorInfo['fields'] {
   const fields = Object.entries(error).filter(
-    ([key, value]) => !['name', 'message', 'stack'].includes(key) && (value === null || ['string', 'number', 'boolean'].includes(typeof value)),
+    ([key, value]) => !RECORDED_APART.includes(key) && (value === null || PRIMITIVES.includes(typeof value)),
   );
   return fields.length ? (Object.fromEntries(fields) as WorkflowErrorInfo['fields']) : undefined;
 }
