@@ -9,14 +9,21 @@ import type { Pool } from 'pg';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
-import { ParityTasks } from './fixtures/parity-tasks';
+import { ParityTasks, SeenError } from './fixtures/parity-tasks';
 
 const QUEUES = [
   { name: 'local-one', workerConcurrency: 1 },
   { name: 'global-one', concurrency: 1, workerConcurrency: 4 },
   { name: 'plain', workerConcurrency: 10 },
   { name: 'held' },
+  { name: 'recovery' },
 ];
+const MAIN_WORKER = { queues: QUEUES.map((queue) => queue.name).filter((name) => name !== 'recovery') };
+
+/** What a catch block sees after a replay, given what it saw the first time: the user's own class is lost. */
+function afterReplay(first: SeenError[]): SeenError[] {
+  return [first[0], first[1], { ...first[2], isPaymentDeclinedError: false }];
+}
 
 describe('parity with DBOS queue semantics (one process)', () => {
   const schema = uniqueSchema('parity');
@@ -45,7 +52,7 @@ describe('parity with DBOS queue semantics (one process)', () => {
   beforeAll(async () => {
     pool = testPool();
     warn = jest.spyOn(Logger.prototype, 'warn');
-    app = await startQueueApp({ schema, queues: QUEUES, heartbeatIntervalMs: 200 }, [ParityTasks]);
+    app = await startQueueApp({ schema, queues: QUEUES, worker: MAIN_WORKER, heartbeatIntervalMs: 200 }, [ParityTasks]);
     tasks = app.get(ParityTasks);
     remote = await startQueueApp({ schema, queues: QUEUES, worker: false }, [ParityTasks]);
   });
@@ -273,15 +280,35 @@ describe('parity with DBOS queue semantics (one process)', () => {
       const [first, second] = tasks.caught;
       expect([first.attempt, second.attempt]).toEqual([1, 2]);
       expect(replayed).toEqual(second.seen);
-      expect(second.seen).toEqual([
-        { ...first.seen[0], isQueueDeduplicatedError: true, isDedupQueueError: true },
-        { ...first.seen[1], isTypeError: true },
-        { ...first.seen[2], isPaymentDeclinedError: false },
-      ]);
+      expect(second.seen).toEqual(afterReplay(first.seen));
       expect(first.seen[0]).toMatchObject({ name: 'QueueDeduplicatedError', isQueueDeduplicatedError: true, fields: { existingWorkflowId: holder.workflowId } });
       expect(first.seen[1]).toMatchObject({ name: 'TypeError', isTypeError: true });
       expect(first.seen[2]).toMatchObject({ name: 'PaymentDeclinedError', isPaymentDeclinedError: true, fields: { code: 'card_declined', amount: 42 } });
       expect(second.seen.every((error) => error.isError && error.hasStack)).toBe(true);
+      await app.queues.cancel(holder.workflowId);
+    });
+
+    it('a recovery by another executor, after the first one shut down mid-run, replays them the same way', async () => {
+      const holder = await app.queues.enqueue('plain', tasks.quick, ['recovery-holder'], { delayMs: 60_000, deduplicationId: 'recovery-held' });
+      const options = { schema, queues: QUEUES, worker: { queues: ['recovery'] }, shutdownGraceMs: 50, heartbeatIntervalMs: 200 };
+      const leaving = await startQueueApp(options, [ParityTasks]);
+      const leavingTasks = leaving.get(ParityTasks);
+      const { workflowId } = await leaving.queues.enqueue('recovery', leavingTasks.catchesStepErrors, ['recovery-held']);
+      await waitFor(() => leavingTasks.caught.length === 1, { what: 'the first run to catch its step errors' });
+      await leaving.close();
+      expect(await row(workflowId)).toMatchObject({ status: 'PENDING', attempts: 1 });
+
+      const peer = await startQueueApp(options, [ParityTasks]);
+      try {
+        const replayed = await (await peer.queues.retrieve<SeenError[]>(workflowId)).getResult({ timeoutMs: 10_000 });
+        const [recovered] = peer.get(ParityTasks).caught;
+        expect(recovered.attempt).toBe(2);
+        expect(replayed).toEqual(recovered.seen);
+        expect(recovered.seen).toEqual(afterReplay(leavingTasks.caught[0].seen));
+        expect(await row(workflowId)).toMatchObject({ status: 'SUCCESS', attempts: 2, recovery_attempts: 1 });
+      } finally {
+        await peer.close();
+      }
       await app.queues.cancel(holder.workflowId);
     });
   });

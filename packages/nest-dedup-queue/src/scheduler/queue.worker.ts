@@ -110,11 +110,13 @@ export class QueueWorker {
    * The workflow is CANCELLED in Postgres (cancelled, or timed out): if it runs here, aborts its signal and frees
    * its slot at once. A body that goes on running is abandoned: its outcome is ignored, it is counted in
    * `abandonedRuns()` and reported while it runs. `attempt` is the run the cancel ended; a later run (the workflow
-   * was resumed and claimed again meanwhile) is left alone.
+   * was resumed and claimed again meanwhile) is left alone. Elsewhere, a queue with global limits looks for work:
+   * the cancelled workflow may have held one of its slots.
    */
   release(workflowId: string, reason: 'cancelled' | 'timed-out', attempt?: number): void {
     const run = this.running.get(workflowId);
     if (run && (attempt === undefined || run.attempt <= attempt)) this.abandon(run, reason);
+    else if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
   }
 
   /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
