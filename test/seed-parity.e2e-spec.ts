@@ -47,7 +47,8 @@ describe('parity with DBOS queue semantics (one process)', () => {
   const endOf = (run: string) => tasks.ends.find((end) => end.run === run);
   const warningsAbout = (workflowId: string) =>
     warn.mock.calls.filter(([message]) => String(message).includes(workflowId) && String(message).includes('abandoned'));
-  const pending = (workflowId: string) => waitFor(async () => (await row(workflowId)).status === 'PENDING', { what: `${workflowId} PENDING` });
+  const pending = (workflowId: string) =>
+    waitFor(async () => (await row(workflowId)).status === 'PENDING', { what: `${workflowId} PENDING` });
 
   beforeAll(async () => {
     pool = testPool();
@@ -77,17 +78,26 @@ describe('parity with DBOS queue semantics (one process)', () => {
       await expect(app.queues.cancel(stuck.workflowId)).resolves.toBe('CANCELLED');
       await expect(next.getResult({ timeoutMs: 5000 })).resolves.toBe(`${queue}-B`);
 
-      expect(tasks.starts.filter((start) => start.run.startsWith(queue)).map((start) => start.run)).toEqual([`${queue}-A#1`, `${queue}-B#1`]);
+      const runs = tasks.starts.filter((start) => start.run.startsWith(queue)).map((start) => start.run);
+      expect(runs).toEqual([`${queue}-A#1`, `${queue}-B#1`]);
       expect(startOf(`${queue}-B#1`)!.at).toBeGreaterThanOrEqual(cancelledAt);
       expect(startOf(`${queue}-B#1`)!.at - cancelledAt).toBeLessThan(2000);
       expect(endOf(`${queue}-A#1`)).toBeUndefined();
-      expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', active_deduplication_id: null, executor_id: expect.any(String) });
+      expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', active_deduplication_id: null });
       expect(await row(next.workflowId)).toMatchObject({ status: 'SUCCESS' });
       expect(app.queues.abandonedRuns()).toEqual([
-        { workflowId: stuck.workflowId, queueName: queue, workflowName: 'ParityTasks.stuck', reason: 'cancelled', abandonedAt: expect.any(Date), abandonedForMs: expect.any(Number) },
+        {
+          workflowId: stuck.workflowId,
+          queueName: queue,
+          workflowName: 'ParityTasks.stuck',
+          reason: 'cancelled',
+          abandonedAt: expect.any(Date),
+          abandonedForMs: expect.any(Number),
+        },
       ]);
       // The key is free while the old body runs.
-      await expect(app.queues.enqueue(queue, tasks.quick, [`${queue}-C`], { deduplicationId: `${queue}-key` })).resolves.toMatchObject({ created: true });
+      const retaken = app.queues.enqueue(queue, tasks.quick, [`${queue}-C`], { deduplicationId: `${queue}-key` });
+      await expect(retaken).resolves.toMatchObject({ created: true });
 
       await waitFor(() => warningsAbout(stuck.workflowId).length === 1, { what: 'the abandoned-body warning' });
       tasks.release(`${queue}-A#1`);
@@ -171,7 +181,7 @@ describe('parity with DBOS queue semantics (one process)', () => {
   });
 
   describe('duplicate policies need a deduplication ID', () => {
-    it.each(['return-existing', 'replace'] as const)("refuses onDuplicate '%s' without one, in enqueue and enqueueMany, before writing", async (onDuplicate) => {
+    it.each(['return-existing', 'replace'] as const)("refuses onDuplicate '%s' without one, before writing", async (onDuplicate) => {
       const before = await rowCount();
       await expect(app.queues.enqueue('plain', tasks.quick, ['x'], { onDuplicate })).rejects.toMatchObject({
         name: 'InvalidArgumentError',
@@ -200,10 +210,12 @@ describe('parity with DBOS queue semantics (one process)', () => {
         const ids = (listed: WorkflowStatusInfo[]) => listed.map((workflow) => workflow.workflowId);
         expect(ids(await app.queues.list({ queueName: 'held', status: 'DELAYED' }))).toEqual([delayed.workflowId]);
         expect(ids(await app.queues.list({ queueName: 'held', status: 'ENQUEUED' }))).toEqual([ready.workflowId]);
-        expect(ids(await app.queues.list({ queueName: 'held', status: ['ENQUEUED', 'DELAYED'] }))).toEqual([ready.workflowId, delayed.workflowId]);
+        const notStarted = await app.queues.list({ queueName: 'held', status: ['ENQUEUED', 'DELAYED'] });
+        expect(ids(notStarted)).toEqual([ready.workflowId, delayed.workflowId]);
         expect((await app.queues.list({ queueName: 'held' })).map((workflow) => workflow.status)).toEqual(['ENQUEUED', 'DELAYED']);
         await expect(app.queues.countByStatus('held')).resolves.toEqual({ held: { ENQUEUED: 1, DELAYED: 1 } });
-        await expect(app.queues.enqueue('held', tasks.quick, ['dup'], { deduplicationId: 'delayed-key' })).rejects.toBeInstanceOf(QueueDeduplicatedError);
+        const duplicate = app.queues.enqueue('held', tasks.quick, ['dup'], { deduplicationId: 'delayed-key' });
+        await expect(duplicate).rejects.toBeInstanceOf(QueueDeduplicatedError);
 
         // Due now: ENQUEUED by the database clock, without anything rewriting the row.
         await app.queues.reschedule(delayed.workflowId, { delayMs: 0 });
@@ -216,11 +228,12 @@ describe('parity with DBOS queue semantics (one process)', () => {
       await ready.getResult({ timeoutMs: 5000 });
     });
 
-    it('a workflow waiting for a retry backoff is DELAYED with its last error; resume runs it at once, attempt counters go on', async () => {
+    it('a retry backoff is DELAYED with the last error; resume runs it at once, the attempt counters go on', async () => {
       const handle = await app.queues.enqueue('plain', tasks.failsEveryTime, ['retry'], { priority: 7 });
       await waitFor(async () => (await row(handle.workflowId)).failed_attempts === 1, { what: 'the first failure' });
       await expect(handle.getStatus()).resolves.toMatchObject({ status: 'DELAYED', attempts: 1, error: { message: 'retry#1 failed' } });
-      expect((await app.queues.list({ status: 'DELAYED', workflowName: 'ParityTasks.failsEveryTime' })).map((w) => w.workflowId)).toEqual([handle.workflowId]);
+      const listed = await app.queues.list({ status: 'DELAYED', workflowName: 'ParityTasks.failsEveryTime' });
+      expect(listed.map((workflow) => workflow.workflowId)).toEqual([handle.workflowId]);
 
       await app.queues.cancel(handle.workflowId);
       const resumedAt = Date.now();
@@ -230,13 +243,16 @@ describe('parity with DBOS queue semantics (one process)', () => {
       expect(error.message).toContain('retry#2 failed');
       expect(startOf('retry#2')!.at - resumedAt).toBeLessThan(5000);
       // The retry budget is not refreshed: the second run was the last of maxAttempts 2.
-      expect(await row(handle.workflowId)).toMatchObject({ status: 'ERROR', attempts: 2, failed_attempts: 2, recovery_attempts: 0, priority: 7 });
+      expect(await row(handle.workflowId)).toMatchObject({
+        status: 'ERROR', attempts: 2, failed_attempts: 2, recovery_attempts: 0, priority: 7,
+      });
     });
   });
 
   describe('resume', () => {
     it('drops the delay of a cancelled DELAYED workflow and keeps its priority; an ENQUEUED or DELAYED one is left as it is', async () => {
-      const delayed = await app.queues.enqueue('plain', tasks.quick, ['resume-delayed'], { delayMs: 60_000, priority: 5, deduplicationId: 'rd' });
+      const options = { delayMs: 60_000, priority: 5, deduplicationId: 'rd' };
+      const delayed = await app.queues.enqueue('plain', tasks.quick, ['resume-delayed'], options);
       const untouched = await row(delayed.workflowId);
       await app.queues.resume(delayed.workflowId);
       expect(await row(delayed.workflowId)).toEqual(untouched);
@@ -281,15 +297,20 @@ describe('parity with DBOS queue semantics (one process)', () => {
       expect([first.attempt, second.attempt]).toEqual([1, 2]);
       expect(replayed).toEqual(second.seen);
       expect(second.seen).toEqual(afterReplay(first.seen));
-      expect(first.seen[0]).toMatchObject({ name: 'QueueDeduplicatedError', isQueueDeduplicatedError: true, fields: { existingWorkflowId: holder.workflowId } });
+      expect(first.seen[0]).toMatchObject({
+        name: 'QueueDeduplicatedError', isQueueDeduplicatedError: true, fields: { existingWorkflowId: holder.workflowId },
+      });
       expect(first.seen[1]).toMatchObject({ name: 'TypeError', isTypeError: true });
-      expect(first.seen[2]).toMatchObject({ name: 'PaymentDeclinedError', isPaymentDeclinedError: true, fields: { code: 'card_declined', amount: 42 } });
+      expect(first.seen[2]).toMatchObject({
+        name: 'PaymentDeclinedError', isPaymentDeclinedError: true, fields: { code: 'card_declined', amount: 42 },
+      });
       expect(second.seen.every((error) => error.isError && error.hasStack)).toBe(true);
       await app.queues.cancel(holder.workflowId);
     });
 
     it('a recovery by another executor, after the first one shut down mid-run, replays them the same way', async () => {
-      const holder = await app.queues.enqueue('plain', tasks.quick, ['recovery-holder'], { delayMs: 60_000, deduplicationId: 'recovery-held' });
+      const holdKey = { delayMs: 60_000, deduplicationId: 'recovery-held' };
+      const holder = await app.queues.enqueue('plain', tasks.quick, ['recovery-holder'], holdKey);
       const options = { schema, queues: QUEUES, worker: { queues: ['recovery'] }, shutdownGraceMs: 50, heartbeatIntervalMs: 200 };
       const leaving = await startQueueApp(options, [ParityTasks]);
       const leavingTasks = leaving.get(ParityTasks);
