@@ -180,6 +180,26 @@ describe('parity with DBOS queue semantics (one process)', () => {
     });
   });
 
+  it("an abandoned run's deadline does not time out the resumed run", async () => {
+    const handle = await app.queues.enqueue('local-one', tasks.stuck, ['deadline'], { timeoutMs: 1500 });
+    await pending(handle.workflowId);
+    const firstDeadline: Date = (await row(handle.workflowId)).deadline_at;
+    const dbClockPast = async (time: number) => (await pool.query('SELECT now() > $1 AS past', [new Date(time)])).rows[0].past;
+    // The second run starts at least 500 ms after the first, so its deadline is that much later.
+    await waitFor(() => dbClockPast(firstDeadline.getTime() - 1000), { what: 'half a second of the first run' });
+    await app.queues.cancel(handle.workflowId);
+    await app.queues.resume(handle.workflowId);
+    await waitFor(() => startOf('deadline#2'), { what: 'the second run' });
+    expect((await row(handle.workflowId)).deadline_at.getTime()).toBeGreaterThan(firstDeadline.getTime() + 400);
+    // Past the first run's deadline (its timer fired in this process), the second run is still running.
+    await waitFor(() => dbClockPast(firstDeadline.getTime() + 100), { what: "the first run's deadline to pass" });
+    expect(await row(handle.workflowId)).toMatchObject({ status: 'PENDING', attempts: 2, error: null });
+    tasks.release('deadline#2');
+    await expect(handle.getResult({ timeoutMs: 5000 })).resolves.toBe('deadline#2');
+    tasks.release('deadline#1');
+    await waitFor(() => app.queues.abandonedRuns().length === 0, { what: 'no abandoned run' });
+  });
+
   describe('duplicate policies need a deduplication ID', () => {
     it.each(['return-existing', 'replace'] as const)("refuses onDuplicate '%s' without one, before writing", async (onDuplicate) => {
       const before = await rowCount();

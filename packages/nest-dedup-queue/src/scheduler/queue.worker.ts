@@ -323,8 +323,12 @@ export class QueueWorker {
     return { workflowId, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
   }
 
-  /** Aborts the run at its deadline, then frees its slot once Postgres has it CANCELLED (so global counts agree). */
+  /**
+   * Aborts the run at its deadline, then frees its slot once Postgres has it CANCELLED (so global counts agree).
+   * An abandoned run's deadline no longer counts: its workflow may run again, resumed, with a deadline of its own.
+   */
   private async timeOut(run: RunningWorkflow): Promise<void> {
+    if (this.running.get(run.workflowId) !== run) return;
     abort(run, 'timed-out');
     try {
       const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
