@@ -180,6 +180,20 @@ describe('parity with DBOS queue semantics (one process)', () => {
     });
   });
 
+  it('shutdown does not wait for an abandoned body', async () => {
+    const options = { schema, queues: QUEUES, worker: { queues: ['recovery'] }, shutdownGraceMs: 30_000 };
+    const leaving = await startQueueApp(options, [ParityTasks]);
+    const { workflowId } = await leaving.queues.enqueue('recovery', leaving.get(ParityTasks).stuck, ['shutdown']);
+    await pending(workflowId);
+    await leaving.queues.cancel(workflowId);
+    expect(leaving.queues.abandonedRuns().map((run) => run.workflowId)).toEqual([workflowId]);
+    const closing = Date.now();
+    await leaving.close();
+    expect(Date.now() - closing).toBeLessThan(10_000);
+    expect(warn.mock.calls.some(([message]) => String(message).includes('Not waiting for 1 abandoned'))).toBe(true);
+    leaving.get(ParityTasks).release('shutdown#1');
+  });
+
   it("an abandoned run's deadline does not time out the resumed run", async () => {
     const handle = await app.queues.enqueue('local-one', tasks.stuck, ['deadline'], { timeoutMs: 1500 });
     await pending(handle.workflowId);
