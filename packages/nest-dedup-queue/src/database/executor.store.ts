@@ -9,6 +9,13 @@ export interface RecoveredWorkflow {
   status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
 }
 
+/** A workflow this executor runs but no longer owns, and why (the run it was, for a cancel). */
+export interface NotOwnedWorkflow {
+  workflowId: string;
+  reason: Extract<InterruptReason, 'cancelled' | 'timed-out' | 'ownership-lost'>;
+  attempt?: number;
+}
+
 /**
  * The SQL of executors and leases: each worker process keeps a row with a heartbeat; the PENDING workflows of an
  * executor whose heartbeat is older than the lease go back to their queue (or are dead-lettered past their
@@ -51,10 +58,15 @@ export class ExecutorStore {
    * Why this executor should stop running some of `workflowIds`: those no longer PENDING under it, each with the
    * reason to give its body (cancelled, timed out, or taken over after a lost lease).
    */
-  async notOwned(executorId: string, workflowIds: string[]): Promise<Array<{ workflowId: string; reason: InterruptReason }>> {
+  async notOwned(executorId: string, workflowIds: string[]): Promise<NotOwnedWorkflow[]> {
     if (workflowIds.length === 0) return [];
-    const rows = await this.database.query<{ workflow_id: string; status: WorkflowStatus | null; error_name: string | null }>(
-      `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name
+    const rows = await this.database.query<{
+      workflow_id: string;
+      status: WorkflowStatus | null;
+      error_name: string | null;
+      attempts: number | null;
+    }>(
+      `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
        FROM unnest($1::text[]) AS ids(id)
        LEFT JOIN ${this.workflows} AS w ON w.workflow_id = ids.id
        WHERE w.workflow_id IS NULL OR w.status <> 'PENDING' OR w.executor_id IS DISTINCT FROM $2`,
@@ -64,6 +76,7 @@ export class ExecutorStore {
     return rows.map((row) => ({
       workflowId: row.workflow_id,
       reason: row.status !== 'CANCELLED' ? 'ownership-lost' : row.error_name === 'WorkflowTimeoutError' ? 'timed-out' : 'cancelled',
+      attempt: row.attempts ?? undefined,
     }));
   }
 

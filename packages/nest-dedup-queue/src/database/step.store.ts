@@ -42,13 +42,15 @@ export class StepStore {
   }
 
   /**
-   * Records a checkpoint if the workflow is still PENDING under this executor; false if it is not. Idempotent: a
-   * checkpoint already recorded at this index (an earlier send whose answer was lost) counts as recorded.
+   * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
+   * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
+   * this index (an earlier send whose answer was lost) counts as recorded.
    */
-  async record(step: StepCheckpoint, executorId: string): Promise<boolean> {
+  async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
     const rows = await this.database.query<{ owned: boolean }>(
       `WITH owned AS (
-         SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6
+         SELECT 1 FROM ${this.workflows}
+         WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6 AND attempts = $7
        ),
        recorded AS (
          INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
@@ -57,7 +59,7 @@ export class StepStore {
          RETURNING step_index
        )
        SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM recorded) AS inserted`,
-      [...this.values(step), executorId],
+      [...this.values(step), executorId, attempt],
       { idempotent: true },
     );
     return rows[0]?.owned === true;
@@ -80,13 +82,14 @@ export class StepStore {
 
   /**
    * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
-   * still owns it. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
-   * writes never land after its workflow was taken away.
+   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
+   * step's commit, so the step's writes never land after its workflow was taken away.
    */
-  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string): Promise<boolean> {
+  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
     const rows = await manager.query(
-      `SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 FOR SHARE`,
-      [workflowId, executorId],
+      `SELECT 1 FROM ${this.workflows}
+       WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 AND attempts = $3 FOR SHARE`,
+      [workflowId, executorId, attempt],
     );
     return rows.length === 1;
   }

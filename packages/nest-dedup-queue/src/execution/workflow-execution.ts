@@ -4,7 +4,7 @@ import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
-import { toErrorInfo } from '../utils/error-info';
+import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { executionFrames } from './execution-frames';
 import type { WorkflowContext } from './workflow-context';
@@ -60,9 +60,7 @@ export class WorkflowExecution {
     if (recorded.name !== name) {
       throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
     }
-    if (recorded.error) {
-      throw Object.assign(new Error(recorded.error.message), { name: recorded.error.name, stack: recorded.error.stack });
-    }
+    if (recorded.error) throw reviveError(recorded.error);
     return fromStoredJson<T>(recorded.output);
   }
 
@@ -74,7 +72,7 @@ export class WorkflowExecution {
 
   private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId))) {
+      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId, this.context.attempt))) {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
@@ -89,7 +87,7 @@ export class WorkflowExecution {
     for (let attempt = 1; ; attempt++) {
       this.throwIfInterrupted();
       try {
-        if (!(await this.steps.record(checkpoint, this.executorId))) throw this.ownershipLost();
+        if (!(await this.steps.record(checkpoint, this.executorId, this.context.attempt))) throw this.ownershipLost();
         return;
       } catch (thrown) {
         if (!(thrown instanceof DatabaseUnavailableError)) throw thrown;

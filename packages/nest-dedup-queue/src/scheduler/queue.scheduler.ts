@@ -5,7 +5,7 @@ import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import { StepStore } from '../database/step.store';
-import { WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
+import { InterruptPayload, WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
@@ -14,6 +14,7 @@ import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
+import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import { QueueWorker } from './queue.worker';
 
 /**
@@ -84,7 +85,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
         [
           this.database.cancelChannel,
-          (payload) => (payload ? this.interrupt(parseInterruptPayload(payload)) : void this.interruptNotOwned()),
+          (payload) => (payload ? this.cancelled(parseInterruptPayload(payload)) : void this.interruptNotOwned()),
         ],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
@@ -107,6 +108,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
+    const abandoned = this.abandonedRuns().length;
+    if (abandoned > 0) this.logger.warn(`Not waiting for ${abandoned} abandoned body(ies) of cancelled workflows`);
     if (finished.includes(false)) {
       const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
       this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
@@ -141,6 +144,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
+  /**
+   * A workflow was CANCELLED in Postgres (by this process, or announced on the cancel channel): the worker running
+   * that run of it here aborts its signal and frees its slot at once.
+   */
+  cancelled({ workflowId, reason, attempt }: InterruptPayload): void {
+    for (const worker of this.workers.values()) worker.release(workflowId, reason, attempt);
+  }
+
+  /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
+  abandonedRuns(): AbandonedRunInfo[] {
+    return [...this.workers.values()].flatMap((worker) => worker.abandonedRuns());
+  }
+
   private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
     for (const worker of this.workers.values()) worker.interrupt(workflowId, reason);
   }
@@ -153,8 +169,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private async interruptNotOwned(): Promise<void> {
     if (!this.executors) return;
     try {
-      for (const { workflowId, reason } of await this.executors.notOwned(this.config.executorId, this.runningIds())) {
-        this.interrupt({ workflowId, reason });
+      for (const { workflowId, reason, attempt } of await this.executors.notOwned(this.config.executorId, this.runningIds())) {
+        if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
+        else this.cancelled({ workflowId, reason, attempt });
       }
     } catch (error) {
       this.settingsFailures.failed('Checking the running workflows', error);

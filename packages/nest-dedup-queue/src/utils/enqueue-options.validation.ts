@@ -59,6 +59,13 @@ export function validateEnqueueOptions(
   if (options.whenRunning !== undefined && onDuplicate !== 'replace') {
     throw new InvalidArgumentError(named('whenRunning'), "only applies with onDuplicate: 'replace'");
   }
+  const deduplicationId = optionalKey(options.deduplicationId, named('deduplicationId'));
+  if (onDuplicate !== 'reject' && deduplicationId === null) {
+    throw new InvalidArgumentError(
+      named('onDuplicate'),
+      `'${onDuplicate}' needs a deduplicationId to find duplicates by`,
+    );
+  }
   const deduplicationWindowMs = optionalInteger(options.deduplicationWindowMs, named('deduplicationWindowMs'), 1);
   if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {
     throw new InvalidArgumentError(field, "a deduplication window and whenRunning: 'queue-next' cannot be combined");
@@ -76,7 +83,7 @@ export function validateEnqueueOptions(
     deduplicationWindowMs,
     releaseKeyOnError: options.releaseKeyOnError === true,
     manager,
-    deduplicationId: optionalKey(options.deduplicationId, named('deduplicationId')),
+    deduplicationId,
     workflowId: optionalKey(options.workflowId, named('workflowId')),
     timeoutMs: optionalInteger(options.timeoutMs, named('timeoutMs'), 1),
     partitionKey,
