@@ -41,6 +41,7 @@ function ensureBuilt(config) {
 }
 
 async function main() {
+  if (process.argv.includes('--soak')) return require('./soak').main();
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);

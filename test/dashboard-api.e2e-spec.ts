@@ -8,7 +8,15 @@ import { waitFor } from './support/wait-for';
 
 const REPORT = 'DashboardTasks.report';
 const BROKEN = 'DashboardTasks.broken';
-const COUNT_KEYS = ['ENQUEUED', 'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];
+const COUNT_KEYS = [
+  'ENQUEUED',
+  'DELAYED',
+  'PENDING',
+  'SUCCESS',
+  'ERROR',
+  'CANCELLED',
+  'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+];
 
 describe('dashboard admin API over HTTP (Express)', () => {
   const schema = uniqueSchema('dash_api');
@@ -233,14 +241,14 @@ describe('dashboard admin API over HTTP (Express)', () => {
         });
         return body;
       };
-      expect((await refuse('colour=red', 400, 'colour')).error).toBe('InvalidArgumentError');
+      expect((await refuse('colour=red', 400, 'colour')).error).toBe('Bad Request');
       expect((await refuse('status=DONE', 400, 'status')).message).toContain('"DONE" is not a status');
       await refuse('limit=0', 400, 'limit');
       await refuse('limit=abc', 400, 'limit');
       await refuse('cursor=xyz', 400, 'cursor');
       await refuse('createdFrom=yesterday', 400, 'createdFrom');
       await refuse('queue=a&queue=b', 400, 'queue');
-      expect((await refuse('queue=nope', 404)).error).toBe('UnknownQueueError');
+      expect((await refuse('queue=nope', 404)).error).toBe('Not Found');
     });
   });
 
@@ -304,7 +312,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       const { body } = await api().get('/queues/api/workflows/nope').expect(404);
       expect(body).toEqual({
         statusCode: 404,
-        error: 'WorkflowNotFoundError',
+        error: 'Not Found',
         message: 'Workflow "nope" does not exist',
       });
     });
@@ -325,7 +333,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         status: 'SUCCESS',
       });
       expect(await statusInDb(ids.done2)).toBe('SUCCESS');
-      expect((await post('/workflows/nope/cancel').expect(404)).body.error).toBe('WorkflowNotFoundError');
+      expect((await post('/workflows/nope/cancel').expect(404)).body.error).toBe('Not Found');
     });
 
     it('resumes a CANCELLED workflow (ENQUEUED again, holding its key); refuses a SUCCESS one (400) and a taken key (409)', async () => {
@@ -336,7 +344,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect(await statusInDb(ids.held2)).toBe('ENQUEUED');
 
       const refused = await post(`/workflows/${ids.done1}/resume`).expect(400);
-      expect(refused.body).toMatchObject({ statusCode: 400, error: 'InvalidArgumentError', field: 'workflowId' });
+      expect(refused.body).toMatchObject({ statusCode: 400, error: 'Bad Request', field: 'workflowId' });
       expect(await statusInDb(ids.done1)).toBe('SUCCESS');
 
       const taker = await queues.enqueue('held', REPORT, ['again'], { deduplicationId: 'user-c1' });
@@ -380,7 +388,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       );
       expect(body).toMatchObject({
         workflowId: ids.held3,
-        status: 'ENQUEUED',
+        status: 'DELAYED',
         priority: 5,
         notBefore: expect.any(String),
       });
@@ -391,12 +399,18 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect(rows[0]).toEqual({ priority: 5, later: true });
       const runAt = new Date(Date.now() + 7_200_000).toISOString();
       expect((await post(`/workflows/${ids.held3}/reschedule`, { runAt }).expect(200)).body.notBefore).toBe(runAt);
+      const delayed = (await api().get('/queues/api/workflows?queue=held&status=DELAYED').expect(200)).body;
+      expect(delayed.workflows.map((w: { workflowId: string }) => w.workflowId)).toEqual([ids.held3]);
+      const ready = (await api().get('/queues/api/workflows?queue=held&status=ENQUEUED&limit=500').expect(200)).body;
+      expect(ready.workflows.map((w: { workflowId: string }) => w.workflowId)).not.toContain(ids.held3);
+      const held = (await api().get('/queues/api/queues').expect(200)).body.queues[1];
+      expect(held.counts.DELAYED).toEqual({ value: 1, exact: true });
 
       expect((await post(`/workflows/${ids.held3}/reschedule`, { priority: 'high' }).expect(400)).body.error).toBe(
-        'InvalidArgumentError',
+        'Bad Request',
       );
       expect((await post(`/workflows/${ids.held3}/reschedule`, { delayMs: -5 }).expect(400)).body.error).toBe(
-        'InvalidArgumentError',
+        'Bad Request',
       );
       expect((await post(`/workflows/${ids.held3}/reschedule`, { when: 'soon' }).expect(400)).body.field).toBe('when');
       expect((await post(`/workflows/${ids.held3}/reschedule`, {}).expect(400)).body.field).toBe('body');
@@ -406,9 +420,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect((await post(`/workflows/${ids.done1}/reschedule`, { priority: 1 }).expect(400)).body.message).toContain(
         'SUCCESS',
       );
-      expect((await post('/workflows/nope/reschedule', { priority: 1 }).expect(404)).body.error).toBe(
-        'WorkflowNotFoundError',
-      );
+      expect((await post('/workflows/nope/reschedule', { priority: 1 }).expect(404)).body.error).toBe('Not Found');
       expect(
         (await pool.query(`SELECT priority FROM "${schema}".workflows WHERE workflow_id = $1`, [ids.held3])).rows[0]
           .priority,
@@ -441,7 +453,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect((await queueRow('held')).paused).toBe(true);
       expect((await post('/queues/held/resume').expect(200)).body).toMatchObject({ name: 'held', paused: false });
       expect((await queueRow('held')).paused).toBe(false);
-      expect((await post('/queues/nope/pause').expect(404)).body.error).toBe('UnknownQueueError');
+      expect((await post('/queues/nope/pause').expect(404)).body.error).toBe('Not Found');
     });
 
     it('changes limits (null: back to the declared value) and refuses bad ones', async () => {
@@ -475,7 +487,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         [1],
       ]) {
         const { body } = await api().patch('/queues/api/queues/tenants/limits').set(json).send(bad).expect(400);
-        expect(body.error).toBe('InvalidArgumentError');
+        expect(body.error).toBe('Bad Request');
       }
       expect(await queueRow('tenants')).toMatchObject({ concurrency: null, rate_limit: null });
       await api().patch('/queues/api/queues/nope/limits').set(json).send({ concurrency: 1 }).expect(404);
@@ -604,9 +616,7 @@ describe('dashboard on Fastify', () => {
       .send({})
       .expect(409);
     expect(conflict.body).toMatchObject({ statusCode: 409, existingWorkflowId: taker.workflowId });
-    expect((await request(server).get('/queues/api/workflows/nope').expect(404)).body.error).toBe(
-      'WorkflowNotFoundError',
-    );
+    expect((await request(server).get('/queues/api/workflows/nope').expect(404)).body.error).toBe('Not Found');
     await request(server)
       .post(`/queues/api/workflows/${id}/reschedule`)
       .set('content-type', 'application/json')

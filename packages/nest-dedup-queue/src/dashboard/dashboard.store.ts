@@ -1,5 +1,6 @@
-import type { QueueDatabase } from '../database/queue-database';
+import type { QueryOptions, QueueDatabase } from '../database/queue-database';
 import type { NewWorkflow } from '../database/workflow-inserter';
+import { REPORTED_STATUS_SQL } from '../database/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
@@ -71,12 +72,17 @@ export interface StatusCountRow {
   count: number;
 }
 
-const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id,
+const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status, deduplication_id,
   active_deduplication_id IS NOT NULL AS holds_key, partition_key, priority, attempts, executor_id, created_at,
   started_at, completed_at, not_before, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us,
   seq`;
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
+
+/** Every statement here is a read: safe to send again when a connection broke. */
+const READ: QueryOptions = { idempotent: true };
+/** The reads of every refresh of the page, parsed and planned once per connection. */
+const PREPARED_READ: QueryOptions = { prepared: true, idempotent: true };
 
 /**
  * The SQL of the dashboard: capped counts, recent throughput, filtered lists paged by `(created_at, seq)`, one
@@ -100,13 +106,14 @@ export class DashboardStore {
     limit: number,
   ): Promise<StatusCountRow[]> {
     return this.database.query<StatusCountRow>(
-      `SELECT q.queue_name, s.status,
+      `SELECT q.queue_name, s.wanted AS status,
               (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table} AS w
-                                          WHERE w.queue_name = q.queue_name AND w.status = s.status
-                                          LIMIT $3) AS capped) AS count
-       FROM unnest($1::text[]) AS q(queue_name) CROSS JOIN unnest($2::text[]) AS s(status)`,
-      [queueNames, statuses, limit + 1],
-      true,
+                                          WHERE w.queue_name = q.queue_name AND w.status = s.stored
+                                            AND ${REPORTED_STATUS_SQL} = s.wanted
+                                          LIMIT $4) AS capped) AS count
+       FROM unnest($1::text[]) AS q(queue_name) CROSS JOIN unnest($2::text[], $3::text[]) AS s(wanted, stored)`,
+      [queueNames, statuses, statuses.map(storedStatus), limit + 1],
+      PREPARED_READ,
     );
   }
 
@@ -128,6 +135,7 @@ export class DashboardStore {
        LEFT JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = a.attname
        WHERE n.nspname = $1 AND c.relname = 'workflows'`,
       [this.database.schema],
+      READ,
     );
     const frequencies = (attname: string) => {
       const row = stats.find((stat) => stat.attname === attname);
@@ -145,7 +153,7 @@ export class DashboardStore {
        WHERE completed_at > now() - interval '5 minutes'
        GROUP BY queue_name`,
       [],
-      true,
+      PREPARED_READ,
     );
   }
 
@@ -175,6 +183,7 @@ export class DashboardStore {
       return this.database.query<SummaryRow>(
         `SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(conditions)} ${NEWEST_FIRST} LIMIT ${limitParam}`,
         params,
+        READ,
       );
     }
     const union = branches
@@ -186,6 +195,7 @@ export class DashboardStore {
     return this.database.query<SummaryRow>(
       `SELECT * FROM (${union}) AS page ${NEWEST_FIRST} LIMIT ${limitParam}`,
       params,
+      READ,
     );
   }
 
@@ -201,6 +211,7 @@ export class DashboardStore {
     const rows = await this.database.query<{ count: number }>(
       `SELECT count(*)::int AS count FROM (SELECT 1 FROM (${union}) AS hits LIMIT ${limitParam}) AS capped`,
       params,
+      READ,
     );
     return rows[0].count;
   }
@@ -224,12 +235,22 @@ export class DashboardStore {
       return `$${params.length}`;
     };
     if (selective || (!keyed && !filter.statuses)) {
-      if (filter.statuses) conditions.push(`status = ANY(${param(filter.statuses)}::text[])`);
+      if (filter.statuses) {
+        const [stored, reported] = [param(filter.statuses.map(storedStatus)), param(filter.statuses)];
+        conditions.push(`status = ANY(${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY(${reported}::text[])`);
+      }
       return undefined;
     }
-    const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, `status = ${param(status)}`]);
+    const byStatus = (filter.statuses ?? allStatuses).map((status) => [
+      ...conditions,
+      `status = ${param(storedStatus(status))} AND ${REPORTED_STATUS_SQL} = ${param(status)}`,
+    ]);
     if (keyed) return byStatus;
-    const queues = await this.database.query<{ queue_name: string }>(`SELECT queue_name FROM ${this.queues}`, [], true);
+    const queues = await this.database.query<{ queue_name: string }>(
+      `SELECT queue_name FROM ${this.queues}`,
+      [],
+      PREPARED_READ,
+    );
     return byStatus.flatMap((branch) => queues.map((queue) => [...branch, `queue_name = ${param(queue.queue_name)}`]));
   }
 
@@ -239,6 +260,7 @@ export class DashboardStore {
               max_recovery_attempts, timeout_ms, deadline_at, updated_at
        FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
+      READ,
     );
     return rows[0];
   }
@@ -254,6 +276,7 @@ export class DashboardStore {
               dedup_window_ms AS "deduplicationWindowMs", release_key_on_error AS "releaseKeyOnError"
        FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
+      READ,
     );
     return rows[0];
   }
@@ -264,6 +287,7 @@ export class DashboardStore {
               (extract(epoch FROM completed_at - started_at) * 1000)::float8 AS duration_ms
        FROM ${this.steps} WHERE workflow_id = $1 ORDER BY step_index`,
       [workflowId],
+      READ,
     );
   }
 
@@ -284,6 +308,11 @@ export class DashboardStore {
     add((p) => `created_at < ${p}`, filter.createdTo);
     return { conditions, params };
   }
+}
+
+/** The stored status of a reported one: DELAYED is stored as ENQUEUED (its start time is ahead). */
+function storedStatus(status: WorkflowStatus): WorkflowStatus {
+  return status === 'DELAYED' ? 'ENQUEUED' : status;
 }
 
 function whereClause(conditions: string[]): string {

@@ -4,7 +4,15 @@
 (() => {
   const settings = JSON.parse(document.getElementById('settings').textContent);
   const api = `${location.pathname.replace(/\/+$/, '')}/api`;
-  const STATUSES = ['ENQUEUED', 'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];
+  const STATUSES = [
+    'ENQUEUED',
+    'DELAYED',
+    'PENDING',
+    'SUCCESS',
+    'ERROR',
+    'CANCELLED',
+    'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+  ];
   const SHORT = { MAX_RECOVERY_ATTEMPTS_EXCEEDED: 'DEAD-LETTERED' };
   const view = document.getElementById('view');
   const updated = document.getElementById('updated');
@@ -553,7 +561,7 @@
   function workflowActions(workflow) {
     const id = workflow.workflowId;
     const buttons = [];
-    if (workflow.status === 'ENQUEUED' || workflow.status === 'PENDING') {
+    if (workflow.status === 'ENQUEUED' || workflow.status === 'DELAYED' || workflow.status === 'PENDING') {
       buttons.push(
         h(
           'button',
@@ -608,7 +616,7 @@
       ),
     );
     const row = h('div', { class: 'actions' }, buttons);
-    if (workflow.status !== 'ENQUEUED') return row;
+    if (workflow.status !== 'ENQUEUED' && workflow.status !== 'DELAYED') return row;
     const delay = h('input', { name: 'delaySeconds', type: 'number', min: 0, step: 1, value: 0 });
     const priority = h('input', { name: 'priority', type: 'number', step: 1, value: workflow.priority });
     const form = h(
