@@ -105,16 +105,21 @@ export class DashboardStore {
     statuses: readonly WorkflowStatus[],
     limit: number,
   ): Promise<StatusCountRow[]> {
-    return this.database.query<StatusCountRow>(
-      `SELECT q.queue_name, s.wanted AS status,
-              (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table} AS w
-                                          WHERE w.queue_name = q.queue_name AND w.status = s.stored
-                                            AND ${REPORTED_STATUS_SQL} = s.wanted
-                                          LIMIT $4) AS capped) AS count
-       FROM unnest($1::text[]) AS q(queue_name) CROSS JOIN unnest($2::text[], $3::text[]) AS s(wanted, stored)`,
-      [queueNames, statuses, statuses.map(storedStatus), limit + 1],
-      PREPARED_READ,
+    const params: unknown[] = [limit + 1];
+    const param = (value: unknown) => {
+      params.push(value);
+      return `$${params.length}`;
+    };
+    const pairs = queueNames.flatMap((queueName) =>
+      statuses.map((status) => {
+        const [queue, wanted] = [param(queueName), param(status)];
+        return `SELECT ${queue}::text AS queue_name, ${wanted}::text AS status,
+                  (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table}
+                                              WHERE queue_name = ${queue} AND ${statusCondition(status, param)}
+                                              LIMIT $1) AS capped) AS count`;
+      }),
     );
+    return this.database.query<StatusCountRow>(pairs.join('\nUNION ALL\n'), params, READ);
   }
 
   /**
@@ -236,15 +241,11 @@ export class DashboardStore {
     };
     if (selective || (!keyed && !filter.statuses)) {
       if (filter.statuses) {
-        const [stored, reported] = [param(filter.statuses.map(storedStatus)), param(filter.statuses)];
-        conditions.push(`status = ANY(${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY(${reported}::text[])`);
+        conditions.push(`(${filter.statuses.map((status) => statusCondition(status, param)).join(' OR ')})`);
       }
       return undefined;
     }
-    const byStatus = (filter.statuses ?? allStatuses).map((status) => [
-      ...conditions,
-      `status = ${param(storedStatus(status))} AND ${REPORTED_STATUS_SQL} = ${param(status)}`,
-    ]);
+    const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, statusCondition(status, param)]);
     if (keyed) return byStatus;
     const queues = await this.database.query<{ queue_name: string }>(
       `SELECT queue_name FROM ${this.queues}`,
@@ -310,9 +311,14 @@ export class DashboardStore {
   }
 }
 
-/** The stored status of a reported one: DELAYED is stored as ENQUEUED (its start time is ahead). */
-function storedStatus(status: WorkflowStatus): WorkflowStatus {
-  return status === 'DELAYED' ? 'ENQUEUED' : status;
+/**
+ * The condition for a reported status. NOTE: DELAYED is not stored (see `REPORTED_STATUS_SQL`): it and ENQUEUED are
+ * told apart by the start time; every other status is its stored value, read from the index alone.
+ */
+function statusCondition(status: WorkflowStatus, param: (value: unknown) => string): string {
+  if (status === 'DELAYED') return `(status = 'ENQUEUED' AND not_before > now())`;
+  if (status === 'ENQUEUED') return `(status = 'ENQUEUED' AND (not_before IS NULL OR not_before <= now()))`;
+  return `status = ${param(status)}`;
 }
 
 function whereClause(conditions: string[]): string {
