@@ -1,0 +1,84 @@
+import { Pool } from 'pg';
+import { killFixtures } from './fixtures/child-harness';
+import {
+  countLogLines,
+  enqueueResults,
+  expectEveryAcknowledgedEnqueueSucceededOnce,
+  startLoadProcess,
+  stopLoadProcesses,
+  waitWhileAlive,
+} from './fixtures/load-harness';
+import { uniqueSchema } from './support/database';
+import { startPostgresServer, TestPostgresServer } from './support/postgres-server';
+
+/**
+ * A `pg_terminate_backend` storm: every 200 ms for 5 s, every client backend of an app process (enqueuing every
+ * 40 ms) and of a worker process is terminated. Both live on, every acknowledged enqueue ends SUCCESS exactly once,
+ * failed calls fail with DatabaseUnavailableError only, the workers resume by themselves, and the logs stay quiet.
+ */
+describe('a pg_terminate_backend storm under load', () => {
+  const schema = uniqueSchema('storm');
+  let server: TestPostgresServer;
+  let pool: Pool;
+
+  beforeAll(async () => {
+    server = await startPostgresServer();
+    pool = new Pool({ connectionString: server.url, max: 2 });
+    pool.on('error', () => undefined);
+  });
+
+  afterAll(async () => {
+    await killFixtures();
+    await pool?.end();
+    await server?.dispose();
+  });
+
+  const acknowledged = (results: ReturnType<typeof enqueueResults>) =>
+    results.filter((result) => result.outcome === 'created').length;
+
+  it('keeps both processes alive and loses or doubles no acknowledged workflow', async () => {
+    const options = { schema, databaseUrl: server.url };
+    const worker = await startLoadProcess('worker', 'storm-worker', options);
+    const enqueuer = await startLoadProcess('enqueuer', 'storm-app', options);
+    const children = [enqueuer, worker];
+    enqueuer.send({ type: 'load', intervalMs: 40, prefix: 'storm' });
+    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= 25, {
+      timeoutMs: 30_000,
+      what: 'enqueues to be acknowledged before the storm',
+    });
+
+    let terminated = 0;
+    for (const stormEnd = Date.now() + 5000; Date.now() < stormEnd; ) {
+      terminated += await server.terminateBackends(`application_name IN ('storm-app', 'storm-worker')`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const stormEndedAt = Date.now();
+    const afterStorm = acknowledged(enqueueResults(enqueuer));
+    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= afterStorm + 25, {
+      timeoutMs: 30_000,
+      what: 'the app to enqueue again after the storm',
+    });
+    const resumedMs = Date.now() - stormEndedAt;
+
+    await stopLoadProcesses([enqueuer]);
+    const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(pool, schema, enqueueResults(enqueuer));
+    await stopLoadProcesses([worker]);
+    // eslint-disable-next-line no-console
+    console.log(`[terminate-backends] ${JSON.stringify({ ...counts, terminated, resumedMs })}`);
+    expect(terminated).toBeGreaterThan(10);
+
+    for (const child of children) {
+      const unreachable = countLogLines(child, 'is unreachable');
+      const back = countLogLines(child, 'reachable again after');
+      expect({ name: child.name, unreachable: unreachable <= 1, balanced: unreachable === back }).toEqual({
+        name: child.name,
+        unreachable: true,
+        balanced: true,
+      });
+      const errorsWithStacks = child.messages.filter(
+        (message) => message.type === 'log' && (message.details as string[]).some((detail) => detail.includes('\n    at ')),
+      );
+      expect({ name: child.name, errorsWithStacks: errorsWithStacks.length }).toEqual({ name: child.name, errorsWithStacks: 0 });
+    }
+  });
+});
