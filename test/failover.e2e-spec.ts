@@ -1,12 +1,15 @@
 import { Pool } from 'pg';
 import { killFixtures } from './fixtures/child-harness';
 import {
+  acknowledgedCount,
   burst,
   enqueueResults,
   expectEveryAcknowledgedEnqueueSucceededOnce,
   startLoadProcess,
   startOf,
+  startSteadyLoad,
   stopLoadProcesses,
+  waitForAcknowledged,
   waitWhileAlive,
 } from './fixtures/load-harness';
 import { uniqueSchema } from './support/database';
@@ -41,19 +44,9 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
     await primary?.dispose();
   });
 
-  const acknowledged = (results: ReturnType<typeof enqueueResults>) =>
-    results.filter((result) => result.outcome === 'created').length;
-
   it('follows the new primary with no acknowledged enqueue lost and wake-ups working again', async () => {
     const options = { schema, databaseUrl: bouncer.url, moduleOptions: { pollIntervalMs: 10_000 } };
-    const worker = await startLoadProcess('worker', 'failover-worker', options);
-    const enqueuer = await startLoadProcess('enqueuer', 'failover-app', options);
-    const children = [enqueuer, worker];
-    enqueuer.send({ type: 'load', intervalMs: 40, prefix: 'failover' });
-    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= 50, {
-      timeoutMs: 30_000,
-      what: 'enqueues to be acknowledged before the failover',
-    });
+    const { enqueuer, worker, children } = await startSteadyLoad('failover', options, 50);
 
     await primary.stop('immediate');
     const failedAt = Date.now();
@@ -68,11 +61,7 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
 
     await standby.promote();
     const promotedAt = Date.now();
-    const beforeResume = acknowledged(enqueueResults(enqueuer));
-    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= beforeResume + 25, {
-      timeoutMs: 30_000,
-      what: 'the app to enqueue on the new primary',
-    });
+    await waitForAcknowledged(children, enqueuer, acknowledgedCount(enqueuer) + 25, 'the app to enqueue on the new primary');
     const resumedMs = Date.now() - promotedAt;
     await stopLoadProcesses([enqueuer]);
 

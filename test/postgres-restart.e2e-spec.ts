@@ -1,15 +1,16 @@
-import { Pool } from 'pg';
-import { FixtureProcess, killFixtures } from './fixtures/child-harness';
+import { FixtureProcess } from './fixtures/child-harness';
 import {
+  acknowledgedCount,
   countLogLines,
   enqueueResults,
   expectEveryAcknowledgedEnqueueSucceededOnce,
-  startLoadProcess,
+  startSteadyLoad,
   stopLoadProcesses,
+  useOwnServer,
+  waitForAcknowledged,
   waitWhileAlive,
 } from './fixtures/load-harness';
 import { uniqueSchema } from './support/database';
-import { startPostgresServer, TestPostgresServer } from './support/postgres-server';
 
 /**
  * A PostgreSQL server of the test's own restarted (`pg_ctl stop -m immediate`, then start) twice while an app
@@ -19,27 +20,14 @@ import { startPostgresServer, TestPostgresServer } from './support/postgres-serv
  */
 describe('a PostgreSQL restart under load', () => {
   const schema = uniqueSchema('restart');
-  let server: TestPostgresServer;
-  let pool: Pool;
-
-  beforeAll(async () => {
-    server = await startPostgresServer();
-    pool = new Pool({ connectionString: server.url, max: 2 });
-    pool.on('error', () => undefined);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await pool?.end();
-    await server?.dispose();
-  });
+  const own = useOwnServer();
 
   /** The completion time of the first workflow that completed at or after `since` (ms since the epoch). */
   const firstCompletionSince = (children: FixtureProcess[], since: number) =>
     waitWhileAlive(
       children,
       async () => {
-        const { rows } = await pool.query(
+        const { rows } = await own.pool().query(
           `SELECT min(completed_at) AS first FROM "${schema}".workflows
            WHERE status = 'SUCCESS' AND completed_at >= to_timestamp($1::double precision / 1000)`,
           [since],
@@ -49,38 +37,27 @@ describe('a PostgreSQL restart under load', () => {
       { timeoutMs: 30_000, what: 'a workflow to complete after the restart' },
     );
 
-  const acknowledgedCount = (results: ReturnType<typeof enqueueResults>) =>
-    results.filter((result) => result.outcome === 'created').length;
-
   it('keeps both processes alive and loses or doubles no acknowledged workflow across two immediate restarts', async () => {
+    const server = own.server();
     const options = { schema, databaseUrl: server.url };
-    const worker = await startLoadProcess('worker', 'restart-worker', options);
-    const enqueuer = await startLoadProcess('enqueuer', 'restart-app', options);
-    const children = [enqueuer, worker];
-    enqueuer.send({ type: 'load', intervalMs: 40, prefix: 'restart' });
+    const { enqueuer, worker, children } = await startSteadyLoad('restart', options);
 
     const measured: Array<{ restartMs: number; fromRestartMs: number; fromUpMs: number }> = [];
     for (let outage = 1; outage <= 2; outage++) {
-      const before = acknowledgedCount(enqueueResults(enqueuer));
-      await waitWhileAlive(children, () => acknowledgedCount(enqueueResults(enqueuer)) >= before + 25, {
-        timeoutMs: 30_000,
-        what: `enqueues to be acknowledged before restart ${outage}`,
-      });
+      const before = acknowledgedCount(enqueuer);
+      await waitForAcknowledged(children, enqueuer, before + 25, `enqueues to be acknowledged before restart ${outage}`);
       await firstCompletionSince(children, Date.now());
       const restartAt = Date.now();
       await server.restart('immediate');
       const upAt = Date.now();
       const firstDone = await firstCompletionSince(children, upAt);
       measured.push({ restartMs: upAt - restartAt, fromRestartMs: firstDone - restartAt, fromUpMs: firstDone - upAt });
-      const afterUp = acknowledgedCount(enqueueResults(enqueuer));
-      await waitWhileAlive(children, () => acknowledgedCount(enqueueResults(enqueuer)) > afterUp, {
-        timeoutMs: 30_000,
-        what: `the app to enqueue again after restart ${outage}`,
-      });
+      const afterUp = acknowledgedCount(enqueuer);
+      await waitForAcknowledged(children, enqueuer, afterUp + 1, `the app to enqueue again after restart ${outage}`);
     }
 
     await stopLoadProcesses([enqueuer]);
-    const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(pool, schema, enqueueResults(enqueuer));
+    const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(own.pool(), schema, enqueueResults(enqueuer));
     await stopLoadProcesses([worker]);
     // eslint-disable-next-line no-console
     console.log(`[postgres-restart] ${JSON.stringify({ ...counts, measured })}`);

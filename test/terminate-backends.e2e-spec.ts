@@ -1,15 +1,14 @@
-import { Pool } from 'pg';
-import { killFixtures } from './fixtures/child-harness';
 import {
+  acknowledgedCount,
   countLogLines,
   enqueueResults,
   expectEveryAcknowledgedEnqueueSucceededOnce,
-  startLoadProcess,
+  startSteadyLoad,
   stopLoadProcesses,
-  waitWhileAlive,
+  useOwnServer,
+  waitForAcknowledged,
 } from './fixtures/load-harness';
 import { uniqueSchema } from './support/database';
-import { startPostgresServer, TestPostgresServer } from './support/postgres-server';
 
 /**
  * A `pg_terminate_backend` storm: every 200 ms for 5 s, every client backend of an app process (enqueuing every
@@ -18,34 +17,12 @@ import { startPostgresServer, TestPostgresServer } from './support/postgres-serv
  */
 describe('a pg_terminate_backend storm under load', () => {
   const schema = uniqueSchema('storm');
-  let server: TestPostgresServer;
-  let pool: Pool;
-
-  beforeAll(async () => {
-    server = await startPostgresServer();
-    pool = new Pool({ connectionString: server.url, max: 2 });
-    pool.on('error', () => undefined);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await pool?.end();
-    await server?.dispose();
-  });
-
-  const acknowledged = (results: ReturnType<typeof enqueueResults>) =>
-    results.filter((result) => result.outcome === 'created').length;
+  const own = useOwnServer();
 
   it('keeps both processes alive and loses or doubles no acknowledged workflow', async () => {
+    const server = own.server();
     const options = { schema, databaseUrl: server.url };
-    const worker = await startLoadProcess('worker', 'storm-worker', options);
-    const enqueuer = await startLoadProcess('enqueuer', 'storm-app', options);
-    const children = [enqueuer, worker];
-    enqueuer.send({ type: 'load', intervalMs: 40, prefix: 'storm' });
-    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= 25, {
-      timeoutMs: 30_000,
-      what: 'enqueues to be acknowledged before the storm',
-    });
+    const { enqueuer, worker, children } = await startSteadyLoad('storm', options);
 
     let terminated = 0;
     for (const stormEnd = Date.now() + 5000; Date.now() < stormEnd; ) {
@@ -53,15 +30,11 @@ describe('a pg_terminate_backend storm under load', () => {
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
     const stormEndedAt = Date.now();
-    const afterStorm = acknowledged(enqueueResults(enqueuer));
-    await waitWhileAlive(children, () => acknowledged(enqueueResults(enqueuer)) >= afterStorm + 25, {
-      timeoutMs: 30_000,
-      what: 'the app to enqueue again after the storm',
-    });
+    await waitForAcknowledged(children, enqueuer, acknowledgedCount(enqueuer) + 25, 'the app to enqueue again after the storm');
     const resumedMs = Date.now() - stormEndedAt;
 
     await stopLoadProcesses([enqueuer]);
-    const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(pool, schema, enqueueResults(enqueuer));
+    const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(own.pool(), schema, enqueueResults(enqueuer));
     await stopLoadProcesses([worker]);
     // eslint-disable-next-line no-console
     console.log(`[terminate-backends] ${JSON.stringify({ ...counts, terminated, resumedMs })}`);
