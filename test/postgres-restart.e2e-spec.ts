@@ -4,6 +4,7 @@ import {
   countLogLines,
   enqueueResults,
   expectEveryAcknowledgedEnqueueSucceededOnce,
+  logLines,
   startSteadyLoad,
   stopLoadProcesses,
   useOwnServer,
@@ -13,13 +14,16 @@ import {
 import { uniqueSchema } from './support/database';
 
 /**
- * A PostgreSQL server of the test's own restarted (`pg_ctl stop -m immediate`, then start) twice while an app
- * process enqueues every 40 ms and a worker process drains: both live on, every acknowledged enqueue ends SUCCESS
- * exactly once, failed calls fail with DatabaseUnavailableError only, the workers resume by themselves, and each
- * process logs one "unreachable" and one "reachable again" line per outage.
+ * A PostgreSQL server of the test's own restarted twice (`pg_ctl stop -m immediate`, down for 5 s, then started
+ * again) while an app process enqueues every 40 ms and a worker process drains: both live on, every acknowledged
+ * enqueue ends SUCCESS exactly once, failed calls fail with DatabaseUnavailableError only, the workers resume by
+ * themselves, and each process logs one "unreachable" and one "reachable again after <s> s" line per outage (the
+ * outage lasts 5 s so that the second, within 30 s of the first, is one the module logs too).
  */
 describe('a PostgreSQL restart under load', () => {
   const schema = uniqueSchema('restart');
+  /** How long the server stays down in each restart. */
+  const OUTAGE_MS = 5000;
   const own = useOwnServer();
 
   /** The completion time of the first workflow that completed at or after `since` (ms since the epoch). */
@@ -42,16 +46,18 @@ describe('a PostgreSQL restart under load', () => {
     const options = { schema, databaseUrl: server.url };
     const { enqueuer, worker, children } = await startSteadyLoad('restart', options);
 
-    const measured: Array<{ restartMs: number; fromRestartMs: number; fromUpMs: number }> = [];
+    const measured: Array<{ downMs: number; fromStopMs: number; fromUpMs: number }> = [];
     for (let outage = 1; outage <= 2; outage++) {
       const before = acknowledgedCount(enqueuer);
       await waitForAcknowledged(children, enqueuer, before + 25, `enqueues to be acknowledged before restart ${outage}`);
       await firstCompletionSince(children, Date.now());
-      const restartAt = Date.now();
-      await server.restart('immediate');
+      const stoppedAt = Date.now();
+      await server.stop('immediate');
+      await new Promise((resolve) => setTimeout(resolve, OUTAGE_MS));
+      await server.start();
       const upAt = Date.now();
       const firstDone = await firstCompletionSince(children, upAt);
-      measured.push({ restartMs: upAt - restartAt, fromRestartMs: firstDone - restartAt, fromUpMs: firstDone - upAt });
+      measured.push({ downMs: upAt - stoppedAt, fromStopMs: firstDone - stoppedAt, fromUpMs: firstDone - upAt });
       const afterUp = acknowledgedCount(enqueuer);
       await waitForAcknowledged(children, enqueuer, afterUp + 1, `the app to enqueue again after restart ${outage}`);
     }
@@ -64,7 +70,9 @@ describe('a PostgreSQL restart under load', () => {
 
     for (const child of children) {
       expect({ name: child.name, unreachable: countLogLines(child, 'is unreachable') }).toEqual({ name: child.name, unreachable: 2 });
-      expect({ name: child.name, back: countLogLines(child, 'reachable again after') }).toEqual({ name: child.name, back: 2 });
+      const back = logLines(child).filter((line) => line.message.includes('reachable again after'));
+      expect({ name: child.name, back: back.length }).toEqual({ name: child.name, back: 2 });
+      for (const line of back) expect(Number(/after ([\d.]+) s/.exec(line.message)?.[1])).toBeGreaterThanOrEqual(OUTAGE_MS / 1000 - 1);
     }
   });
 });
