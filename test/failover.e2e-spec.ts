@@ -76,8 +76,9 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
         expect(probe).toMatchObject({ outcome: 'created' });
         latencies.push((await startOf([worker], probe.workflowId)) - probe.at);
       }
+      const figures = { ...counts, readOnlyFailures: readOnlyFailures().length, resumedMs, latencies };
       // eslint-disable-next-line no-console
-      console.log(`[failover] ${JSON.stringify({ ...counts, readOnlyFailures: readOnlyFailures().length, resumedMs, latencies })}`);
+      console.log(`[failover] ${JSON.stringify(figures)}`);
       expect(Math.max(...latencies)).toBeLessThan(2000);
       await stopLoadProcesses([prober, worker]);
     } finally {

@@ -76,7 +76,8 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
 
   it('lets exactly one of 2 processes x 50 concurrent enqueues of one key create a workflow', async () => {
     const schema = uniqueSchema('bouncer_race');
-    const apps = await Promise.all(['race-a', 'race-b'].map((name) => startLoadProcess('enqueuer', name, throughBouncer(schema))));
+    const options = throughBouncer(schema);
+    const apps = await Promise.all(['race-a', 'race-b'].map((name) => startLoadProcess('enqueuer', name, options)));
     for (let round = 1; round <= 3; round++) {
       const results = (await Promise.all(apps.map((app) => burst(app, round, `race-key-${round}`, 50)))).flat();
       expect(results.filter((result) => result.outcome === 'failed')).toEqual([]);

@@ -15,6 +15,8 @@ import { waitFor } from './support/wait-for';
  */
 describe('throwaway-postgres cleanup', () => {
   const ROOT = resolve(__dirname, '..');
+  /** A script for `node -e`: starts a throwaway server and runs until killed. */
+  const KEEP_A_SERVER = "require('throwaway-postgres').startThrowawayPostgres(); setInterval(() => {}, 1000)";
   const started: ChildProcess[] = [];
 
   afterAll(() => {
@@ -95,7 +97,7 @@ describe('throwaway-postgres cleanup', () => {
 
   it("a SIGKILL to the owner's whole process group (a terminal's processes) leaves nothing either", async () => {
     const owner = spawnOwner(
-      ['-e', "require('throwaway-postgres').startThrowawayPostgres(); setInterval(() => {}, 1000)"],
+      ['-e', KEEP_A_SERVER],
       process.env,
       { ownGroup: true },
     );
@@ -125,7 +127,7 @@ describe('throwaway-postgres cleanup', () => {
   });
 
   it('a server whose owner and watchdog were both killed is reaped by the next start', async () => {
-    const owner = spawnOwner(['-e', "require('throwaway-postgres').startThrowawayPostgres(); setInterval(() => {}, 1000)"], process.env);
+    const owner = spawnOwner(['-e', KEEP_A_SERVER], process.env);
     const orphan = await serverOf(owner.child.pid!);
     process.kill(orphan.watchdogPid, 'SIGKILL');
     await waitFor(() => !isRunning(orphan.watchdogPid), { what: 'the watchdog to die' });
