@@ -102,7 +102,7 @@ export class WorkflowStore {
         this.database.wakeUpChannel,
         wakeQueues,
       ],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }
@@ -124,6 +124,7 @@ export class WorkflowStore {
        )
        SELECT pg_notify($3, $4 || workflow_id) FROM cancelled`,
       [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
+      { idempotent: true },
     );
     return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
   }
@@ -148,6 +149,7 @@ export class WorkflowStore {
        )
        SELECT workflow_id, pg_notify($1, $2 || workflow_id) FROM timed_out`,
       [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
+      { idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }
@@ -168,6 +170,7 @@ export class WorkflowStore {
        )
        RETURNING workflow_id`,
       [retentionMs, batch],
+      { idempotent: true },
     );
     return rows.length;
   }
@@ -224,7 +227,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowRow>(
       `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows[0];
   }
@@ -233,7 +236,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowResultRow>(
       `SELECT status, output::text AS output, error FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows[0];
   }
@@ -259,6 +262,7 @@ export class WorkflowStore {
        ORDER BY seq DESC
        LIMIT $${params.length - 1} OFFSET $${params.length}`,
       params,
+      { idempotent: true },
     );
   }
 }

@@ -1,4 +1,5 @@
 import type { RecordedStep, StepStore } from '../database/step.store';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
@@ -7,6 +8,9 @@ import { toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { executionFrames } from './execution-frames';
 import type { WorkflowContext } from './workflow-context';
+
+/** How a checkpoint write waits for an unavailable database. */
+const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
 
 /**
  * One run of one workflow: numbers its steps in call order, replays the ones recorded by earlier runs, and
@@ -79,9 +83,19 @@ export class WorkflowExecution {
     });
   }
 
+  /** Checkpoints a step; while the database is unavailable it waits and tries again, until interrupted. */
   private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
-    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId);
-    if (!recorded) throw this.ownershipLost();
+    const checkpoint = this.checkpoint(index, name, result, error);
+    for (let attempt = 1; ; attempt++) {
+      this.throwIfInterrupted();
+      try {
+        if (!(await this.steps.record(checkpoint, this.executorId))) throw this.ownershipLost();
+        return;
+      } catch (thrown) {
+        if (!(thrown instanceof DatabaseUnavailableError)) throw thrown;
+        await abortableDelay(backoffDelayMs(attempt, CHECKPOINT_RETRY), this.context.signal);
+      }
+    }
   }
 
   private checkpoint(index: number, name: string, result: unknown, error: unknown) {

@@ -4,10 +4,13 @@ import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow.registry';
+import { describeError } from '../database/connection-monitor';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
 import { backoffDelayMs } from '../utils/backoff';
+import { FailureLog } from '../utils/failure-log';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
 import type { QueueSettings } from '../queue-settings';
@@ -26,6 +29,10 @@ export interface QueueWorkerDependencies {
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
+  /** False while the scheduler reconciles after a claim whose answer was lost. */
+  claimsAllowed(): boolean;
+  /** A claim failed with the connection: it may have taken workflows this process never heard of. */
+  claimMayHaveBeenLost(): void;
 }
 
 interface RunningWorkflow {
@@ -49,6 +56,7 @@ export class QueueWorker {
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
+  private readonly claimFailures = new FailureLog(this.logger);
 
   constructor(
     private readonly queueName: string,
@@ -107,6 +115,11 @@ export class QueueWorker {
     }
   }
 
+  /** Resolves when no claim of this worker is in flight. */
+  async claimSettled(): Promise<void> {
+    while (this.claiming) await this.claiming;
+  }
+
   runningIds(): string[] {
     return [...this.running.keys()];
   }
@@ -121,7 +134,7 @@ export class QueueWorker {
         this.claimAgain = false;
         const queue = this.deps.settings.effective(this.queueName);
         const free = queue.workerConcurrency - this.running.size;
-        if (free <= 0 || queue.paused) break;
+        if (free <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const { workflows, retryInMs } = await this.deps.claimer.claim({
           queue,
           executorId: this.deps.executorId,
@@ -129,6 +142,7 @@ export class QueueWorker {
           workflowNames: this.deps.registry.names(),
         });
         this.failedClaims = 0;
+        this.claimFailures.succeeded();
         for (const workflow of workflows) this.start(workflow);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
         else if (workflows.length === free) this.claimAgain = true;
@@ -137,7 +151,8 @@ export class QueueWorker {
     } catch (error) {
       this.failedClaims += 1;
       const delay = backoffDelayMs(this.failedClaims, CLAIM_BACKOFF);
-      this.logger.error(`Claiming from queue "${this.queueName}" failed, retrying in ${delay} ms: ${(error as Error).message}`);
+      this.claimFailures.failed(`Claiming from queue "${this.queueName}"`, error);
+      if (error instanceof DatabaseUnavailableError) this.deps.claimMayHaveBeenLost();
       this.wakeLater(delay);
     }
   }
@@ -207,8 +222,9 @@ export class QueueWorker {
 
   private async timeOut(workflowId: string): Promise<void> {
     this.interrupt(workflowId, 'timed-out');
-    await this.deps.store.cancel(workflowId, 'timed-out').catch((error: Error) =>
-      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
-    );
+    await this.deps.store.cancel(workflowId, 'timed-out').catch((error: unknown) => {
+      if (error instanceof DatabaseUnavailableError) return;
+      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next sweep retries): ${describeError(error)}`);
+    });
   }
 }

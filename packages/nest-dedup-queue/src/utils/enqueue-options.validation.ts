@@ -24,6 +24,8 @@ const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existi
 const WHEN_RUNNING_POLICIES: readonly WhenRunningPolicy[] = ['reject', 'return-existing', 'queue-next'];
 
 const MAX_INT = 2_147_483_647;
+/** The earliest instant a Postgres `timestamptz` holds (4714-11-24 BC); later JavaScript dates all fit. */
+const EARLIEST_TIMESTAMP_MS = Date.UTC(-4713, 10, 24);
 
 /** Checks `options` of one enqueue; `partitioned` says whether the queue accepts a `partitionKey`. */
 export function validateEnqueueOptions(
@@ -48,6 +50,9 @@ export function validateEnqueueOptions(
   }
   if (options.runAt !== undefined && !(options.runAt instanceof Date && !Number.isNaN(options.runAt.getTime()))) {
     throw new InvalidArgumentError(named('runAt'), 'must be a valid Date');
+  }
+  if (options.runAt !== undefined && options.runAt.getTime() < EARLIEST_TIMESTAMP_MS) {
+    throw new InvalidArgumentError(named('runAt'), 'is earlier than Postgres can store (4714 BC); give a real date');
   }
   const onDuplicate = oneOf(options.onDuplicate, DUPLICATE_POLICIES, named('onDuplicate')) ?? 'reject';
   const whenRunning = oneOf(options.whenRunning, WHEN_RUNNING_POLICIES, named('whenRunning')) ?? 'reject';
