@@ -74,7 +74,7 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
       for (let round = 1; round <= 3; round++) {
         const [probe] = await burst(prober, round, `probe-${round}`, 1);
         expect(probe).toMatchObject({ outcome: 'created' });
-        latencies.push((await startOf([worker], probe.workflowId)) - probe.at);
+        latencies.push((await startOf([worker], probe.workflowId)) - probe.calledAt);
       }
       const figures = { ...counts, readOnlyFailures: readOnlyFailures().length, resumedMs, latencies };
       // eslint-disable-next-line no-console

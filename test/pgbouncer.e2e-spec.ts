@@ -116,7 +116,7 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
     for (let round = 1; round <= probes; round++) {
       const [probe] = await burst(app, round, `probe-${round}`, 1);
       expect(probe).toMatchObject({ outcome: 'created' });
-      latencies.push((await startOf([worker], probe.workflowId)) - probe.at);
+      latencies.push((await startOf([worker], probe.workflowId)) - probe.calledAt);
     }
     return latencies;
   }
