@@ -6,10 +6,10 @@ import { Blackhole, startBlackhole } from './support/blackhole';
 import { startPostgresServer, TestPostgresServer } from './support/postgres-server';
 
 /**
- * Boot against a database that does not answer: a listener that accepts TCP and never replies (a firewall drop, a
- * hung proxy) must not leave the app at "Starting Nest application..." forever. The boot fails after the connect
- * timeout (the module's `connectTimeoutMs`, or `connect_timeout` in the URL) with an error that names the module,
- * host, port and database and never the password; with `retryAttempts`, a database that comes up in time is used.
+ * Boot of a real process (child-load-worker.ts) against a database that does not answer: a listener that accepts TCP
+ * and never replies (a firewall drop, a hung proxy) fails the boot within the default connect timeout (10 s) instead
+ * of leaving it at "Starting Nest application..." forever; with `retryAttempts`, a database that comes up in time is
+ * used. (database-outage.e2e-spec.ts covers `connectTimeoutMs`, the URL's `connect_timeout` and the error text.)
  */
 describe('boot against an unreachable database', () => {
   const schema = uniqueSchema('boot_unreachable');
@@ -39,28 +39,11 @@ describe('boot against an unreachable database', () => {
     return { error: String(failed.error), elapsedMs: Date.now() - startedAt, exit };
   }
 
-  it('fails after connectTimeoutMs with an error naming the module, host, port and database, not the password', async () => {
-    const url = `postgres://app_user:s3cret-pw@127.0.0.1:${blackhole.port}/app_db`;
-    const { error, elapsedMs, exit } = await failedBoot(url, { connectTimeoutMs: 1000, retryAttempts: 0 });
+  it('fails within the default connect timeout (10 s) when none is given, naming the endpoint', async () => {
+    const { elapsedMs, error, exit } = await failedBoot(blackhole.url, { retryAttempts: 0 });
     expect(exit).toEqual({ code: 1, signal: null });
-    expect(elapsedMs).toBeLessThan(8000);
-    expect(error).toMatch(/DedupQueue/);
-    expect(error).toContain('127.0.0.1');
-    expect(error).toContain(String(blackhole.port));
-    expect(error).toContain('app_db');
-    expect(error).not.toContain('s3cret-pw');
+    expect(error).toContain(`127.0.0.1:${blackhole.port}`);
     expect(blackhole.accepted).toBeGreaterThan(0);
-  });
-
-  it('honours connect_timeout in the URL', async () => {
-    const url = `postgres://postgres@127.0.0.1:${blackhole.port}/postgres?connect_timeout=1`;
-    const { error, elapsedMs } = await failedBoot(url, { retryAttempts: 0 });
-    expect(elapsedMs).toBeLessThan(8000);
-    expect(error).toContain(String(blackhole.port));
-  });
-
-  it('fails within the default connect timeout (10 s) when none is given', async () => {
-    const { elapsedMs } = await failedBoot(blackhole.url, { retryAttempts: 0 });
     expect(elapsedMs).toBeGreaterThan(9000);
     expect(elapsedMs).toBeLessThan(25_000);
   });
