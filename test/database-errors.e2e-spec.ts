@@ -89,7 +89,10 @@ describe.each(['express', 'fastify'] as const)('DedupExceptionFilter maps the wh
 
   beforeAll(async () => {
     const module = await Test.createTestingModule({ controllers: [ErrorsController] }).compile();
-    http = module.createNestApplication(platform === 'fastify' ? new FastifyAdapter() : undefined, { logger: false });
+    http =
+      platform === 'fastify'
+        ? module.createNestApplication(new FastifyAdapter(), { logger: false })
+        : module.createNestApplication({ logger: false });
     http.useGlobalFilters(new DedupExceptionFilter());
     await http.init();
     if (platform === 'fastify') await http.getHttpAdapter().getInstance().ready();

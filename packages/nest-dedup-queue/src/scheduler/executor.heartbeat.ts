@@ -78,9 +78,10 @@ export class ExecutorHeartbeat {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
-      if (this.config.retentionMs !== null && Date.now() - this.lastPruneAt >= PRUNE_INTERVAL_MS) {
+      const retentionMs = this.config.retentionMs;
+      if (retentionMs !== null && Date.now() - this.lastPruneAt >= Math.min(PRUNE_INTERVAL_MS, retentionMs)) {
         this.lastPruneAt = Date.now();
-        await this.workflows.pruneFinished(this.config.retentionMs);
+        await this.workflows.pruneFinished(retentionMs);
       }
       this.sweepFailures.succeeded();
     } catch (error) {
