@@ -24,6 +24,8 @@ import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workfl
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
+import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
+import { WorkflowTracer } from './observability/workflow.tracer';
 import { WorkflowCompletions } from './workflow-completions';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
@@ -45,6 +47,8 @@ export class QueueService {
     private readonly inserter: WorkflowInserter,
     private readonly enqueuer: WorkflowEnqueuer,
     private readonly events: DeduplicationEvents,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
   ) {}
 
   /**
@@ -107,13 +111,18 @@ export class QueueService {
       if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
       ids.add(row.workflowId);
     });
-    const inserter = options.manager ? this.inserter.inTransaction(options.manager) : this.inserter;
+    const rows = prepared.map(({ row }) => row);
+    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, options.manager));
+  }
+
+  private async insertInChunks(rows: NewWorkflow[], manager?: EntityManager): Promise<BulkEnqueueResult[]> {
+    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
     const results: BulkEnqueueResult[] = [];
-    for (let start = 0; start < prepared.length; start += BULK_CHUNK) {
-      const chunk = prepared.slice(start, start + BULK_CHUNK);
-      const inserted = await inserter.insertMany(chunk.map(({ row }) => row));
+    for (let start = 0; start < rows.length; start += BULK_CHUNK) {
+      const chunk = rows.slice(start, start + BULK_CHUNK);
+      const inserted = await inserter.insertMany(chunk);
       for (const [index, result] of inserted.entries()) {
-        results.push(await this.bulkOutcome(chunk[index].row, result, options.manager));
+        results.push(await this.bulkOutcome(chunk[index], result, manager));
       }
     }
     return results;
@@ -154,14 +163,15 @@ export class QueueService {
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
   async cancel(workflowId: string): Promise<WorkflowStatus> {
-    const status = await this.store.cancel(workflowId);
-    if (status === undefined) {
+    const result = await this.store.cancel(workflowId);
+    if (result === undefined) {
       throw new WorkflowNotFoundError(workflowId);
     }
-    if (status === 'CANCELLED') {
+    if (result.status === 'CANCELLED') {
       this.completions.finished(workflowId);
     }
-    return status;
+    if (result.cancelled) this.lifecycle.emit({ event: 'cancelled', ...result.cancelled, reason: 'cancelled' });
+    return result.status;
   }
 
   /**
@@ -283,6 +293,7 @@ export class QueueService {
       delayMs: valid.delayMs,
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
+      traceContext: null,
     };
     return { valid, row };
   }
@@ -296,13 +307,24 @@ export class QueueService {
   }
 
   private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
-    if (result.outcome === 'inserted') return { status: 'created', workflowId: row.workflowId };
+    if (result.outcome === 'inserted') {
+      this.enqueuer.inserted(row);
+      return { status: 'created', workflowId: row.workflowId };
+    }
     if (result.outcome === 'deduplicated' && result.holderId) {
-      this.events.emit({ queueName: row.queueName, deduplicationId: row.deduplicationId as string, existingWorkflowId: result.holderId, outcome: 'rejected' });
+      this.events.emit(
+        {
+          queueName: row.queueName,
+          deduplicationId: row.deduplicationId as string,
+          existingWorkflowId: result.holderId,
+          outcome: 'rejected',
+        },
+        row.workflowName,
+      );
       return { status: 'duplicate', workflowId: result.holderId };
     }
     try {
-      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager);
+      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager, false);
       return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
     } catch (error) {
       if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };

@@ -46,6 +46,23 @@ function keepsKeyInWindow(table: string): string {
                     WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
 }
 
+/** Which workflow a statement changed. */
+export interface WorkflowRef {
+  workflowId: string;
+  queueName: string;
+  workflowName: string;
+}
+
+export interface WorkflowRefRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+}
+
+export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
+  return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
+}
+
 /** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
 export class WorkflowStore {
   private readonly table: string;
@@ -109,31 +126,36 @@ export class WorkflowStore {
 
   /**
    * Ends an ENQUEUED or PENDING workflow as CANCELLED, frees its deduplication ID and tells the process running it
-   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards, or undefined when it does not
-   * exist. A timeout records a `WorkflowTimeoutError` as the workflow's error.
+   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards (with `cancelled` when this call
+   * cancelled it), or undefined when it does not exist. A timeout records a `WorkflowTimeoutError` as its error.
    */
-  async cancel(workflowId: string, reason: 'cancelled' | 'timed-out' = 'cancelled'): Promise<WorkflowStatus | undefined> {
-    const cancelled = await this.database.query(
+  async cancel(
+    workflowId: string,
+    reason: 'cancelled' | 'timed-out' = 'cancelled',
+  ): Promise<{ status: WorkflowStatus; cancelled?: WorkflowRef } | undefined> {
+    const cancelled = await this.database.query<WorkflowRefRow>(
       `WITH cancelled AS (
          UPDATE ${this.table}
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(),
              error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
          WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
-         RETURNING workflow_id
+         RETURNING workflow_id, queue_name, workflow_name
        )
-       SELECT pg_notify($3, $4 || workflow_id) FROM cancelled`,
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($3, $4 || workflow_id) FROM cancelled`,
       [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
     );
-    return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
+    if (cancelled.length === 1) return { status: 'CANCELLED', cancelled: toWorkflowRef(cancelled[0]) };
+    const status = (await this.findRow(workflowId))?.status;
+    return status && { status };
   }
 
   /**
    * Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
    * by a step's transaction are skipped until the next sweep rather than waited for.
    */
-  async cancelTimedOut(): Promise<string[]> {
-    const rows = await this.database.query<{ workflow_id: string }>(
+  async cancelTimedOut(): Promise<WorkflowRef[]> {
+    const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
          SELECT workflow_id FROM ${this.table}
          WHERE deadline_at <= now() AND status IN ('ENQUEUED', 'PENDING')
@@ -144,12 +166,12 @@ export class WorkflowStore {
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(), error = ${TIMEOUT_ERROR_JSON}
          FROM due WHERE w.workflow_id = due.workflow_id
-         RETURNING w.workflow_id
+         RETURNING w.workflow_id, w.queue_name, w.workflow_name
        )
-       SELECT workflow_id, pg_notify($1, $2 || workflow_id) FROM timed_out`,
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2 || workflow_id) FROM timed_out`,
       [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
     );
-    return rows.map((row) => row.workflow_id);
+    return rows.map(toWorkflowRef);
   }
 
   /**

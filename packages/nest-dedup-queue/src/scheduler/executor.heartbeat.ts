@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import type { DedupQueueConfig } from '../dedup-queue.config';
 import type { ExecutorStore, RecoveredWorkflow } from '../database/executor.store';
 import type { WorkflowStore } from '../database/workflow.store';
+import type { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
@@ -15,6 +16,8 @@ export class ExecutorHeartbeat {
   private sweepTimer?: NodeJS.Timeout;
   private renewing?: Promise<void>;
   private sweeping?: Promise<void>;
+  /** When the lease was last registered or renewed. */
+  lastRenewedAt?: Date;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -22,10 +25,12 @@ export class ExecutorHeartbeat {
     private readonly workflows: WorkflowStore,
     /** Called after the lease was found gone and registered again. */
     private readonly onLeaseLost: () => Promise<void>,
+    private readonly lifecycle: WorkflowLifecycle,
   ) {}
 
   async start(): Promise<void> {
     await this.executors.register(this.config.executorId);
+    this.lastRenewedAt = new Date();
     this.report('left by an earlier process with this executor ID', await this.executors.recoverOwn(this.config.executorId));
     this.renewTimer = setInterval(() => {
       this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
@@ -59,6 +64,7 @@ export class ExecutorHeartbeat {
         await this.executors.register(this.config.executorId);
         await this.onLeaseLost();
       }
+      this.lastRenewedAt = new Date();
     } catch (error) {
       this.logger.error(`Renewing the lease of executor ${this.config.executorId} failed: ${(error as Error).message}`);
     }
@@ -69,6 +75,7 @@ export class ExecutorHeartbeat {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
+      for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
       if (this.config.retentionMs !== null) await this.workflows.pruneFinished(this.config.retentionMs);
     } catch (error) {
       this.logger.error(`Sweeping for expired leases and timeouts failed: ${(error as Error).message}`);
@@ -77,6 +84,9 @@ export class ExecutorHeartbeat {
 
   private report(source: string, recovered: RecoveredWorkflow[]): void {
     if (recovered.length === 0) return;
+    for (const { status, ...workflow } of recovered) {
+      this.lifecycle.emit({ event: status === 'ENQUEUED' ? 'recovered' : 'dead-lettered', ...workflow });
+    }
     const deadLettered = recovered.filter((workflow) => workflow.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED');
     this.logger.warn(
       `Recovered ${recovered.length - deadLettered.length} workflow(s) ${source}` +

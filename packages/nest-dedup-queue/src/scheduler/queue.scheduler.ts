@@ -8,6 +8,8 @@ import { StepStore } from '../database/step.store';
 import { WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { WorkflowTracer } from '../observability/workflow.tracer';
 import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
@@ -29,6 +31,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private listener?: NotificationListener;
   private heartbeat?: ExecutorHeartbeat;
   private pollTimer?: NodeJS.Timeout;
+  private stopping = false;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -37,6 +40,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     private readonly registry: WorkflowRegistry,
     private readonly completions: WorkflowCompletions,
     private readonly settings: QueueSettings,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -59,11 +64,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
           outcomes: this.outcomes,
           completions: this.completions,
           executorId: this.config.executorId,
+          lifecycle: this.lifecycle,
+          tracer: this.tracer,
         }),
       );
     }
     const executors = new ExecutorStore(this.database);
-    this.heartbeat = new ExecutorHeartbeat(this.config, executors, this.store, () => this.reclaimAfterLostLease(executors));
+    this.heartbeat = new ExecutorHeartbeat(
+      this.config,
+      executors,
+      this.store,
+      () => this.reclaimAfterLostLease(executors),
+      this.lifecycle,
+    );
     await this.heartbeat.start();
     this.listener = new NotificationListener(
       this.database,
@@ -84,6 +97,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
 
   async beforeApplicationShutdown(): Promise<void> {
     if (!this.outcomes) return;
+    this.stopping = true;
     clearInterval(this.pollTimer);
     for (const worker of this.workers.values()) worker.stop();
     await this.listener?.stop();
@@ -99,6 +113,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     await this.outcomes.drained();
     await this.heartbeat?.stop(true);
     this.outcomes = undefined;
+  }
+
+  /**
+   * For the health indicator: undefined when this process drains no queues; otherwise when its lease was last
+   * renewed and whether its workers run (started, and not shutting down).
+   */
+  workerHealth(): { running: boolean; queues: string[]; lastHeartbeatAt?: Date } | undefined {
+    if (!this.config.worker) return undefined;
+    return {
+      running: this.outcomes !== undefined && !this.stopping,
+      queues: [...this.workers.keys()],
+      lastHeartbeatAt: this.heartbeat?.lastRenewedAt,
+    };
   }
 
   /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */

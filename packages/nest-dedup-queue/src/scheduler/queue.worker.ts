@@ -7,6 +7,8 @@ import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
+import { WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
+import type { RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
@@ -26,6 +28,8 @@ export interface QueueWorkerDependencies {
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
+  lifecycle: WorkflowLifecycle;
+  tracer: WorkflowTracer;
 }
 
 interface RunningWorkflow {
@@ -161,23 +165,36 @@ export class QueueWorker {
 
   private async execute(claimed: ClaimedWorkflow, controller: AbortController): Promise<void> {
     const timeout = claimed.remainingMs === null ? undefined : setTimeout(() => void this.timeOut(claimed.workflowId), Math.max(0, claimed.remainingMs));
+    const ref = { workflowId: claimed.workflowId, queueName: this.queueName, workflowName: claimed.workflowName };
+    this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
+    const startedAt = performance.now();
     try {
       const workflow = this.deps.registry.find(claimed.workflowName);
-      const outcome = workflow
-        ? await this.run(claimed, workflow, controller)
-        : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`));
+      const outcome = await this.deps.tracer.process(this.queueName, claimed, async (trace) =>
+        workflow
+          ? this.run(claimed, workflow, controller, trace)
+          : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`)),
+      );
+      const durationMs = performance.now() - startedAt;
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
       }
-      await this.deps.outcomes.write(outcome, this.queueName);
+      if (await this.deps.outcomes.write(outcome, this.queueName)) {
+        this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
+      }
       if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
     } finally {
       clearTimeout(timeout);
     }
   }
 
-  private async run(claimed: ClaimedWorkflow, workflow: RegisteredWorkflow, controller: AbortController): Promise<WorkflowOutcome> {
+  private async run(
+    claimed: ClaimedWorkflow,
+    workflow: RegisteredWorkflow,
+    controller: AbortController,
+    trace: RunTrace,
+  ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
     try {
       const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
@@ -187,6 +204,7 @@ export class QueueWorker {
         recorded,
         this.deps.steps,
         (reason) => this.interrupt(workflowId, reason),
+        trace,
       );
       const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
@@ -207,8 +225,12 @@ export class QueueWorker {
 
   private async timeOut(workflowId: string): Promise<void> {
     this.interrupt(workflowId, 'timed-out');
-    await this.deps.store.cancel(workflowId, 'timed-out').catch((error: Error) =>
-      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
-    );
+    try {
+      const { cancelled } = (await this.deps.store.cancel(workflowId, 'timed-out')) ?? {};
+      if (cancelled) this.deps.lifecycle.emit({ event: 'cancelled', ...cancelled, reason: 'timed-out' });
+    } catch (error) {
+      const message = (error as Error).message;
+      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${message}`);
+    }
   }
 }
