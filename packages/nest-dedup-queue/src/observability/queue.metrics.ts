@@ -64,12 +64,22 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     @Inject(DEDUP_QUEUE_OPTIONS) private readonly options: DedupQueueModuleOptions,
     private readonly config: DedupQueueConfig,
     private readonly lifecycle: WorkflowLifecycle,
-    database: QueueDatabase,
+    private readonly database: QueueDatabase,
   ) {
     this.stats = new QueueStatsStore(database);
   }
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
+    try {
+      this.register();
+    } catch (error) {
+      // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
+      await this.database.close();
+      throw error;
+    }
+  }
+
+  private register(): void {
     const option = this.options.metrics;
     if (option === undefined || option === false) return;
     const fail = (message: string): never => {
