@@ -16,9 +16,10 @@ export interface DedupQueueMetricsOptions {
   scrapeTimeoutMs?: number;
   /**
    * How old the counts of finished workflows (SUCCESS, ERROR, CANCELLED, MAX_RECOVERY_ATTEMPTS_EXCEEDED) in
-   * `dedup_queue_workflows` may be, in milliseconds. Counting them scans the table, so a scrape recounts only when
-   * the last count is older than this; ENQUEUED and PENDING are counted at every scrape. `0` counts at every scrape.
-   * Default 60000.
+   * `dedup_queue_workflows` may be, in milliseconds. Counting them scans the table (about 0.3 s per million rows),
+   * so a scrape that finds them older starts a recount in the background and reports the previous count meanwhile;
+   * only the first scrape waits for it. ENQUEUED and PENDING (index scans of the active set) and the oldest wait are
+   * read at every scrape. `0`: count everything at every scrape, and wait for it. Default 60000.
    */
   finishedCountsMaxAgeMs?: number;
 }

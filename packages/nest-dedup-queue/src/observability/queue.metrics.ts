@@ -58,6 +58,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
   private finishedCountsMaxAgeMs = DEFAULT_FINISHED_COUNTS_MAX_AGE_MS;
   private finishedCounts?: { at: number; counts: StatusCount[] };
   private reading?: Promise<Snapshot | undefined>;
+  private recounting?: Promise<void>;
   private readFailing = false;
 
   constructor(
@@ -223,21 +224,33 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     if (status) metrics.finished.inc({ queue, status });
   }
 
+  private async recountFinished(): Promise<void> {
+    const counts = await this.stats.finished(this.scrapeTimeoutMs);
+    this.finishedCounts = { at: Date.now(), counts };
+  }
+
   /** One read per scrape (the gauges collect concurrently); undefined when the database did not answer in time. */
   private snapshot(): Promise<Snapshot | undefined> {
     this.reading ??= this.read().finally(() => (this.reading = undefined));
     return this.reading;
   }
 
+  /**
+   * NOTE: stale finished counts are recounted in the background and served meanwhile, so that only the first
+   * scrape (or every scrape with `finishedCountsMaxAgeMs: 0`) waits for the scan of the table.
+   */
   private async read(): Promise<Snapshot | undefined> {
     try {
-      const refreshFinished =
-        !this.finishedCounts || Date.now() - this.finishedCounts.at >= this.finishedCountsMaxAgeMs;
-      const [active, finished] = await Promise.all([
+      const mustWait = !this.finishedCounts || this.finishedCountsMaxAgeMs === 0;
+      const stale = mustWait || Date.now() - (this.finishedCounts?.at ?? 0) >= this.finishedCountsMaxAgeMs;
+      if (stale && !this.recounting) {
+        this.recounting = this.recountFinished().finally(() => (this.recounting = undefined));
+        this.recounting.catch(() => undefined);
+      }
+      const [active] = await Promise.all([
         this.stats.active(this.scrapeTimeoutMs),
-        refreshFinished ? this.stats.finished(this.scrapeTimeoutMs) : undefined,
+        mustWait ? this.recounting : undefined,
       ]);
-      if (finished) this.finishedCounts = { at: Date.now(), counts: finished };
       if (this.readFailing) this.logger.log('Metrics: reading queue depths from the database works again');
       this.readFailing = false;
       return {
