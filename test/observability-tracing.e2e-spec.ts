@@ -102,6 +102,35 @@ describe('tracing across processes', () => {
     await worker.ended;
   });
 
+  it('stores each enqueue its own context, also when concurrent enqueues share a statement, and one per bulk call', async () => {
+    const worker = await startWorker('traced-3');
+    const concurrent = await Promise.all(
+      ['x', 'y', 'z'].map((label) => app.queues.enqueue('traced', 'TracedTasks.withSteps', [label])),
+    );
+    const bulk = await app.queues.enqueueMany('traced', 'TracedTasks.withSteps', [{ args: ['b1'] }, { args: ['b2'] }]);
+    const ids = [...concurrent.map((handle) => handle.workflowId), ...bulk.map((item) => item.workflowId)];
+    const { rows } = await pool.query(
+      `SELECT workflow_id, trace_context FROM "${schema}".workflows WHERE workflow_id = ANY($1::text[])`,
+      [ids],
+    );
+    const stored = new Map(rows.map((row) => [row.workflow_id, row.trace_context]));
+    for (const handle of concurrent) {
+      const send = sendSpan(handle.workflowId);
+      expect(stored.get(handle.workflowId)).toBe(`00-${send.traceId}-${send.spanId}-01`);
+    }
+    const bulkSpan = exporter
+      .getFinishedSpans()
+      .map(toSpanRecord)
+      .find((span) => span.attributes['messaging.batch.message_count'] === 2) as SpanRecord;
+    expect(bulkSpan).toMatchObject({ name: 'send traced', kind: 'PRODUCER' });
+    for (const item of bulk) {
+      expect(stored.get(item.workflowId)).toBe(`00-${bulkSpan.traceId}-${bulkSpan.spanId}-01`);
+      expect((await processSpan(worker, item.workflowId)).parentSpanId).toBe(bulkSpan.spanId);
+    }
+    worker.child.kill('SIGKILL');
+    await worker.ended;
+  });
+
   it('parents a recovered run (after a SIGKILL, in a new process) to the enqueue span; a duplicate is a span event', async () => {
     const first = await startWorker('traced-2');
     const handle = await app.queues.enqueue('traced', 'TracedTasks.holdOnFirstRun', [], { deduplicationId: 'held' });

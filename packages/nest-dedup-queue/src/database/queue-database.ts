@@ -55,7 +55,7 @@ export class QueueDatabase implements OnApplicationShutdown {
    * connection is discarded.
    */
   async query<T = Record<string, unknown>>(sql: string, params: unknown[] = [], prepared = false): Promise<T[]> {
-    const client = await this.pool.connect();
+    const { client, release } = await this.connect();
     let broken: Error | undefined;
     try {
       const name = prepared ? statementName(sql) : undefined;
@@ -64,7 +64,7 @@ export class QueueDatabase implements OnApplicationShutdown {
       broken = isServerError(error) ? undefined : (error as Error);
       throw error;
     } finally {
-      client.release(broken);
+      release(broken);
     }
   }
 
@@ -87,7 +87,19 @@ export class QueueDatabase implements OnApplicationShutdown {
   /** Takes one connection out of the pool (for LISTEN, session advisory locks, multi-statement work). */
   async connect(): Promise<DedicatedConnection> {
     const client = await this.pool.connect();
-    return { client, release: (error?: Error) => client.release(error) };
+    // NOTE: pg-pool listens for errors on idle connections only; one that breaks while checked out (the server
+    // terminated it) emits 'error' with no listener and crashes the process. A broken one keeps the listener: it can
+    // emit again after its release.
+    let lost: Error | undefined;
+    const onError = (error: Error) => (lost ??= error);
+    client.on('error', onError);
+    return {
+      client,
+      release: (error?: Error) => {
+        if (!error && !lost) client.off('error', onError);
+        client.release(error ?? lost);
+      },
+    };
   }
 
   async onApplicationShutdown(): Promise<void> {
