@@ -1,10 +1,9 @@
 import type { INestApplication } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { QueueService } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
-import { AppModule } from '../apps/demo/src/app.module';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { startDemoApp } from './support/demo-app';
 import { waitFor } from './support/wait-for';
 
 /** The value of one sample in a Prometheus text exposition, e.g. `dedup_queue_workflows{queue="q",status="SUCCESS"}`. */
@@ -26,11 +25,7 @@ describe('metrics: GET /metrics of the demo app', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    process.env.DEDUP_QUEUE_SCHEMA = schema;
-    process.env.DEMO_TASK_MS = '150';
-    const module = await Test.createTestingModule({ imports: [AppModule] }).compile();
-    app = module.createNestApplication({ logger: false });
-    await app.init();
+    app = await startDemoApp(schema, 150);
   });
 
   afterAll(async () => {

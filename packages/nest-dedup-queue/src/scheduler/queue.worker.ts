@@ -7,7 +7,7 @@ import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
-import { WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
+import { type WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
 import type { RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
