@@ -89,13 +89,17 @@ export class QueueDatabase implements OnApplicationShutdown {
     const client = await this.pool.connect();
     // NOTE: pg-pool listens for errors on idle connections only; one that breaks while checked out (the server
     // terminated it) emits 'error' with no listener and crashes the process. A broken one keeps the listener: it can
-    // emit again after its release.
+    // emit again after its release. A second release (a query's failure and the error event of one broken
+    // connection, each releasing it) is ignored instead of throwing from an event handler.
     let lost: Error | undefined;
+    let released = false;
     const onError = (error: Error) => (lost ??= error);
     client.on('error', onError);
     return {
       client,
       release: (error?: Error) => {
+        if (released) return;
+        released = true;
         if (!error && !lost) client.off('error', onError);
         client.release(error ?? lost);
       },
