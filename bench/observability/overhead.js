@@ -3,7 +3,8 @@
  * The overhead of metrics and tracing on throughput: for each mode (none, metrics, tracing, both), interleaved, a
  * fresh schema; 5,000 single `enqueue` calls from 16 concurrent producers (calls/s), then one worker process
  * (this one, workerConcurrency 32) drains them (jobs/s from resuming the paused queue until the database shows all
- * 5,000 SUCCESS), with the CPU time this process spent per job (steadier than rates on a shared machine). Metrics: a prom-client Registry scraped once a second during both phases. Tracing: a
+ * 5,000 SUCCESS), with the CPU time this process spent per job (steadier than rates on a shared machine).
+ * Metrics: a prom-client Registry scraped once a second during both phases. Tracing: a
  * NodeTracerProvider with a BatchSpanProcessor and an exporter that drops the spans (the cost of making them).
  *
  *   node bench/observability/overhead.js     (BENCH_DATABASE_URL or DATABASE_URL; BENCH_JOBS, BENCH_REPS)

@@ -91,8 +91,10 @@ export class WorkflowEventsExplorer implements OnModuleInit, OnModuleDestroy {
     const handlers = this.handlers.get(event.event);
     if (!handlers) return;
     for (const { declaredAt, handle } of handlers) {
-      const failed = (error: unknown) =>
-        this.logger.error(`@OnWorkflowEvent('${event.event}') ${declaredAt} threw: ${(error as Error)?.message ?? String(error)}`);
+      const failed = (error: unknown) => {
+        const message = (error as Error)?.message ?? String(error);
+        this.logger.error(`@OnWorkflowEvent('${event.event}') ${declaredAt} threw: ${message}`);
+      };
       try {
         const result = handle({ ...(event as WorkflowEvent) });
         if (result instanceof Promise) result.catch(failed);

@@ -110,7 +110,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     if (typeof registry?.registerMetric !== 'function') fail('`metrics.registry` must be a prom-client Registry');
     if (registry.getSingleMetric('dedup_queue_workflows')) {
       fail(
-        'the metrics registry already holds dedup_queue_* metrics (another DedupQueueModule?); give each its own registry',
+        'the metrics registry already holds dedup_queue_* metrics (another DedupQueueModule?); ' +
+          'give each its own registry',
       );
     }
     this.registry = registry;
