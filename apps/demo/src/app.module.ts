@@ -1,6 +1,9 @@
 import { Module } from '@nestjs/common';
+import { TerminusModule } from '@nestjs/terminus';
 import { DedupQueueModule } from 'nest-dedup-queue';
 import { demoConfig } from './demo.config';
+import { HealthController } from './health.controller';
+import { MetricsController } from './metrics.controller';
 import { ProcessController } from './process.controller';
 import { UserTasks } from './user-tasks.service';
 import { WorkflowsController } from './workflows.controller';
@@ -14,11 +17,13 @@ import { WorkflowsController } from './workflows.controller';
           connection: { url: config.databaseUrl },
           schema: config.schema,
           queues: [{ name: 'user_tasks', workerConcurrency: 10 }],
+          metrics: true,
         };
       },
     }),
+    TerminusModule,
   ],
-  controllers: [ProcessController, WorkflowsController],
+  controllers: [ProcessController, WorkflowsController, HealthController, MetricsController],
   providers: [UserTasks],
 })
 export class AppModule {}

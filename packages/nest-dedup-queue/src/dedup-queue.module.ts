@@ -13,6 +13,11 @@ import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import { WorkflowEventsExplorer } from './discovery/workflow-events.explorer';
+import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
+import { QueueMetrics } from './observability/queue.metrics';
+import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
+import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { WorkflowCompletions } from './workflow-completions';
@@ -45,6 +50,10 @@ import { WorkflowCompletions } from './workflow-completions';
       useFactory: (database: QueueDatabase) => new WorkflowInserter(database),
       inject: [QueueDatabase],
     },
+    WorkflowLifecycle,
+    WorkflowTracer,
+    QueueMetrics,
+    WorkflowEventsExplorer,
     DeduplicationEvents,
     WorkflowEnqueuer,
     WorkflowRegistry,
@@ -52,7 +61,8 @@ import { WorkflowCompletions } from './workflow-completions';
     WorkflowCompletions,
     QueueScheduler,
     QueueService,
+    DedupQueueHealthIndicator,
   ],
-  exports: [QueueService],
+  exports: [QueueService, DedupQueueHealthIndicator],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {}

@@ -10,3 +10,5 @@ export * from './workflow-status.interface';
 export * from './backoff-options.interface';
 export * from './step-options.interface';
 export * from './abandoned-run.interface';
+export * from './metrics-options.interface';
+export * from './workflow-event.interface';
