@@ -90,7 +90,7 @@ describe('metrics: GET /metrics of the demo app', () => {
       status: 'up',
       database: { status: 'up', responseMs: expect.any(Number) },
       lease: { status: 'up', executorId: expect.any(String), lastHeartbeatAt: expect.any(String) },
-      workers: { status: 'up', queues: ['user_tasks'] },
+      workers: { status: 'up', queues: ['user_tasks'], abandonedRuns: 0 },
     });
   });
 });

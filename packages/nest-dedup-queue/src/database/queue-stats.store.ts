@@ -1,6 +1,7 @@
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { settleWithin } from '../utils/settle-within';
 import type { QueueDatabase } from './queue-database';
+import { REPORTED_STATUS_SQL } from './workflow-row';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -25,14 +26,14 @@ export class QueueStatsStore {
     this.table = `${database.schemaSql}.workflows`;
   }
 
-  /** ENQUEUED and PENDING workflows per queue, and the wait of each queue's oldest due workflow. */
+  /** ENQUEUED (ready), DELAYED and PENDING workflows per queue, and the wait of each queue's oldest due workflow. */
   async active(timeoutMs: number): Promise<{ counts: StatusCount[]; oldestWaits: OldestWaits }> {
     const rows = await this.withTimeout(timeoutMs, (query) =>
       query<{ queue_name: string; status: WorkflowStatus; n: number; oldest_wait: number | null }>(
-        `SELECT queue_name, 'ENQUEUED' AS status, count(*)::float8 AS n,
+        `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::float8 AS n,
                 extract(epoch FROM now() - min(greatest(created_at, not_before))
                                    FILTER (WHERE not_before IS NULL OR not_before <= now()))::float8 AS oldest_wait
-         FROM ${this.table} WHERE status = 'ENQUEUED' GROUP BY queue_name
+         FROM ${this.table} WHERE status = 'ENQUEUED' GROUP BY queue_name, 2
          UNION ALL
          SELECT queue_name, 'PENDING', count(*)::float8, NULL FROM ${this.table} WHERE status = 'PENDING'
          GROUP BY queue_name`,

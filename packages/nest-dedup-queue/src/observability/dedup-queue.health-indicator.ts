@@ -77,6 +77,7 @@ export class DedupQueueHealthIndicator {
       });
       checks.workers = this.track('workers', worker.running, {
         queues: worker.queues,
+        abandonedRuns: this.scheduler.abandonedRuns().length,
         error: 'the workers are not running (not started yet, or shutting down)',
       });
     }

@@ -4,6 +4,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
 import { QueueDatabase } from '../database/queue-database';
 import { QueueStatsStore, StatusCount } from '../database/queue-stats.store';
+import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
@@ -14,6 +15,7 @@ import { LifecycleEvent, WorkflowLifecycle } from './workflow-lifecycle.events';
 
 const STATUSES: readonly WorkflowStatus[] = [
   'ENQUEUED',
+  'DELAYED',
   'PENDING',
   'SUCCESS',
   'ERROR',
@@ -35,6 +37,7 @@ const DEFAULT_FINISHED_COUNTS_MAX_AGE_MS = 60_000;
 interface Metrics {
   workflows: PromClient.Gauge;
   oldestAge: PromClient.Gauge;
+  abandoned: PromClient.Gauge;
   enqueued: PromClient.Counter;
   deduplicated: PromClient.Counter;
   finished: PromClient.Counter;
@@ -66,6 +69,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     private readonly config: DedupQueueConfig,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly database: QueueDatabase,
+    private readonly scheduler: QueueScheduler,
   ) {
     this.stats = new QueueStatsStore(database);
   }
@@ -130,6 +134,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     const registers = [registry as PromClient.Registry];
     const queues = [...this.config.queues.keys()];
     const read = () => this.snapshot();
+    const abandonedRuns = () => this.scheduler.abandonedRuns();
     const metrics: Metrics = {
       workflows: new prom.Gauge({
         name: 'dedup_queue_workflows',
@@ -155,6 +160,17 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
           if (!snapshot) return;
           for (const queue of queues) this.set({ queue }, 0);
           for (const [queue, seconds] of snapshot.oldestWaits) this.set({ queue }, seconds);
+        },
+      }),
+      abandoned: new prom.Gauge({
+        name: 'dedup_queue_abandoned_runs',
+        help: 'Bodies of cancelled or timed-out workflows that ignore their signal and still run in this process',
+        labelNames: ['queue'],
+        registers,
+        collect() {
+          this.reset();
+          for (const queue of queues) this.set({ queue }, 0);
+          for (const run of abandonedRuns()) this.inc({ queue: run.queueName });
         },
       }),
       enqueued: new prom.Counter({
