@@ -16,6 +16,12 @@ import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.i
 import { QueueService } from './queue.service';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { WorkflowCompletions } from './workflow-completions';
+import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
+import { ScheduleExplorer } from './scheduling/schedule.explorer';
+import { ScheduleService } from './scheduling/schedule.service';
+import { ScheduleStore } from './scheduling/schedule.store';
+import { ScheduleTicker } from './scheduling/schedule.ticker';
+import { TickEnqueuer } from './scheduling/tick.enqueuer';
 
 /**
  * Durable, Postgres-backed workflow queues with database-enforced deduplication.
@@ -52,7 +58,13 @@ import { WorkflowCompletions } from './workflow-completions';
     WorkflowCompletions,
     QueueScheduler,
     QueueService,
+    { provide: ScheduleStore, useFactory: (database: QueueDatabase) => new ScheduleStore(database), inject: [QueueDatabase] },
+    { provide: SCHEDULE_CLOCK, useValue: systemClock },
+    TickEnqueuer,
+    ScheduleExplorer,
+    ScheduleTicker,
+    ScheduleService,
   ],
-  exports: [QueueService],
+  exports: [QueueService, ScheduleService],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {}

@@ -12,3 +12,4 @@ export * from './workflow-not-found.error';
 export * from './workflow-result-timeout.error';
 export * from './workflow-determinism.error';
 export * from './workflow-interrupted.error';
+export * from './schedule-not-found.error';

@@ -9,3 +9,4 @@ export * from './workflow-options.interface';
 export * from './workflow-status.interface';
 export * from './backoff-options.interface';
 export * from './step-options.interface';
+export * from './schedule-options.interface';
