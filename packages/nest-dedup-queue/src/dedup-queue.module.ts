@@ -58,7 +58,11 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowCompletions,
     QueueScheduler,
     QueueService,
-    { provide: ScheduleStore, useFactory: (database: QueueDatabase) => new ScheduleStore(database), inject: [QueueDatabase] },
+    {
+      provide: ScheduleStore,
+      useFactory: (database: QueueDatabase) => new ScheduleStore(database),
+      inject: [QueueDatabase],
+    },
     { provide: SCHEDULE_CLOCK, useValue: systemClock },
     TickEnqueuer,
     ScheduleExplorer,

@@ -38,7 +38,8 @@ export function Scheduled(cron: string, options: ScheduledOptions = {}): MethodD
     }
     if (Reflect.getMetadata(SCHEDULED_METADATA, original)) {
       throw new DedupQueueConfigurationError(
-        `${declaredAt} has two @Scheduled() decorators; declare one method per schedule, or add more schedules with ScheduleService.create()`,
+        `${declaredAt} has two @Scheduled() decorators; declare one method per schedule, ` +
+          'or add more schedules with ScheduleService.create()',
       );
     }
     // NOTE: stored arguments are JSON, so the tick arrives as an ISO string; the wrapper hands the method a Date.

@@ -44,13 +44,18 @@ export function validateSchedule(
   if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
     fail('name', `must be a string of 1 to ${MAX_NAME_LENGTH} characters`);
   }
-  if ((name as string).includes(':')) fail('name', `"${name as string}" must not contain ":" (it separates the parts of run IDs)`);
-  if (typeof cron !== 'string' || cron.trim().length === 0) fail('cron', 'must be a cron expression in 5 or 6 fields (or a preset such as "@daily")');
+  if ((name as string).includes(':')) {
+    fail('name', `"${name as string}" must not contain ":" (it separates the parts of run IDs)`);
+  }
+  if (typeof cron !== 'string' || cron.trim().length === 0) {
+    fail('cron', 'must be a cron expression in 5 or 6 fields (or a preset such as "@daily")');
+  }
   if (timezone !== undefined && timezone !== null && (typeof timezone !== 'string' || timezone.length === 0)) {
     fail('timezone', 'must be an IANA time zone name such as "Europe/Berlin"');
   }
   if (!CATCH_UP_POLICIES.includes(catchUp as ScheduleCatchUp)) fail('catchUp', "must be 'none', 'latest' or 'all'");
-  if (!Number.isInteger(catchUpLimit) || (catchUpLimit as number) < 1 || (catchUpLimit as number) > MAX_CATCH_UP_LIMIT) {
+  const limit = catchUpLimit as number;
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_CATCH_UP_LIMIT) {
     fail('catchUpLimit', `must be an integer from 1 to ${MAX_CATCH_UP_LIMIT}`);
   }
   if (typeof overlap !== 'boolean') fail('overlap', 'must be true or false');
@@ -63,7 +68,9 @@ export function validateSchedule(
     ticks = new TickCalculator((cron as string).trim(), (timezone as string | undefined) ?? null);
   } catch (error) {
     const reason = (error as Error).message;
-    if (/time ?zone/i.test(reason)) fail('timezone', `"${String(timezone)}" is not an IANA time zone the cron package knows`);
+    if (/time ?zone/i.test(reason)) {
+      fail('timezone', `"${String(timezone)}" is not an IANA time zone the cron package knows`);
+    }
     fail('cron', `"${String(cron)}" is not a valid cron expression: ${reason}`);
   }
   if (!ticks.nextAfter(new Date())) fail('cron', `"${String(cron)}" has no tick in the next 8 years`);
@@ -88,12 +95,13 @@ export function scheduleQueue(
   fail: (field: string, reason: string) => never,
 ): string {
   const names = [...declared];
+  const shown = names.map((name) => `"${name}"`).join(', ');
   if (given === undefined) {
     if (names.length === 1) return names[0];
-    fail('queue', `must be given when several queues are declared (${names.map((name) => `"${name}"`).join(', ')})`);
+    fail('queue', `must be given when several queues are declared (${shown})`);
   }
   if (typeof given !== 'string' || !names.includes(given)) {
-    fail('queue', `${JSON.stringify(given)} is not a declared queue (declared: ${names.map((name) => `"${name}"`).join(', ')})`);
+    fail('queue', `${JSON.stringify(given)} is not a declared queue (declared: ${shown})`);
   }
   return given as string;
 }

@@ -64,7 +64,8 @@ export class ScheduleExplorer implements OnModuleInit {
 
   private define(declaredAt: string, { cron, options }: ScheduledMetadata, workflowName: string): ScheduleDefinition {
     const fail = (field: string, reason: string): never => {
-      throw new DedupQueueConfigurationError(`${declaredAt}: @Scheduled() ${field === 'cron' ? 'cron' : `options.${field}`} ${reason}`);
+      const option = field === 'cron' ? 'cron' : `options.${field}`;
+      throw new DedupQueueConfigurationError(`${declaredAt}: @Scheduled() ${option} ${reason}`);
     };
     if (options === null || typeof options !== 'object') fail('options', 'must be an object');
     const valid = validateSchedule({ ...options, name: options.name ?? declaredAt, cron }, fail);

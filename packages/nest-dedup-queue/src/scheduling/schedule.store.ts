@@ -89,11 +89,17 @@ export class ScheduleStore {
   }
 
   /** Moves the catch-up cursor forward (never back) and records the last run enqueued, if any. */
-  async advance(query: Query, name: string, tickedThrough: Date, lastRun?: { at: Date; workflowId: string }): Promise<void> {
+  async advance(
+    query: Query,
+    name: string,
+    tickedThrough: Date,
+    lastRun?: { at: Date; workflowId: string },
+  ): Promise<void> {
     await query(
       `UPDATE ${this.table}
        SET ticked_through = greatest(ticked_through, $2),
-           last_run_at = coalesce($3, last_run_at), last_workflow_id = coalesce($4, last_workflow_id), updated_at = now()
+           last_run_at = coalesce($3, last_run_at), last_workflow_id = coalesce($4, last_workflow_id),
+           updated_at = now()
        WHERE name = $1`,
       [name, tickedThrough, lastRun?.at ?? null, lastRun?.workflowId ?? null],
     );

@@ -51,7 +51,8 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
     this.stopped = false;
     await this.run(true);
     if (this.schedules.size > 0) {
-      this.logger.log(`Ticking ${this.schedules.size} schedule(s): ${[...this.schedules.keys()].map((name) => `"${name}"`).join(', ')}`);
+      const names = [...this.schedules.keys()].map((name) => `"${name}"`).join(', ');
+      this.logger.log(`Ticking ${this.schedules.size} schedule(s): ${names}`);
     }
   }
 
@@ -93,7 +94,7 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
       await this.refresh(initial);
       this.nextRefreshAt = now + this.config.pollIntervalMs;
     }
-    const due = [...this.schedules.values()].filter((schedule) => schedule.dueAt !== undefined && schedule.dueAt <= now);
+    const due = [...this.schedules.values()].filter(({ dueAt }) => dueAt !== undefined && dueAt <= now);
     await Promise.all(due.map((schedule) => this.evaluate(schedule, now)));
   }
 
@@ -137,11 +138,14 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
       if (schedule.failing) this.logger.log(`Schedule "${name}" ticks again`);
       schedule.failing = undefined;
       if (outcome.caughtUp > 0) {
-        this.logger.log(`Schedule "${name}": ran ${outcome.caughtUp} missed tick(s) (catchUp: '${schedule.row.catch_up}')`);
+        const policy = schedule.row.catch_up;
+        this.logger.log(`Schedule "${name}": ran ${outcome.caughtUp} missed tick(s) (catchUp: '${policy}')`);
       }
     } catch (error) {
       const reason = (error as Error).message;
-      if (schedule.failing !== reason) this.logger.warn(`Schedule "${name}" could not enqueue its tick here: ${reason}`);
+      if (schedule.failing !== reason) {
+        this.logger.warn(`Schedule "${name}" could not enqueue its tick here: ${reason}`);
+      }
       schedule.failing = reason;
       // NOTE: the cursor did not move, so the next evaluation enqueues this tick late instead of losing it.
       schedule.dueAt = now + this.config.pollIntervalMs;
@@ -157,7 +161,7 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
   private arm(): void {
     if (this.stopped) return;
     clearTimeout(this.timer);
-    const dueTimes = [...this.schedules.values()].flatMap((schedule) => (schedule.dueAt === undefined ? [] : [schedule.dueAt]));
+    const dueTimes = [...this.schedules.values()].flatMap(({ dueAt }) => (dueAt === undefined ? [] : [dueAt]));
     const wakeAt = Math.min(this.nextRefreshAt, ...dueTimes);
     const delay = Math.min(Math.max(wakeAt - this.clock.now(), 1), MAX_TIMER_MS);
     this.timer = setTimeout(() => void this.run(false), delay);

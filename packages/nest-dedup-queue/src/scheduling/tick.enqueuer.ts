@@ -50,7 +50,8 @@ export class TickEnqueuer {
         return { ...outcome, paused: true };
       }
       const cursor = row.ticked_through;
-      const missed = regularFrom > cursor ? this.missedToRun(row, ticks, cursor, upTo < regularFrom ? upTo : regularFrom) : [];
+      const missedUpTo = upTo < regularFrom ? upTo : regularFrom;
+      const missed = regularFrom > cursor ? this.missedToRun(row, ticks, cursor, missedUpTo) : [];
       const due = [...missed, ...ticks.ticksBetween(cursor > regularFrom ? cursor : regularFrom, upTo)];
       if (due.length === 0) return outcome;
       let lastRun: { at: Date; workflowId: string } | undefined;
