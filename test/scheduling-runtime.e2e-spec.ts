@@ -11,6 +11,7 @@ import {
   ScheduleNotFoundError,
   ScheduleService,
   UnknownWorkflowError,
+  Workflow,
 } from 'nest-dedup-queue';
 import { TickCalculator } from 'nest-dedup-queue/dist/scheduling/tick.calculator';
 import { Pool } from 'pg';
@@ -88,7 +89,22 @@ class BadCronTasks {
   async badCron(): Promise<void> {}
 }
 
-describe('Schedule validation', () => {
+@Injectable()
+class StackedTasks {
+  @Scheduled('0 0 1 1 *', { name: 'yearly' })
+  @Workflow({ name: 'stacked-yearly', maxAttempts: 2 })
+  async yearly(tick: Date): Promise<string> {
+    return tick instanceof Date ? tick.toISOString() : `not a Date: ${typeof tick}`;
+  }
+
+  @Workflow({ maxAttempts: 3 })
+  @Scheduled('0 0 1 1 *')
+  async other(tick: Date): Promise<string> {
+    return tick instanceof Date ? tick.toISOString() : `not a Date: ${typeof tick}`;
+  }
+}
+
+describe('Schedule definitions and validation', () => {
   const schema = uniqueSchema('schedval');
   let pool: Pool;
 
@@ -107,6 +123,30 @@ describe('Schedule validation', () => {
     await expect(startQueueApp({ schema, worker: false }, [BadCronTasks])).rejects.toThrow(
       /BadCronTasks.badCron: @Scheduled\(\) cron "61 \* \* \* \*" is not a valid cron expression/,
     );
+  });
+
+  it('combines @Scheduled with @Workflow options in either order, and hands the method its tick as a Date', async () => {
+    const app = await startQueueApp({ schema }, [StackedTasks]);
+    try {
+      const schedules = app.get(ScheduleService);
+      expect((await schedules.list()).map(({ name, workflowName, source }) => ({ name, workflowName, source }))).toEqual([
+        { name: 'StackedTasks.other', workflowName: 'StackedTasks.other', source: 'decorator' },
+        { name: 'yearly', workflowName: 'stacked-yearly', source: 'decorator' },
+      ]);
+      for (const [name, maxAttempts] of [['yearly', 2], ['StackedTasks.other', 3]] as const) {
+        const handle = await schedules.trigger<string>(name);
+        expect(new Date(await handle.getResult()).toISOString()).toBe(await handle.getResult());
+        const { rows } = await pool.query(`SELECT max_attempts FROM "${schema}".workflows WHERE workflow_id = $1`, [
+          handle.workflowId,
+        ]);
+        expect(rows[0].max_attempts).toBe(maxAttempts);
+        expect((await schedules.get(name)).lastWorkflowId).toBe(handle.workflowId);
+      }
+      await schedules.remove('yearly');
+      await schedules.remove('StackedTasks.other');
+    } finally {
+      await app.close();
+    }
   });
 
   it('refuses bad run-time schedules with typed errors before anything is written', async () => {

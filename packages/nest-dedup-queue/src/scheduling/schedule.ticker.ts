@@ -1,6 +1,7 @@
 import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueDatabase } from '../database/queue-database';
+import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { SCHEDULE_CLOCK, ScheduleClock } from './schedule.clock';
 import { ScheduleRow, ScheduleStore } from './schedule.store';
 import { TickCalculator } from './tick.calculator';
@@ -19,7 +20,8 @@ interface TickedSchedule {
 }
 
 /**
- * Ticks every stored schedule in this process, worker or not (ticking only enqueues): one timer armed for the
+ * Ticks the stored schedules whose workflow this process has, worker or not (ticking only enqueues; a process
+ * without the workflow, such as a web app without the provider, leaves them to the others): one timer armed for the
  * earliest due tick or the next re-read of the schedules table, whichever comes first. Each due schedule is handed to
  * the `TickEnqueuer`, whose transaction decides, in the database, whether this process's tick counts. Schedules are
  * re-read every `pollIntervalMs` (run-time schedules created or removed elsewhere) and at once after a change here.
@@ -41,6 +43,7 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
     private readonly database: QueueDatabase,
     private readonly store: ScheduleStore,
     private readonly enqueuer: TickEnqueuer,
+    private readonly registry: WorkflowRegistry,
     @Inject(SCHEDULE_CLOCK) private readonly clock: ScheduleClock,
   ) {}
 
@@ -108,6 +111,7 @@ export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplication
     }
     const seen = new Set<string>();
     for (const row of rows) {
+      if (!this.registry.find(row.workflow_name)) continue;
       seen.add(row.name);
       const known = this.schedules.get(row.name);
       if (known && known.row.cron === row.cron && known.row.timezone === row.timezone) {
