@@ -125,11 +125,12 @@ describe('Schedule definitions and validation', () => {
     );
   });
 
-  it('combines @Scheduled with @Workflow options in either order, and hands the method its tick as a Date', async () => {
+  it('combines @Scheduled with @Workflow options in either order, and hands the method a Date', async () => {
     const app = await startQueueApp({ schema }, [StackedTasks]);
     try {
       const schedules = app.get(ScheduleService);
-      expect((await schedules.list()).map(({ name, workflowName, source }) => ({ name, workflowName, source }))).toEqual([
+      const listed = (await schedules.list()).map(({ name, workflowName, source }) => ({ name, workflowName, source }));
+      expect(listed).toEqual([
         { name: 'StackedTasks.other', workflowName: 'StackedTasks.other', source: 'decorator' },
         { name: 'yearly', workflowName: 'stacked-yearly', source: 'decorator' },
       ]);
