@@ -104,15 +104,17 @@ class StackedTasks {
   }
 }
 
+let pool: Pool;
+
+beforeAll(() => (pool = testPool()));
+afterAll(async () => {
+  await killFixtures();
+  await pool.end();
+});
+
 describe('Schedule definitions and validation', () => {
   const schema = uniqueSchema('schedval');
-  let pool: Pool;
-
-  beforeAll(() => (pool = testPool()));
-  afterAll(async () => {
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
+  afterAll(() => dropSchema(pool, schema));
 
   it('refuses at boot a @Scheduled method without a queue when several are declared, and a bad cron', async () => {
     await expect(
@@ -181,13 +183,9 @@ describe('Schedule definitions and validation', () => {
 
 describe('Two processes whose schedule clocks are 3 s apart', () => {
   const schema = uniqueSchema('schedskew');
-  let pool: Pool;
-
-  beforeAll(() => (pool = testPool()));
   afterAll(async () => {
     await killFixtures();
     await dropSchema(pool, schema);
-    await pool.end();
   });
 
   it('still make one run per tick, none started before its tick by the database clock', async () => {
@@ -215,13 +213,9 @@ describe('Two processes whose schedule clocks are 3 s apart', () => {
 
 describe('ScheduleService across two processes', () => {
   const schema = uniqueSchema('schedrt');
-  let pool: Pool;
-
-  beforeAll(() => (pool = testPool()));
   afterAll(async () => {
     await killFixtures();
     await dropSchema(pool, schema);
-    await pool.end();
   });
 
   const succeeded = async (schedule: string, after = 0) =>
