@@ -188,7 +188,7 @@ describe('Two processes whose schedule clocks are 3 s apart', () => {
     await dropSchema(pool, schema);
   });
 
-  it('still make one run per tick, none started before its tick by the database clock', async () => {
+  it('make one run per tick, none started before its tick by the database clock; pause cancels early runs', async () => {
     const children = [
       spawnScheduler('on-time', schema, 'EverySecondTasks'),
       spawnScheduler('ahead', schema, 'EverySecondTasks', 3000),
@@ -197,8 +197,14 @@ describe('Two processes whose schedule clocks are 3 s apart', () => {
     const startedAt = await databaseNow(pool);
     await waitFor(async () => (await databaseNow(pool)) >= startedAt + 6000, { timeoutMs: 12_000, intervalMs: 100 });
     const stoppedAt = await databaseNow(pool);
+    await callSchedules(children[0], 'pause', 'every-second');
+    const pausedAt = await databaseNow(pool);
     await stopSchedulers(children);
     const runs = await tickRuns(pool, schema, 'every-second');
+    // Pausing cancelled the runs that the process ahead had enqueued for ticks still to come.
+    const afterPause = runs.filter((run) => run.tick > pausedAt);
+    expect(afterPause.length).toBeGreaterThanOrEqual(1);
+    expect(afterPause.map((run) => run.status)).toEqual(afterPause.map(() => 'CANCELLED'));
     const ticks = runs.map((run) => run.tick);
     expect(new Set(ticks).size).toBe(ticks.length);
     expect(consecutiveSeconds(ticks)).toBe(true);
