@@ -188,7 +188,7 @@ describe('Two processes whose schedule clocks are 3 s apart', () => {
     await dropSchema(pool, schema);
   });
 
-  it('make one run per tick, none started before its tick by the database clock; pause cancels early runs', async () => {
+  it('make one run per tick, none started before its tick by the database clock; pause cancels early', async () => {
     const children = [
       spawnScheduler('on-time', schema, 'EverySecondTasks'),
       spawnScheduler('ahead', schema, 'EverySecondTasks', 3000),
