@@ -11,16 +11,9 @@ async function bootstrap(): Promise<void> {
   logger.log(database.throwaway ? `Started a throwaway PostgreSQL at ${database.url}` : 'Using DATABASE_URL');
 
   const app = await NestFactory.create(AppModule);
-  // Like app.enableShutdownHooks(), plus stopping the throwaway server once the app (and its workers) closed.
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      logger.log(`${signal}: draining workflows and shutting down`);
-      void app
-        .close()
-        .finally(() => database.stop())
-        .finally(() => process.exit(0));
-    });
-  }
+  // SIGTERM/SIGINT: workers stop claiming, running workflows finish, the lease is given up; then the throwaway
+  // server (if one was started) stops when the signal reaches it.
+  app.enableShutdownHooks();
   const port = Number(process.env.PORT ?? 3000);
   await app.listen(port);
   logger.log(`Listening on http://localhost:${port}  (try: curl -i -X POST http://localhost:${port}/process/u1, twice)`);

@@ -1,15 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
+  DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECOVERY_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_RETENTION_MS,
+  DEFAULT_RETRY_ATTEMPTS,
+  DEFAULT_RETRY_DELAY_MS,
   DEFAULT_SCHEMA,
   DEFAULT_SHUTDOWN_GRACE_MS,
   DEFAULT_WORKER_CONCURRENCY,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
+import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database/database-endpoint';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
 import type { QueueLimits, RateLimit } from './interfaces/queue-options.interface';
 
@@ -36,6 +40,17 @@ export class DedupQueueConfig {
   readonly maxRecoveryAttempts!: number;
   /** null: keep finished workflows forever. */
   readonly retentionMs!: number | null;
+  readonly endpoint!: DatabaseEndpoint;
+  readonly connectTimeoutMs!: number;
+  readonly retryAttempts!: number;
+  readonly retryDelayMs!: number;
+  /** Behind a transaction pooler: no named prepared statements, no session state. */
+  readonly transactionPooler!: boolean;
+  /**
+   * How wake-ups arrive: LISTEN on a pooled connection, on a direct connection to `url`, or not at all (polling
+   * only).
+   */
+  readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
 
   constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
@@ -88,8 +103,23 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   const heartbeatIntervalMs =
     positiveIntegerOrUndefined(options.heartbeatIntervalMs, 'heartbeatIntervalMs', fail) ?? Math.ceil(leaseMs / 3);
   if (heartbeatIntervalMs >= leaseMs) fail('`heartbeatIntervalMs` must be shorter than `leaseMs`');
+  const endpoint = describeEndpoint((options.dataSource?.options ?? options.connection) as EndpointSettings | undefined);
+  if (options.pooler !== undefined && options.pooler !== 'transaction' && options.pooler !== 'none') {
+    fail("`pooler` must be 'transaction' (PgBouncer pool_mode = transaction, Supavisor, ...) or 'none'");
+  }
+  const transactionPooler = options.pooler === 'transaction';
   return new DedupQueueConfig({
     schema,
+    endpoint,
+    connectTimeoutMs:
+      positiveIntegerOrUndefined(options.connectTimeoutMs, 'connectTimeoutMs', fail) ??
+      endpoint.connectTimeoutMs ??
+      options.connection?.connectTimeoutMS ??
+      DEFAULT_CONNECT_TIMEOUT_MS,
+    retryAttempts: nonNegativeInteger(options.retryAttempts, 'retryAttempts', fail) ?? DEFAULT_RETRY_ATTEMPTS,
+    retryDelayMs: nonNegativeInteger(options.retryDelay, 'retryDelay', fail) ?? DEFAULT_RETRY_DELAY_MS,
+    transactionPooler,
+    listen: resolveListen(options.listen, transactionPooler, fail),
     queues,
     workerQueues,
     executorId,
@@ -104,6 +134,23 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
         ? null
         : (positiveIntegerOrUndefined(options.retentionMs, 'retentionMs', fail) ?? DEFAULT_RETENTION_MS),
   });
+}
+
+function resolveListen(
+  listen: DedupQueueModuleOptions['listen'],
+  transactionPooler: boolean,
+  fail: (message: string) => never,
+): DedupQueueConfig['listen'] {
+  if (listen === false) return { mode: 'off', reason: '`listen: false`' };
+  if (listen === undefined || listen === true) {
+    return transactionPooler
+      ? { mode: 'off', reason: "`pooler: 'transaction'` without `listen: { url }`" }
+      : { mode: 'pooled' };
+  }
+  if (typeof listen !== 'object' || typeof listen.url !== 'string' || listen.url.length === 0) {
+    fail('`listen` must be true, false or { url: a direct postgres:// URL to the server, past any pooler }');
+  }
+  return { mode: 'direct', url: listen.url };
 }
 
 /** Validates a queue's limits (declared, or changed at run time) and applies the defaults. */

@@ -6,7 +6,12 @@ export const DEFAULT_WORKER_CONCURRENCY = 10;
 export const DEFAULT_POLL_INTERVAL_MS = 1000;
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 export const MAX_KEY_LENGTH = 255;
-export const DEFAULT_LEASE_MS = 30_000;
+/** A live peer recovers a dead process's work within leaseMs + heartbeatIntervalMs (8 s). */
+export const DEFAULT_LEASE_MS = 6_000;
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+/** Boot retries, as `@nestjs/typeorm` does them. */
+export const DEFAULT_RETRY_ATTEMPTS = 9;
+export const DEFAULT_RETRY_DELAY_MS = 3_000;
 export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';

@@ -8,6 +8,7 @@ export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,
   DedupExceptionFilterOptions,
+  DedupQueueErrorResponseBody,
   DeduplicatedResponseBody,
 } from './filters/dedup-exception.filter';
 export { QueueService, WorkflowFunction } from './queue.service';

@@ -1,4 +1,5 @@
-import type { WorkflowStore } from './database/workflow.store';
+import type { WorkflowResultRow, WorkflowStore } from './database/workflow.store';
+import { DatabaseUnavailableError } from './errors/database-unavailable.error';
 import { toStatusInfo } from './database/workflow-row';
 import { WorkflowCancelledError } from './errors/workflow-cancelled.error';
 import { WorkflowFailedError } from './errors/workflow-failed.error';
@@ -31,9 +32,8 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
     const deadline = options.timeoutMs === undefined ? Infinity : Date.now() + options.timeoutMs;
     let pollMs = FIRST_POLL_MS;
     for (;;) {
-      const row = await this.store.findResult(this.workflowId);
-      if (!row) throw new WorkflowNotFoundError(this.workflowId);
-      switch (row.status) {
+      const row = await this.readResult(deadline);
+      switch (row?.status) {
         case 'SUCCESS':
           return fromStoredJson<R>(row.output);
         case 'ERROR':
@@ -47,5 +47,18 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
       await this.completions.waitFor(this.workflowId, Math.min(pollMs, remaining));
       pollMs = Math.min(pollMs * 2, MAX_POLL_MS);
     }
+  }
+
+  /** The stored result; undefined while the database is unavailable (waiting goes on until the deadline). */
+  private async readResult(deadline: number): Promise<WorkflowResultRow | undefined> {
+    let row: WorkflowResultRow | undefined;
+    try {
+      row = await this.store.findResult(this.workflowId);
+    } catch (error) {
+      if (error instanceof DatabaseUnavailableError && Date.now() < deadline) return undefined;
+      throw error;
+    }
+    if (!row) throw new WorkflowNotFoundError(this.workflowId);
+    return row;
   }
 }

@@ -23,6 +23,8 @@ import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.i
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
+import { QueueScheduler } from './scheduler/queue.scheduler';
+import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
 import { WorkflowCompletions } from './workflow-completions';
 
@@ -45,6 +47,7 @@ export class QueueService {
     private readonly inserter: WorkflowInserter,
     private readonly enqueuer: WorkflowEnqueuer,
     private readonly events: DeduplicationEvents,
+    private readonly scheduler: QueueScheduler,
   ) {}
 
   /**
@@ -148,26 +151,51 @@ export class QueueService {
   }
 
   /**
-   * Ends an ENQUEUED or PENDING workflow as CANCELLED and frees its deduplication ID at once. A body already
-   * running is not interrupted, but its outcome is no longer recorded. A finished workflow keeps its status.
-   * Resolves with the workflow's status afterwards.
+   * Ends an ENQUEUED, DELAYED or PENDING workflow as CANCELLED and frees its deduplication ID at once. A running
+   * body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once, whether
+   * or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow keeps
+   * its status. Resolves with the workflow's status afterwards.
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
   async cancel(workflowId: string): Promise<WorkflowStatus> {
-    const status = await this.store.cancel(workflowId);
-    if (status === undefined) {
+    const cancelled = await this.store.cancel(workflowId);
+    if (cancelled === undefined) {
       throw new WorkflowNotFoundError(workflowId);
     }
-    if (status === 'CANCELLED') {
+    if (cancelled.status === 'CANCELLED') {
+      this.scheduler.cancelled({ workflowId, reason: 'cancelled', attempt: cancelled.attempts });
       this.completions.finished(workflowId);
     }
-    return status;
+    return cancelled.status;
   }
 
   /**
-   * Puts a CANCELLED or dead-lettered (`MAX_RECOVERY_ATTEMPTS_EXCEEDED`) workflow back in its queue: it takes its
-   * deduplication ID again, keeps its completed steps, and its recovery count starts over. Resuming an ENQUEUED or
-   * PENDING workflow changes nothing.
+   * The bodies of cancelled or timed-out workflows that still run in this process although their slots were freed
+   * (they ignore their signal). Each is reported once in the log after a second, then at growing intervals.
+   */
+  abandonedRuns(): AbandonedRunInfo[] {
+    return this.scheduler.abandonedRuns();
+  }
+
+  /**
+   * How many workflows each queue has per status, read from Postgres (so for every process), `DELAYED` counted
+   * apart from `ENQUEUED`: `{ [queueName]: { ENQUEUED: 3, DELAYED: 1, ... } }` (statuses with none are left out).
+   */
+  async countByStatus(queueName?: string): Promise<Record<string, Partial<Record<WorkflowStatus, number>>>> {
+    if (queueName !== undefined) this.assertDeclared(queueName);
+    const counts: Record<string, Partial<Record<WorkflowStatus, number>>> = {};
+    for (const row of await this.store.countByStatus(queueName)) {
+      (counts[row.queueName] ??= {})[row.status] = row.count;
+    }
+    return counts;
+  }
+
+  /**
+   * Puts a CANCELLED or dead-lettered (`MAX_RECOVERY_ATTEMPTS_EXCEEDED`) workflow back in its queue, ready at once:
+   * it takes its deduplication ID again, keeps its completed steps (replayed) and its priority, drops any delay
+   * (reschedule it afterwards to wait), gets a fresh timeout when it starts, and its recovery count starts over;
+   * its attempt number goes on counting and its used retry attempts stay used. Resuming an ENQUEUED, DELAYED or
+   * PENDING workflow changes nothing (it does not jump its queue).
    * @throws QueueDeduplicatedError when another workflow holds its deduplication ID meanwhile
    * @throws InvalidArgumentError when it finished with SUCCESS or ERROR
    * @throws WorkflowNotFoundError when no workflow has this ID

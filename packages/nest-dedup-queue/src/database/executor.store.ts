@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 
@@ -6,6 +7,13 @@ import type { QueueDatabase } from './queue-database';
 export interface RecoveredWorkflow {
   workflowId: string;
   status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
+}
+
+/** A workflow this executor runs but no longer owns, and why (the run it was, for a cancel). */
+export interface NotOwnedWorkflow {
+  workflowId: string;
+  reason: Extract<InterruptReason, 'cancelled' | 'timed-out' | 'ownership-lost'>;
+  attempt?: number;
 }
 
 /**
@@ -28,6 +36,7 @@ export class ExecutorStore {
        ON CONFLICT (executor_id) DO UPDATE
        SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now()`,
       [executorId, hostname(), process.pid],
+      { idempotent: true },
     );
   }
 
@@ -36,21 +45,58 @@ export class ExecutorStore {
     const rows = await this.database.query(
       `UPDATE ${this.executors} SET heartbeat_at = now() WHERE executor_id = $1 RETURNING executor_id`,
       [executorId],
+      { idempotent: true },
     );
     return rows.length === 1;
   }
 
   async remove(executorId: string): Promise<void> {
-    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId]);
+    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], { idempotent: true });
   }
 
-  /** Which of `workflowIds` are still PENDING under this executor. */
-  async stillPending(executorId: string, workflowIds: string[]): Promise<string[]> {
+  /**
+   * Why this executor should stop running some of `workflowIds`: those no longer PENDING under it, each with the
+   * reason to give its body (cancelled, timed out, or taken over after a lost lease).
+   */
+  async notOwned(executorId: string, workflowIds: string[]): Promise<NotOwnedWorkflow[]> {
     if (workflowIds.length === 0) return [];
-    const rows = await this.database.query<{ workflow_id: string }>(
-      `SELECT workflow_id FROM ${this.workflows}
-       WHERE workflow_id = ANY($1::text[]) AND status = 'PENDING' AND executor_id = $2`,
+    const rows = await this.database.query<{
+      workflow_id: string;
+      status: WorkflowStatus | null;
+      error_name: string | null;
+      attempts: number | null;
+    }>(
+      `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
+       FROM unnest($1::text[]) AS ids(id)
+       LEFT JOIN ${this.workflows} AS w ON w.workflow_id = ids.id
+       WHERE w.workflow_id IS NULL OR w.status <> 'PENDING' OR w.executor_id IS DISTINCT FROM $2`,
       [workflowIds, executorId],
+      { idempotent: true },
+    );
+    return rows.map((row) => ({
+      workflowId: row.workflow_id,
+      reason: row.status !== 'CANCELLED' ? 'ownership-lost' : row.error_name === 'WorkflowTimeoutError' ? 'timed-out' : 'cancelled',
+      attempt: row.attempts ?? undefined,
+    }));
+  }
+
+  /**
+   * Puts back in their queue the workflows PENDING under this executor that it is not running: taken by a claim
+   * whose answer was lost with its connection. NOTE: the caller holds every claim of this process meanwhile, so
+   * nothing is claimed between reading `runningIds` and this statement.
+   */
+  async releaseUnknown(executorId: string, runningIds: string[]): Promise<string[]> {
+    const rows = await this.database.query<{ workflow_id: string }>(
+      `WITH released AS (
+         UPDATE ${this.workflows}
+         SET status = 'ENQUEUED', executor_id = NULL, updated_at = now()
+         WHERE status = 'PENDING' AND executor_id = $1 AND workflow_id <> ALL($2::text[])
+         RETURNING workflow_id, queue_name
+       ),
+       woken AS (SELECT pg_notify($3, queue_name) FROM (SELECT DISTINCT queue_name FROM released) AS q)
+       SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
+      [executorId, runningIds, this.database.wakeUpChannel],
+      { idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }

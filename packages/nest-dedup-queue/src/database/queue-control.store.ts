@@ -34,7 +34,7 @@ export class QueueControlStore {
   }
 
   async load(): Promise<Map<string, QueueOverrides>> {
-    const rows = await this.database.query<QueueRow>(`SELECT * FROM ${this.queues}`);
+    const rows = await this.database.query<QueueRow>(`SELECT * FROM ${this.queues}`, [], { idempotent: true });
     return new Map(rows.map((row) => [row.queue_name, toOverrides(row)]));
   }
 

@@ -1,45 +1,82 @@
 import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import type { DedupQueueConfig } from '../dedup-queue.config';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
+import { describeError } from './connection-monitor';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
+import { isConnectionFailure, isServerError } from './sql-errors';
 
-/** Opens (or adopts) the DataSource and migrates the module's schema before anything else uses it. */
-export async function createQueueDatabase(
-  options: DedupQueueModuleOptions,
-  config: DedupQueueConfig,
-): Promise<QueueDatabase> {
-  const owned = !options.dataSource;
-  const dataSource =
-    options.dataSource ??
-    new DataSource({
-      applicationName: 'nest-dedup-queue',
-      ...options.connection,
-      type: 'postgres',
-      entities: [],
-      synchronize: false,
-      migrationsRun: false,
-    });
-  if (dataSource.options.type !== 'postgres') {
+const logger = new Logger('DedupQueueModule');
+
+/**
+ * Opens (or adopts) the DataSource and migrates the module's schema before anything else uses it. While Postgres
+ * cannot be reached it tries again `retryAttempts` times, `retryDelay` apart, logging one line per attempt; then
+ * fails with an error that names the module, the host, port, database and user, and what to check.
+ */
+export async function createQueueDatabase(options: DedupQueueModuleOptions, config: DedupQueueConfig): Promise<QueueDatabase> {
+  if (options.dataSource && options.dataSource.options.type !== 'postgres') {
     throw new DedupQueueConfigurationError(
-      `DedupQueueModule: the dataSource is of type "${dataSource.options.type}"; nest-dedup-queue needs Postgres`,
+      `DedupQueueModule: the dataSource is of type "${options.dataSource.options.type}"; nest-dedup-queue needs Postgres`,
     );
   }
-  if (!dataSource.isInitialized) {
-    await dataSource.initialize();
-  }
-  const database = new QueueDatabase(dataSource, config.schema, owned);
-  try {
-    const applied = await runMigrations(database, MIGRATIONS);
-    if (applied.length > 0) {
-      new Logger('DedupQueueModule').log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
+  const endpoint = config.endpoint;
+  for (let attempt = 1; ; attempt++) {
+    const database = new QueueDatabase(options.dataSource ?? ownDataSource(options, config), config.schema, !options.dataSource, {
+      endpoint,
+      preparedStatements: !config.transactionPooler,
+      connectTimeoutMs: config.connectTimeoutMs,
+    });
+    try {
+      if (!database.dataSource.isInitialized) await database.dataSource.initialize();
+      const applied = await runMigrations(database, MIGRATIONS);
+      if (applied.length > 0) logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
+      return database;
+    } catch (error) {
+      await database.close().catch(() => undefined);
+      if (!isConnectionFailure(error)) throw bootError(error, config);
+      if (attempt > config.retryAttempts) {
+        throw new DatabaseUnavailableError(
+          `DedupQueueModule: cannot reach Postgres at ${endpoint.label} as user "${endpoint.user}" ` +
+            `(${describeError(error)}) after ${attempt} attempt(s). Check that the server runs and accepts TCP ` +
+            `connections at ${endpoint.host}:${endpoint.port}, the connection options (url or host, port, database), ` +
+            `and the network in between; connectTimeoutMs is ${config.connectTimeoutMs} ms`,
+          error,
+        );
+      }
+      logger.error(
+        `Unable to connect to Postgres at ${endpoint.label} (${describeError(error)}). ` +
+          `Retrying (${attempt}/${config.retryAttempts}) in ${config.retryDelayMs} ms...`,
+      );
+      await new Promise((resolve) => setTimeout(resolve, config.retryDelayMs));
     }
-  } catch (error) {
-    await database.close();
-    throw error;
   }
-  return database;
+}
+
+function ownDataSource(options: DedupQueueModuleOptions, config: DedupQueueConfig): DataSource {
+  const connection = options.connection ?? {};
+  return new DataSource({
+    applicationName: 'nest-dedup-queue',
+    ...connection,
+    connectTimeoutMS: config.connectTimeoutMs,
+    extra: { keepAlive: true, ...connection.extra },
+    poolErrorHandler: () => undefined,
+    type: 'postgres',
+    entities: [],
+    synchronize: false,
+    migrationsRun: false,
+  });
+}
+
+/** A refusal that retrying will not fix (credentials, a missing database), told with the endpoint. */
+function bootError(error: unknown, config: DedupQueueConfig): unknown {
+  if (!isServerError(error)) return error;
+  const { endpoint } = config;
+  return new DedupQueueConfigurationError(
+    `DedupQueueModule: Postgres at ${endpoint.label} refused user "${endpoint.user}": ${describeError(error)}. ` +
+      `Check the user, password and database in the connection options, the user's privileges, and pg_hba.conf`,
+  );
 }

@@ -1,18 +1,46 @@
-import type { OnApplicationShutdown } from '@nestjs/common';
+import { Logger, OnApplicationShutdown } from '@nestjs/common';
 import { createHash } from 'node:crypto';
-import type { Pool, PoolClient } from 'pg';
+import { Client, Pool, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
+import { DatabaseQueryError } from '../errors/database-query.error';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
+import { DedupQueueError } from '../errors/dedup-queue.error';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
+import { ConnectionMonitor, describeError } from './connection-monitor';
+import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database-endpoint';
+import { driverErrorOf, isConnectionFailure, isServerError } from './sql-errors';
 
-/** A connection taken out of the pool for as long as its holder needs it. */
+/** A connection taken out of the pool (or opened on its own) for as long as its holder needs it. */
 export interface DedicatedConnection {
-  client: PoolClient;
-  /** Returns the connection to the pool, or destroys it when given the error that broke it. */
+  client: PoolClient | Client;
+  /** Gives the connection back (or closes it), destroying it when given the error that broke it. Idempotent. */
   release(error?: Error): void;
 }
 
+export interface QueryOptions {
+  /** Hot-path statement: parsed and planned once per connection (unless behind a transaction pooler). */
+  prepared?: boolean;
+  /** Safe to send again when the connection broke mid-statement (a read, or a write keyed by workflow ID). */
+  idempotent?: boolean;
+}
+
+/** How the module reaches Postgres, as configured. */
+export interface ConnectionSettings {
+  endpoint: DatabaseEndpoint;
+  /** False behind a transaction pooler (PgBouncer `pool_mode = transaction`): named statements would leak. */
+  preparedStatements: boolean;
+  connectTimeoutMs: number;
+}
+
+const RETRY_DELAY_MS = 100;
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
 /**
  * The module's access to Postgres: the TypeORM `DataSource` (the module's own or the application's) and the
- * schema its tables live in.
+ * schema its tables live in. Every failure to reach the server, or a connection that breaks under a statement,
+ * comes out as `DatabaseUnavailableError` (and is reported to the monitor, which logs outages); statements the
+ * server refused come out as they are. A statement that never reached the server is sent once more.
  *
  * NOTE: hot-path statements go straight to the DataSource's own `pg` pool, skipping TypeORM's per-query
  * QueryRunner allocation; the pool, its size and its credentials are still the DataSource's.
@@ -21,12 +49,25 @@ export class QueueDatabase implements OnApplicationShutdown {
   /** The quoted schema name, ready to interpolate: `"dedup_queue"`. */
   readonly schemaSql: string;
 
+  readonly monitor: ConnectionMonitor;
+  readonly settings: ConnectionSettings;
+
   constructor(
     readonly dataSource: DataSource,
     readonly schema: string,
     private readonly ownsDataSource: boolean,
+    settings?: ConnectionSettings,
   ) {
     this.schemaSql = `"${schema}"`;
+    const endpoint = describeEndpoint(dataSource.options as EndpointSettings);
+    this.settings = settings ?? { endpoint, preparedStatements: true, connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS };
+    const label = this.settings.endpoint.label;
+    this.monitor = new ConnectionMonitor(new Logger('DedupQueueModule'), {
+      lost: (reason) =>
+        `Postgres at ${label} is unreachable (${reason}); enqueues fail with DatabaseUnavailableError and ` +
+        `workers retry until it is back`,
+      back: (seconds) => `Postgres at ${label} is reachable again after ${seconds} s`,
+    });
   }
 
   private get pool(): Pool {
@@ -49,45 +90,106 @@ export class QueueDatabase implements OnApplicationShutdown {
   }
 
   /**
-   * Runs one statement on a pooled connection; `prepared` statements (the hot paths) are parsed and planned once
-   * per connection. NOTE: unlike `pool.query`, a statement the server refused (a unique
+   * Runs one statement on a pooled connection. NOTE: unlike `pool.query`, a statement the server refused (a unique
    * violation, a lock timeout) gives its connection back to the pool instead of destroying it; only a broken
    * connection is discarded.
    */
-  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = [], prepared = false): Promise<T[]> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      const name = prepared ? statementName(sql) : undefined;
-      return (await client.query({ text: sql, values: params, name })).rows as T[];
-    } catch (error) {
-      broken = isServerError(error) ? undefined : (error as Error);
-      throw error;
-    } finally {
-      client.release(broken);
+  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = [], options: QueryOptions = {}): Promise<T[]> {
+    const name = options.prepared && this.settings.preparedStatements ? statementName(sql) : undefined;
+    for (let attempt = 1; ; attempt++) {
+      let sent = false;
+      try {
+        const connection = await this.checkOut();
+        try {
+          sent = true;
+          const rows = (await connection.client.query({ text: sql, values: params, name })).rows as T[];
+          connection.release();
+          this.monitor.succeeded();
+          return rows;
+        } catch (error) {
+          connection.release(keepsConnection(error) ? undefined : (error as Error));
+          throw error;
+        }
+      } catch (error) {
+        if (!isConnectionFailure(error)) throw this.classify(error);
+        const retry = attempt === 1 && this.monitor.reachable && (!sent || options.idempotent === true);
+        this.monitor.failed(error);
+        if (!retry) throw this.unavailable(error);
+        await delay(RETRY_DELAY_MS);
+      }
     }
   }
 
   /** Runs `work` inside BEGIN/COMMIT on one connection, rolling back if it throws. */
-  async transaction<T>(work: (query: <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>) => Promise<T>): Promise<T> {
+  async transaction<T>(work: (query: Query) => Promise<T>): Promise<T> {
     const connection = await this.connect();
     try {
       await connection.client.query('BEGIN');
       const result = await work(async (sql, params = []) => (await connection.client.query(sql, params)).rows);
       await connection.client.query('COMMIT');
       connection.release();
+      this.monitor.succeeded();
       return result;
     } catch (error) {
       const rolledBack = await connection.client.query('ROLLBACK').then(() => true, () => false);
-      connection.release(rolledBack ? undefined : (error as Error));
-      throw error;
+      connection.release(rolledBack && keepsConnection(error) ? undefined : (error as Error));
+      throw this.classify(error);
     }
   }
 
-  /** Takes one connection out of the pool (for LISTEN, session advisory locks, multi-statement work). */
+  /**
+   * Takes one connection out of the pool (for session advisory locks, multi-statement work). It has an `error`
+   * listener while checked out, so a connection lost between statements never crashes the process.
+   */
   async connect(): Promise<DedicatedConnection> {
-    const client = await this.pool.connect();
-    return { client, release: (error?: Error) => client.release(error) };
+    try {
+      return await this.checkOut();
+    } catch (error) {
+      throw this.classify(error);
+    }
+  }
+
+  /**
+   * Opens a connection of its own, outside the pool: to `url` when given (a direct connection past a pooler, for
+   * LISTEN), else with the DataSource's settings.
+   */
+  async connectOutsidePool(url?: string): Promise<DedicatedConnection> {
+    const client = new Client({
+      ...(url ? { connectionString: url } : this.pool.options),
+      connectionTimeoutMillis: this.settings.connectTimeoutMs,
+      application_name: 'nest-dedup-queue',
+    });
+    const onError = () => undefined;
+    client.on('error', onError);
+    try {
+      await client.connect();
+    } catch (error) {
+      void client.end().catch(onError);
+      throw this.classify(error);
+    }
+    let released = false;
+    return {
+      client,
+      release: () => {
+        if (released) return;
+        released = true;
+        void client.end().catch(onError);
+      },
+    };
+  }
+
+  /**
+   * The error as a caller should see it: connection failures become `DatabaseUnavailableError`, other refusals of
+   * the server `DatabaseQueryError` (whose SQLSTATE and constraint the module's own checks still read); anything
+   * else is left as it is.
+   */
+  classify(error: unknown): unknown {
+    if (isConnectionFailure(error)) {
+      this.monitor.failed(error);
+      return this.unavailable(error);
+    }
+    if (isServerError(error) && !(error instanceof DedupQueueError)) return new DatabaseQueryError(driverErrorOf(error));
+    return error;
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -100,11 +202,40 @@ export class QueueDatabase implements OnApplicationShutdown {
       await this.dataSource.destroy();
     }
   }
+
+  private async checkOut(): Promise<DedicatedConnection> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    const onError = (error: Error) => (broken = error);
+    client.on('error', onError);
+    let released = false;
+    return {
+      client,
+      release: (error?: Error) => {
+        if (released) return;
+        released = true;
+        client.off('error', onError);
+        client.release(error ?? broken);
+      },
+    };
+  }
+
+  private unavailable(error: unknown): DatabaseUnavailableError {
+    if (error instanceof DatabaseUnavailableError) return error;
+    return new DatabaseUnavailableError(
+      `Postgres at ${this.settings.endpoint.label} is unavailable: ${describeError(error)}`,
+      error,
+    );
+  }
 }
 
-/** An error the server sent (it has a SQLSTATE severity): the connection itself is fine. */
-function isServerError(error: unknown): boolean {
-  return typeof (error as { severity?: unknown } | null)?.severity === 'string';
+/** A refused statement leaves its connection usable; a broken connection (or a read-only server) does not. */
+function keepsConnection(error: unknown): boolean {
+  return isServerError(error) && !isConnectionFailure(error);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 const statementNames = new Map<string, string>();

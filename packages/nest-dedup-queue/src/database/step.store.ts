@@ -36,43 +36,60 @@ export class StepStore {
     const rows = await this.database.query<{ step_index: number; step_name: string; output: string | null; error: WorkflowErrorInfo | null }>(
       `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps} WHERE workflow_id = $1`,
       [workflowId],
+      { idempotent: true },
     );
     return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
   }
 
-  /** Records a checkpoint if the workflow is still PENDING under this executor; false if it is not. */
-  async record(step: StepCheckpoint, executorId: string): Promise<boolean> {
-    const rows = await this.database.query(
-      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
-       SELECT $1, $2, $3, $4::json, $5::json
-       WHERE EXISTS (SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6)
-       ON CONFLICT DO NOTHING
-       RETURNING step_index`,
-      [...this.values(step), executorId],
+  /**
+   * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
+   * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
+   * this index (an earlier send whose answer was lost) counts as recorded.
+   */
+  async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
+    const rows = await this.database.query<{ owned: boolean }>(
+      `WITH owned AS (
+         SELECT 1 FROM ${this.workflows}
+         WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $6 AND attempts = $7
+       ),
+       recorded AS (
+         INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error)
+         SELECT $1, $2, $3, $4::json, $5::json WHERE EXISTS (SELECT 1 FROM owned)
+         ON CONFLICT DO NOTHING
+         RETURNING step_index
+       )
+       SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM recorded) AS inserted`,
+      [...this.values(step), executorId, attempt],
+      { idempotent: true },
     );
-    return rows.length === 1;
+    return rows[0]?.owned === true;
   }
 
   /**
    * Runs `work` in a transaction on the module's DataSource. NOTE: if this process stalls inside it for longer than
    * the lease, Postgres ends the session, releasing the workflow row so that another executor can recover it.
    */
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.database.dataSource.transaction(async (manager) => {
-      await manager.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`);
-      return work(manager);
-    });
+  async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    try {
+      return await this.database.dataSource.transaction(async (manager) => {
+        await manager.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`);
+        return work(manager);
+      });
+    } catch (error) {
+      throw this.database.classify(error);
+    }
   }
 
   /**
    * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
-   * still owns it. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's
-   * writes never land after its workflow was taken away.
+   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
+   * step's commit, so the step's writes never land after its workflow was taken away.
    */
-  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string): Promise<boolean> {
+  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
     const rows = await manager.query(
-      `SELECT 1 FROM ${this.workflows} WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 FOR SHARE`,
-      [workflowId, executorId],
+      `SELECT 1 FROM ${this.workflows}
+       WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 AND attempts = $3 FOR SHARE`,
+      [workflowId, executorId, attempt],
     );
     return rows.length === 1;
   }

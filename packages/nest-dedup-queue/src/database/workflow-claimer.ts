@@ -67,7 +67,7 @@ export class WorkflowClaimer {
     const partitioned = isPartitioned(request.queue);
     if (!hasGlobalLimits(request.queue)) {
       const sql = this.claimSql(false);
-      return { workflows: toClaimed(await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), true)) };
+      return { workflows: toClaimed(await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), { prepared: true })) };
     }
     return this.database.transaction(async (query) => {
       await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);

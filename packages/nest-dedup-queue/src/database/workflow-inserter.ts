@@ -59,7 +59,7 @@ export class WorkflowInserter {
 
   constructor(
     private readonly database: QueueDatabase,
-    private readonly query: Query = (sql, params) => database.query(sql, params, true),
+    private readonly query: Query = (sql, params) => database.query(sql, params, { prepared: true, idempotent: true }),
     private readonly savepoints = false,
   ) {
     this.table = `${database.schemaSql}.workflows`;
@@ -70,7 +70,14 @@ export class WorkflowInserter {
     const runner = manager.queryRunner;
     if (!runner) throw new Error('the EntityManager has no query runner');
     // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-    return new WorkflowInserter(this.database, async (sql, params) => (await runner.query(sql, params, true)).records, true);
+    const query: Query = async (sql, params) => {
+      try {
+        return (await runner.query(sql, params, true)).records;
+      } catch (error) {
+        throw this.database.classify(error);
+      }
+    };
+    return new WorkflowInserter(this.database, query, true);
   }
 
   async insert(workflow: NewWorkflow): Promise<InsertResult> {
@@ -163,7 +170,7 @@ export class WorkflowInserter {
     const holder = await this.findHolderWith(this.query, queueName, deduplicationId);
     if (holder || !this.savepoints) return holder;
     // A caller's REPEATABLE READ snapshot may predate the holder's commit: look with a fresh one.
-    return this.findHolderWith((sql, params) => this.database.query(sql, params), queueName, deduplicationId);
+    return this.findHolderWith((sql, params) => this.database.query(sql, params, { idempotent: true }), queueName, deduplicationId);
   }
 
   private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {

@@ -18,8 +18,16 @@ export interface WorkflowRow {
   not_before: Date | null;
 }
 
+/**
+ * The status a workflow is reported with. NOTE: DELAYED is not stored: an ENQUEUED row whose start time is still
+ * ahead by the database's clock is DELAYED, so it turns ENQUEUED (ready) by itself, with no sweep to lag behind.
+ */
+export const REPORTED_STATUS_SQL = `(CASE WHEN status = 'ENQUEUED' AND not_before > now() THEN 'DELAYED'
+  ELSE status END)`;
+
 /** The columns `WorkflowRow` is read from. */
-export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, executor_id,
+export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,
+  deduplication_id, executor_id,
   attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before`;
 
 export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {

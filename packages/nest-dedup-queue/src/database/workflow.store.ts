@@ -1,18 +1,29 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 
 /**
- * Cancel notifications carry `<reason prefix><workflow ID>`, so that the process running the workflow tells its body
- * why (see `parseInterruptPayload`).
+ * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
+ * tells its body why, and leaves alone a later run of it (see `parseInterruptPayload`).
  */
 export function interruptPayloadPrefix(reason: 'cancelled' | 'timed-out'): string {
   return reason === 'timed-out' ? 't:' : 'c:';
 }
 
-export function parseInterruptPayload(payload: string): { workflowId: string; reason: 'cancelled' | 'timed-out' } {
-  return { workflowId: payload.slice(2), reason: payload.startsWith('t:') ? 'timed-out' : 'cancelled' };
+export interface InterruptPayload {
+  workflowId: string;
+  reason: 'cancelled' | 'timed-out';
+  /** The claim count of the workflow when it was cancelled: the run that the cancel ended. */
+  attempt?: number;
+}
+
+export function parseInterruptPayload(payload: string): InterruptPayload {
+  const reason = payload.startsWith('t:') ? 'timed-out' : 'cancelled';
+  const numbered = /^[ct]:(\d+):/.exec(payload);
+  return numbered
+    ? { workflowId: payload.slice(numbered[0].length), reason, attempt: Number(numbered[1]) }
+    : { workflowId: payload.slice(2), reason };
 }
 
 const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
@@ -20,6 +31,8 @@ const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
 
 export interface WorkflowOutcome {
   workflowId: string;
+  /** The claim count of the run that produced it: only that run's outcome is recorded. */
+  attempt: number;
   /** RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. */
   status: 'SUCCESS' | 'ERROR' | 'RETRY';
   /** The return value as JSON text; null when the workflow returned undefined or failed. */
@@ -27,6 +40,12 @@ export interface WorkflowOutcome {
   error: WorkflowErrorInfo | null;
   /** For RETRY: how long to wait, by the database's clock. */
   retryDelayMs?: number;
+}
+
+export interface StatusCount {
+  queueName: string;
+  status: WorkflowStatus;
+  count: number;
 }
 
 export interface WorkflowResultRow {
@@ -60,8 +79,8 @@ export class WorkflowStore {
    * Records finished workflows and frees their deduplication IDs in the same statement; a RETRY goes back to
    * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
    * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
-   * recovered meanwhile keeps its recorded state. Wakes the workers of `wakeQueues` (queues with a global limit,
-   * whose freed slot another process may take).
+   * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the
+   * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take).
    */
   async recordOutcomes(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
@@ -77,9 +96,9 @@ export class WorkflowStore {
              failed_attempts = w.failed_attempts + (o.status <> 'SUCCESS')::int,
              output = o.output::json, error = o.error::json,
              completed_at = CASE WHEN o.status = 'RETRY' THEN NULL ELSE now() END, updated_at = now()
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[])
-              AS o(workflow_id, status, output, error, retry_delay_ms)
-         WHERE w.workflow_id = o.workflow_id AND w.status = 'PENDING' AND w.executor_id = $6
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[])
+              AS o(workflow_id, status, output, error, retry_delay_ms, attempt)
+         WHERE w.workflow_id = o.workflow_id AND w.status = 'PENDING' AND w.executor_id = $6 AND w.attempts = o.attempt
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        ), forgotten AS (
          DELETE FROM ${this.steps} AS s
@@ -101,31 +120,38 @@ export class WorkflowStore {
         executorId,
         this.database.wakeUpChannel,
         wakeQueues,
+        outcomes.map((o) => o.attempt),
       ],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }
 
   /**
    * Ends an ENQUEUED or PENDING workflow as CANCELLED, frees its deduplication ID and tells the process running it
-   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards, or undefined when it does not
-   * exist. A timeout records a `WorkflowTimeoutError` as the workflow's error.
+   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards and its claim count (the run a
+   * cancel ended), or undefined when it does not exist. A timeout records a `WorkflowTimeoutError` as the error.
    */
-  async cancel(workflowId: string, reason: 'cancelled' | 'timed-out' = 'cancelled'): Promise<WorkflowStatus | undefined> {
-    const cancelled = await this.database.query(
+  async cancel(
+    workflowId: string,
+    reason: 'cancelled' | 'timed-out' = 'cancelled',
+  ): Promise<{ status: WorkflowStatus; attempts: number } | undefined> {
+    const cancelled = await this.database.query<{ attempts: number }>(
       `WITH cancelled AS (
          UPDATE ${this.table}
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(),
              error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
          WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
-         RETURNING workflow_id
+         RETURNING workflow_id, attempts
        )
-       SELECT pg_notify($3, $4 || workflow_id) FROM cancelled`,
+       SELECT attempts, pg_notify($3, $4::text || attempts || ':' || workflow_id) FROM cancelled`,
       [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
+      { idempotent: true },
     );
-    return cancelled.length === 1 ? 'CANCELLED' : (await this.findRow(workflowId))?.status;
+    if (cancelled.length === 1) return { status: 'CANCELLED', attempts: cancelled[0].attempts };
+    const row = await this.findRow(workflowId);
+    return row && { status: row.status, attempts: row.attempts };
   }
 
   /**
@@ -144,10 +170,11 @@ export class WorkflowStore {
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(), error = ${TIMEOUT_ERROR_JSON}
          FROM due WHERE w.workflow_id = due.workflow_id
-         RETURNING w.workflow_id
+         RETURNING w.workflow_id, w.attempts
        )
-       SELECT workflow_id, pg_notify($1, $2 || workflow_id) FROM timed_out`,
+       SELECT workflow_id, pg_notify($1, $2::text || attempts || ':' || workflow_id) FROM timed_out`,
       [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
+      { idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }
@@ -168,6 +195,7 @@ export class WorkflowStore {
        )
        RETURNING workflow_id`,
       [retentionMs, batch],
+      { idempotent: true },
     );
     return rows.length;
   }
@@ -224,7 +252,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowRow>(
       `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows[0];
   }
@@ -233,7 +261,7 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowResultRow>(
       `SELECT status, output::text AS output, error FROM ${this.table} WHERE workflow_id = $1`,
       [workflowId],
-      true,
+      { prepared: true, idempotent: true },
     );
     return rows[0];
   }
@@ -249,8 +277,10 @@ export class WorkflowStore {
     if (filter.workflowName !== undefined) where('workflow_name', filter.workflowName);
     if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
     if (filter.status !== undefined) {
-      params.push(Array.isArray(filter.status) ? filter.status : [filter.status]);
-      conditions.push(`status = ANY($${params.length}::text[])`);
+      const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
+      params.push(wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)), wanted);
+      const [stored, reported] = [params.length - 1, params.length];
+      conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
     }
     params.push(filter.limit ?? 100, filter.offset ?? 0);
     return this.database.query<WorkflowRow>(
@@ -259,6 +289,18 @@ export class WorkflowStore {
        ORDER BY seq DESC
        LIMIT $${params.length - 1} OFFSET $${params.length}`,
       params,
+      { idempotent: true },
     );
+  }
+
+  /** How many workflows each queue has per status, as reported (`DELAYED` apart from `ENQUEUED`). */
+  async countByStatus(queueName?: string): Promise<StatusCount[]> {
+    const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; count: number }>(
+      `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::int AS count FROM ${this.table}
+       WHERE $1::text IS NULL OR queue_name = $1
+       GROUP BY 1, 2`,
+      [queueName ?? null],
+    );
+    return rows.map((row) => ({ queueName: row.queue_name, status: row.status, count: row.count }));
   }
 }

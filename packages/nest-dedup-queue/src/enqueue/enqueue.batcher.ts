@@ -1,3 +1,4 @@
+import { driverErrorOf, isConnectionFailure } from '../database/sql-errors';
 import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
 
 const MAX_IN_FLIGHT = 4;
@@ -6,7 +7,7 @@ const MAX_DEADLOCK_RETRIES = 5;
 
 /** Postgres chose this statement as a deadlock victim (SQLSTATE 40P01): nothing of it was written. */
 function isDeadlock(error: unknown): boolean {
-  return (error as { code?: string } | null)?.code === '40P01';
+  return (driverErrorOf(error) as { code?: string } | null)?.code === '40P01';
 }
 
 interface PendingInsert {
@@ -18,7 +19,8 @@ interface PendingInsert {
 /**
  * Combines concurrent enqueue calls into one statement and one commit (group commit): a lone call is sent at
  * once; calls that arrive while statements are in flight go together in the next one. The database still decides
- * every duplicate, and each caller gets its own outcome.
+ * every duplicate, and each caller gets its own outcome: a row that makes the combined statement fail fails only
+ * its own call.
  */
 export class EnqueueBatcher {
   private queued: PendingInsert[] = [];
@@ -71,11 +73,21 @@ export class EnqueueBatcher {
         batch.forEach((pending, index) => pending.settle(results[index]));
         return;
       } catch (error) {
-        if (!isDeadlock(error) || attempt >= MAX_DEADLOCK_RETRIES) {
-          batch.forEach((pending) => pending.fail(error));
-          return;
-        }
+        if (isDeadlock(error) && attempt < MAX_DEADLOCK_RETRIES) continue;
+        if (batch.length > 1 && !isConnectionFailure(error)) return this.sendOneByOne(batch);
+        batch.forEach((pending) => pending.fail(error));
+        return;
       }
     }
+  }
+
+  /**
+   * A combined statement failed for a reason tied to one of its rows (a constraint or trigger of the application's,
+   * a value the server refused): nothing of it was written, so each call is sent on its own and gets its own outcome.
+   */
+  private async sendOneByOne(batch: PendingInsert[]): Promise<void> {
+    await Promise.all(
+      batch.map((pending) => this.inserter.insert(pending.workflow).then(pending.settle, pending.fail)),
+    );
   }
 }

@@ -1,6 +1,7 @@
 export * from './dedup-queue.error';
 export * from './dedup-queue-configuration.error';
 export * from './database-unavailable.error';
+export * from './database-query.error';
 export * from './invalid-argument.error';
 export * from './queue-deduplicated.error';
 export * from './unknown-queue.error';

@@ -1,12 +1,16 @@
 import type { RecordedStep, StepStore } from '../database/step.store';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
-import { toErrorInfo } from '../utils/error-info';
+import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { executionFrames } from './execution-frames';
 import type { WorkflowContext } from './workflow-context';
+
+/** How a checkpoint write waits for an unavailable database. */
+const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
 
 /**
  * One run of one workflow: numbers its steps in call order, replays the ones recorded by earlier runs, and
@@ -56,9 +60,7 @@ export class WorkflowExecution {
     if (recorded.name !== name) {
       throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
     }
-    if (recorded.error) {
-      throw Object.assign(new Error(recorded.error.message), { name: recorded.error.name, stack: recorded.error.stack });
-    }
+    if (recorded.error) throw reviveError(recorded.error);
     return fromStoredJson<T>(recorded.output);
   }
 
@@ -70,7 +72,7 @@ export class WorkflowExecution {
 
   private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId))) {
+      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId, this.context.attempt))) {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
@@ -79,9 +81,19 @@ export class WorkflowExecution {
     });
   }
 
+  /** Checkpoints a step; while the database is unavailable it waits and tries again, until interrupted. */
   private async record(index: number, name: string, result: unknown, error: unknown): Promise<void> {
-    const recorded = await this.steps.record(this.checkpoint(index, name, result, error), this.executorId);
-    if (!recorded) throw this.ownershipLost();
+    const checkpoint = this.checkpoint(index, name, result, error);
+    for (let attempt = 1; ; attempt++) {
+      this.throwIfInterrupted();
+      try {
+        if (!(await this.steps.record(checkpoint, this.executorId, this.context.attempt))) throw this.ownershipLost();
+        return;
+      } catch (thrown) {
+        if (!(thrown instanceof DatabaseUnavailableError)) throw thrown;
+        await abortableDelay(backoffDelayMs(attempt, CHECKPOINT_RETRY), this.context.signal);
+      }
+    }
   }
 
   private checkpoint(index: number, name: string, result: unknown, error: unknown) {

@@ -1,8 +1,13 @@
-import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Optional } from '@nestjs/common';
+import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Logger, Optional } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
+import { DedupQueueError } from '../errors/dedup-queue.error';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
+import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
+import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 
-/** The JSON body `DedupExceptionFilter` answers with. */
+/** The JSON body `DedupExceptionFilter` answers a duplicate with. */
 export interface DeduplicatedResponseBody {
   statusCode: 409;
   error: 'Conflict';
@@ -12,6 +17,15 @@ export interface DeduplicatedResponseBody {
   existingWorkflowId: string;
   /** Where the holder's status can be read, when the filter was given `location`. */
   location?: string;
+}
+
+/** The JSON body of every other answer: `{ statusCode, error, message }`, plus `field` for a 400. */
+export interface DedupQueueErrorResponseBody {
+  statusCode: number;
+  error: string;
+  message: string;
+  /** For `InvalidArgumentError`: the argument or option at fault. */
+  field?: string;
 }
 
 /** Options of `DedupExceptionFilter`; provide them under `DEDUP_EXCEPTION_FILTER_OPTIONS` or pass them to `new`. */
@@ -27,39 +41,76 @@ export interface DedupExceptionFilterOptions {
 export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
 
 /**
- * Answers a `QueueDeduplicatedError` with HTTP 409 Conflict and a JSON body naming the queue, the deduplication ID
- * and the workflow that holds it. Opt-in: apply it with `@UseFilters(DedupExceptionFilter)`,
- * `app.useGlobalFilters(new DedupExceptionFilter())` or an `APP_FILTER` provider. Works on Express and Fastify.
+ * Answers the errors of nest-dedup-queue (the `DedupQueueError` family) with an HTTP status:
+ *
+ * | error | status |
+ * |---|---|
+ * | `QueueDeduplicatedError` | 409, naming the queue, the deduplication ID and the holder |
+ * | `WorkflowIdConflictError` | 409 |
+ * | `InvalidArgumentError` | 400, naming the field |
+ * | `WorkflowNotFoundError` | 404 |
+ * | `DatabaseUnavailableError` | 503 with `Retry-After` |
+ * | any other (configuration and programming errors) | 500, logged with its stack; the body says no more |
+ *
+ * Opt-in: apply it with `@UseFilters(DedupExceptionFilter)`, `app.useGlobalFilters(new DedupExceptionFilter())` or
+ * an `APP_FILTER` provider. Works on Express and Fastify.
  */
-@Catch(QueueDeduplicatedError)
-export class DedupExceptionFilter implements ExceptionFilter<QueueDeduplicatedError> {
+@Catch(DedupQueueError)
+export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
+  private readonly logger = new Logger('DedupExceptionFilter');
+
   constructor(
     @Optional() @Inject(DEDUP_EXCEPTION_FILTER_OPTIONS) private readonly options: DedupExceptionFilterOptions = {},
     @Optional() private readonly adapterHost?: HttpAdapterHost,
   ) {}
 
-  catch(error: QueueDeduplicatedError, host: ArgumentsHost): void {
+  catch(error: DedupQueueError, host: ArgumentsHost): void {
     const response = host.switchToHttp().getResponse();
-    const body: DeduplicatedResponseBody = {
-      statusCode: HttpStatus.CONFLICT,
-      error: 'Conflict',
-      message: error.message,
-      queueName: error.queueName,
-      deduplicationId: error.deduplicationId,
-      existingWorkflowId: error.existingWorkflowId,
-    };
-    const location = this.options?.location?.(error);
-    if (location) {
-      body.location = location;
-      setHeader(response, 'Location', location);
+    if (error instanceof QueueDeduplicatedError) {
+      const body: DeduplicatedResponseBody = {
+        statusCode: HttpStatus.CONFLICT,
+        error: 'Conflict',
+        message: error.message,
+        queueName: error.queueName,
+        deduplicationId: error.deduplicationId,
+        existingWorkflowId: error.existingWorkflowId,
+      };
+      const location = this.options?.location?.(error);
+      if (location) {
+        body.location = location;
+        setHeader(response, 'Location', location);
+      }
+      return this.reply(response, body);
     }
+    if (error instanceof DatabaseUnavailableError) {
+      setHeader(response, 'Retry-After', String(error.retryAfterSeconds));
+      return this.reply(response, {
+        statusCode: HttpStatus.SERVICE_UNAVAILABLE,
+        error: 'Service Unavailable',
+        message: 'The queue database is unavailable; try again later',
+      });
+    }
+    if (error instanceof InvalidArgumentError) {
+      return this.reply(response, { statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', message: error.message, field: error.field });
+    }
+    if (error instanceof WorkflowNotFoundError) {
+      return this.reply(response, { statusCode: HttpStatus.NOT_FOUND, error: 'Not Found', message: error.message });
+    }
+    if (error instanceof WorkflowIdConflictError) {
+      return this.reply(response, { statusCode: HttpStatus.CONFLICT, error: 'Conflict', message: error.message });
+    }
+    this.logger.error(error.message, error.stack);
+    this.reply(response, { statusCode: HttpStatus.INTERNAL_SERVER_ERROR, error: 'Internal Server Error', message: 'Internal server error' });
+  }
+
+  private reply(response: any, body: DeduplicatedResponseBody | DedupQueueErrorResponseBody): void {
     const adapter = this.adapterHost?.httpAdapter;
     if (adapter) {
-      adapter.reply(response, body, HttpStatus.CONFLICT);
+      adapter.reply(response, body, body.statusCode);
     } else if (typeof response.status === 'function' && typeof response.json === 'function') {
-      response.status(HttpStatus.CONFLICT).json(body);
+      response.status(body.statusCode).json(body);
     } else {
-      response.code(HttpStatus.CONFLICT).header('content-type', 'application/json; charset=utf-8').send(body);
+      response.code(body.statusCode).header('content-type', 'application/json; charset=utf-8').send(body);
     }
   }
 }

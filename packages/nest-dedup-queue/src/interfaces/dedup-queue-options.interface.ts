@@ -41,11 +41,38 @@ export interface DedupQueueModuleOptions {
   shutdownGraceMs?: number;
   /**
    * How long an executor may go without a heartbeat before the others consider it dead and recover its PENDING
-   * workflows, in milliseconds. Default 30000.
+   * workflows, in milliseconds. A live peer finishes a crashed process's work within about
+   * `leaseMs + heartbeatIntervalMs`; an event-loop stall longer than about `leaseMs - heartbeatIntervalMs` makes a
+   * healthy process lose its lease (its workflows then run elsewhere; it notices and stops them). Default 6000.
    */
   leaseMs?: number;
   /** How often a worker renews its lease and looks for expired leases and timeouts, in ms. Default `leaseMs / 3`. */
   heartbeatIntervalMs?: number;
+  /**
+   * How long to wait for a new connection to be established, in milliseconds. Default: the URL's
+   * `connect_timeout` (seconds) if it has one, else 10000.
+   */
+  connectTimeoutMs?: number;
+  /**
+   * How many times boot tries again when Postgres cannot be reached (as `@nestjs/typeorm`'s option of the same
+   * name). Default 9.
+   */
+  retryAttempts?: number;
+  /** Milliseconds between boot attempts. Default 3000. */
+  retryDelay?: number;
+  /**
+   * `'transaction'` when the connection goes through a transaction-pooling proxy (PgBouncer `pool_mode =
+   * transaction`, Supavisor, RDS Proxy): the module then uses no named prepared statements and no session state,
+   * and takes wake-ups only from `listen: { url }` (without it, workers poll every `pollIntervalMs`).
+   * Default `'none'`.
+   */
+  pooler?: 'transaction' | 'none';
+  /**
+   * Where LISTEN/NOTIFY wake-ups come from. `true` (default): a pooled connection; at boot a NOTIFY self-test checks
+   * that notifications arrive, and workers fall back to polling with a warning if they do not. `{ url }`: a
+   * connection of its own to this URL, straight to the server past any pooler. `false`: poll only.
+   */
+  listen?: boolean | { url: string };
   /**
    * How many times a workflow may be recovered after its process died before it is dead-lettered as
    * `MAX_RECOVERY_ATTEMPTS_EXCEEDED` (a poison input that kills its process). Default 10.

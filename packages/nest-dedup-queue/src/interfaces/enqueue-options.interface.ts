@@ -41,11 +41,17 @@ export interface EnqueueOptions {
   partitionKey?: string;
   /** Lower runs first; FIFO within a priority. An integer, default 0. */
   priority?: number;
-  /** Start no earlier than this many milliseconds from now. The workflow holds its deduplication ID meanwhile. */
+  /**
+   * Start no earlier than this many milliseconds from now (by the database's clock). The workflow is `DELAYED`
+   * meanwhile, and holds its deduplication ID.
+   */
   delayMs?: number;
   /** Start no earlier than this time (instead of `delayMs`). */
   runAt?: Date;
-  /** What to do when the deduplication ID is held. Default `'reject'`. */
+  /**
+   * What to do when the deduplication ID is held. Default `'reject'`. `'return-existing'` and `'replace'` need a
+   * `deduplicationId` (`InvalidArgumentError` otherwise).
+   */
   onDuplicate?: DuplicatePolicy;
   /** With `onDuplicate: 'replace'`, what to do when the holder is already running. Default `'reject'`. */
   whenRunning?: WhenRunningPolicy;

@@ -10,3 +10,4 @@ export * from './workflow-status.interface';
 export * from './backoff-options.interface';
 export * from './step-options.interface';
 export * from './schedule-options.interface';
+export * from './abandoned-run.interface';

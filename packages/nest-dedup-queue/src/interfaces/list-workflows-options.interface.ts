@@ -3,6 +3,10 @@ import type { WorkflowStatus } from './workflow-status.interface';
 /** Filters of `QueueService.list()`. All are optional and combine with AND. */
 export interface ListWorkflowsOptions {
   queueName?: string;
+  /**
+   * The statuses as reported: `'DELAYED'` matches workflows waiting for their start time, `'ENQUEUED'` only those
+   * ready to run (give both for every workflow not yet started).
+   */
   status?: WorkflowStatus | WorkflowStatus[];
   workflowName?: string;
   deduplicationId?: string;

@@ -1,12 +1,15 @@
 /**
  * The lifecycle state of a workflow.
  *
- * - `ENQUEUED`: waiting in its queue; holds its deduplication ID.
+ * - `ENQUEUED`: ready, waiting in its queue for a worker; holds its deduplication ID.
+ * - `DELAYED`: waiting for its start time (`delayMs`, `runAt`, or a retry's backoff) by the database's clock; holds
+ *   its deduplication ID, and becomes `ENQUEUED` when the time comes. Stored as ENQUEUED with a future `notBefore`.
  * - `PENDING`: claimed by a worker and running; holds its deduplication ID.
  * - `SUCCESS`, `ERROR`, `CANCELLED`, `MAX_RECOVERY_ATTEMPTS_EXCEEDED`: finished; the deduplication ID is free.
  */
 export type WorkflowStatus =
   | 'ENQUEUED'
+  | 'DELAYED'
   | 'PENDING'
   | 'SUCCESS'
   | 'ERROR'
@@ -14,7 +17,7 @@ export type WorkflowStatus =
   | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
 
 /** The statuses in which a workflow holds its deduplication ID. */
-export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'PENDING'];
+export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'DELAYED', 'PENDING'];
 
 /** The statuses a workflow never leaves. */
 export const FINISHED_WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
@@ -32,6 +35,8 @@ export interface WorkflowErrorInfo {
   message: string;
   /** The stack trace, when the thrown value had one. */
   stack?: string;
+  /** The error's own string, number, boolean and null properties (`code`, `existingWorkflowId`, ...), if any. */
+  fields?: Record<string, string | number | boolean | null>;
 }
 
 /** A snapshot of one workflow's row, as returned by `WorkflowHandle.getStatus()` and `QueueService.list()`. */
@@ -54,6 +59,6 @@ export interface WorkflowStatusInfo {
   error: WorkflowErrorInfo | null;
   partitionKey: string | null;
   priority: number;
-  /** While ENQUEUED: the earliest start (a delay, or a retry's backoff). */
+  /** While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. */
   notBefore: Date | null;
 }

@@ -2,6 +2,11 @@ import { Logger } from '@nestjs/common';
 import type { DedupQueueConfig } from '../dedup-queue.config';
 import type { ExecutorStore, RecoveredWorkflow } from '../database/executor.store';
 import type { WorkflowStore } from '../database/workflow.store';
+import { describeError } from '../database/connection-monitor';
+import { FailureLog } from '../utils/failure-log';
+
+/** Retention deletes in batches at most this often; expired leases and timeouts are swept every heartbeat. */
+const PRUNE_INTERVAL_MS = 30_000;
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
@@ -15,6 +20,9 @@ export class ExecutorHeartbeat {
   private sweepTimer?: NodeJS.Timeout;
   private renewing?: Promise<void>;
   private sweeping?: Promise<void>;
+  private lastPruneAt = 0;
+  private readonly renewFailures = new FailureLog(this.logger);
+  private readonly sweepFailures = new FailureLog(this.logger);
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -43,8 +51,8 @@ export class ExecutorHeartbeat {
     clearInterval(this.sweepTimer);
     await Promise.all([this.renewing, this.sweeping]);
     if (leave) {
-      await this.executors.remove(this.config.executorId).catch((error: Error) =>
-        this.logger.warn(`Could not remove executor ${this.config.executorId}: ${error.message}`),
+      await this.executors.remove(this.config.executorId).catch((error: unknown) =>
+        this.logger.warn(`Could not remove executor ${this.config.executorId} (peers recover its work after its lease): ${describeError(error)}`),
       );
     }
   }
@@ -59,8 +67,9 @@ export class ExecutorHeartbeat {
         await this.executors.register(this.config.executorId);
         await this.onLeaseLost();
       }
+      this.renewFailures.succeeded();
     } catch (error) {
-      this.logger.error(`Renewing the lease of executor ${this.config.executorId} failed: ${(error as Error).message}`);
+      this.renewFailures.failed(`Renewing the lease of executor ${this.config.executorId}`, error);
     }
   }
 
@@ -69,9 +78,13 @@ export class ExecutorHeartbeat {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
-      if (this.config.retentionMs !== null) await this.workflows.pruneFinished(this.config.retentionMs);
+      if (this.config.retentionMs !== null && Date.now() - this.lastPruneAt >= PRUNE_INTERVAL_MS) {
+        this.lastPruneAt = Date.now();
+        await this.workflows.pruneFinished(this.config.retentionMs);
+      }
+      this.sweepFailures.succeeded();
     } catch (error) {
-      this.logger.error(`Sweeping for expired leases and timeouts failed: ${(error as Error).message}`);
+      this.sweepFailures.failed('Sweeping for expired leases and timeouts', error);
     }
   }
 

@@ -1,39 +1,70 @@
 import { Logger } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
 import type { Notification } from 'pg';
+import type { DedupQueueConfig } from '../dedup-queue.config';
+import { ConnectionMonitor } from '../database/connection-monitor';
 import type { DedicatedConnection, QueueDatabase } from '../database/queue-database';
-
-const RECONNECT_DELAY_MS = 1000;
+import { backoffDelayMs } from '../utils/backoff';
 
 /** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
 export type ChannelHandler = (payload: string | undefined) => void;
 
+const RECONNECT_BACKOFF = { initialDelayMs: 250, maxDelayMs: 5000 };
+const SELF_TEST_TIMEOUT_MS = 3000;
+
 /**
- * Holds one connection that LISTENs on the module's channels (wake-ups, cancellations) and hands each
- * notification to its channel's handler. Reconnects after a connection loss and then calls every handler with
- * undefined, since notifications sent meanwhile are lost; polling covers the gap until then.
+ * Holds one connection that LISTENs on the module's channels (wake-ups, cancellations, control) and hands each
+ * notification to its channel's handler. The connection is a pooled one, or one of its own to `listen.url`
+ * (straight to the server, past a transaction pooler). It never LISTENs on a standby ("cannot execute LISTEN during
+ * recovery"): after a failover it reconnects until it reaches a primary, then calls every handler with undefined,
+ * since notifications sent meanwhile are lost; polling covers the gap. At start a NOTIFY sent through the pool
+ * must come back on this connection within 3 s, or wake-ups are switched off (a pooler in between) and workers poll.
  */
 export class NotificationListener {
   private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly monitor: ConnectionMonitor;
+  private readonly selfTestChannel = `dq_self_test_${randomBytes(8).toString('hex')}`;
   private connection?: DedicatedConnection;
+  private detach?: () => void;
   private reconnectTimer?: NodeJS.Timeout;
+  private failedConnects = 0;
   private stopped = false;
+  private disabled = false;
+  private selfTestArrived?: () => void;
 
   constructor(
     private readonly database: QueueDatabase,
+    private readonly config: DedupQueueConfig,
     private readonly handlers: ReadonlyMap<string, ChannelHandler>,
-  ) {}
+  ) {
+    this.monitor = new ConnectionMonitor(this.logger, {
+      lost: (reason) =>
+        `Wake-ups: the LISTEN connection is lost (${reason}); workers poll every ${config.pollIntervalMs} ms until it is back`,
+      back: (seconds) => `Wake-ups: LISTEN re-established after ${seconds} s`,
+    });
+  }
 
-  /** Starts listening; a failure is logged and retried in the background, never thrown. */
+  /** Whether notifications arrive now; while not, workers rely on polling (and check their running workflows). */
+  get listening(): boolean {
+    return this.connection !== undefined;
+  }
+
+  /** Starts listening and runs the self-test; a failure is logged and retried in the background, never thrown. */
   async start(): Promise<void> {
     this.stopped = false;
-    await this.connect();
+    const listen = this.config.listen;
+    if (listen.mode === 'off') {
+      this.disable(`${listen.reason}`);
+      return;
+    }
+    if (await this.connect()) await this.selfTest();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.reconnectTimer);
     const connection = this.connection;
-    this.connection = undefined;
+    this.drop();
     if (connection) {
       await connection.client.query('UNLISTEN *').then(
         () => connection.release(),
@@ -43,42 +74,108 @@ export class NotificationListener {
   }
 
   private async connect(): Promise<boolean> {
-    let connection: DedicatedConnection;
+    const listen = this.config.listen;
+    let connection: DedicatedConnection | undefined;
     try {
-      connection = await this.database.connect();
-    } catch (error) {
-      this.lost(error as Error);
-      return false;
-    }
-    const onNotification = (message: Notification) => this.handlers.get(message.channel)?.(message.payload);
-    const onError = (error: Error) => {
-      connection.client.off('notification', onNotification);
-      connection.client.off('error', onError);
-      connection.release(error);
-      if (this.connection === connection) this.connection = undefined;
-      this.lost(error);
-    };
-    connection.client.on('notification', onNotification);
-    connection.client.on('error', onError);
-    try {
-      for (const channel of this.handlers.keys()) {
+      connection = listen.mode === 'direct' ? await this.database.connectOutsidePool(listen.url) : await this.database.connect();
+      const [{ standby }] = (await connection.client.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby')).rows;
+      if (standby) throw new Error('the server is a standby (in recovery); waiting for a primary');
+      this.attach(connection);
+      for (const channel of [...this.handlers.keys(), this.selfTestChannel]) {
         await connection.client.query(`LISTEN "${channel}"`);
       }
     } catch (error) {
-      onError(error as Error);
+      if (connection) {
+        if (this.connection === connection) this.drop();
+        connection.release(error as Error);
+      }
+      this.lost(error);
       return false;
     }
-    this.connection = connection;
+    if (this.stopped) {
+      this.drop();
+      connection.release();
+      return false;
+    }
+    this.failedConnects = 0;
+    this.monitor.succeeded();
     return true;
   }
 
-  private lost(error: Error): void {
-    if (this.stopped) return;
-    this.logger.warn(`Wake-up connection unavailable (${error.message}); polling until it is back`);
+  /** NOTE: the connection keeps the 'error' listener its source gave it until released, so nothing goes unhandled. */
+  private attach(connection: DedicatedConnection): void {
+    const onNotification = (message: Notification) => {
+      if (message.channel === this.selfTestChannel) this.selfTestArrived?.();
+      else this.handlers.get(message.channel)?.(message.payload);
+    };
+    const onBroken = (error?: Error) => {
+      if (this.connection !== connection) return;
+      this.drop();
+      connection.release(error ?? new Error('the LISTEN connection ended'));
+      this.lost(error ?? new Error('connection ended'));
+    };
+    const onEnd = () => onBroken();
+    connection.client.on('notification', onNotification);
+    connection.client.on('error', onBroken);
+    connection.client.on('end', onEnd);
+    this.connection = connection;
+    this.detach = () => {
+      connection.client.off('notification', onNotification);
+      connection.client.off('end', onEnd);
+      connection.client.off('error', onBroken);
+    };
+  }
+
+  private drop(): void {
+    this.detach?.();
+    this.detach = undefined;
+    this.connection = undefined;
+  }
+
+  private lost(error: unknown): void {
+    if (this.stopped || this.disabled) return;
+    this.monitor.failed(error);
+    this.failedConnects += 1;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = setTimeout(() => {
       void this.connect().then((listening) => listening && this.handlers.forEach((handle) => handle(undefined)));
-    }, RECONNECT_DELAY_MS);
+    }, backoffDelayMs(this.failedConnects, RECONNECT_BACKOFF));
     this.reconnectTimer.unref();
+  }
+
+  /** Sends a NOTIFY the way enqueues do (through the pool) and waits for it here. */
+  private async selfTest(): Promise<void> {
+    const arrived = new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), SELF_TEST_TIMEOUT_MS);
+      this.selfTestArrived = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+    });
+    try {
+      await this.database.query('SELECT pg_notify($1, $2)', [this.selfTestChannel, 'self-test']);
+    } catch {
+      return;
+    }
+    const ok = await arrived;
+    this.selfTestArrived = undefined;
+    if (!ok && !this.stopped && this.connection) {
+      this.disable(
+        `a NOTIFY sent through the pool did not arrive on the LISTEN connection within ${SELF_TEST_TIMEOUT_MS} ms ` +
+          `(a transaction pooler in between?); give \`listen: { url }\` a direct connection to the server`,
+      );
+    }
+  }
+
+  private disable(reason: string): void {
+    this.disabled = true;
+    clearTimeout(this.reconnectTimer);
+    const connection = this.connection;
+    this.drop();
+    connection?.release();
+    this.logger.warn(
+      `Wake-ups by LISTEN/NOTIFY are off: ${reason}. Workers poll every ${this.config.pollIntervalMs} ms, so new ` +
+        `work starts within about that long instead of within milliseconds`,
+    );
   }
 }

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
 const RETRY_DELAY_MS = 500;
@@ -21,6 +22,7 @@ export class OutcomeWriter {
   private queued: QueuedOutcome[] = [];
   private flushing?: Promise<void>;
   private closed = false;
+  private readonly failures = new FailureLog(this.logger);
 
   constructor(
     private readonly store: WorkflowStore,
@@ -64,9 +66,10 @@ export class OutcomeWriter {
           batch.map((item) => item.outcome),
           wake,
         );
+        this.failures.succeeded();
         return new Set(recorded);
       } catch (error) {
-        this.logger.error(`Recording ${batch.length} workflow outcome(s) failed, retrying: ${(error as Error).message}`);
+        this.failures.failed(`Recording ${batch.length} workflow outcome(s)`, error);
         await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
       }
     }

@@ -5,13 +5,16 @@ import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import { StepStore } from '../database/step.store';
-import { WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
+import { InterruptPayload, WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
+import { backoffDelayMs } from '../utils/backoff';
+import { FailureLog } from '../utils/failure-log';
 import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
+import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import { QueueWorker } from './queue.worker';
 
 /**
@@ -25,10 +28,16 @@ import { QueueWorker } from './queue.worker';
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
+  private readonly settingsFailures = new FailureLog(this.logger);
   private outcomes?: OutcomeWriter;
   private listener?: NotificationListener;
   private heartbeat?: ExecutorHeartbeat;
+  private executors?: ExecutorStore;
   private pollTimer?: NodeJS.Timeout;
+  /** Claims wait while the scheduler puts back what a claim with a lost answer took. */
+  private claimsHeld = false;
+  private reconciling?: Promise<void>;
+  private stopping = false;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -59,22 +68,30 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
           outcomes: this.outcomes,
           completions: this.completions,
           executorId: this.config.executorId,
+          claimsAllowed: () => !this.claimsHeld,
+          claimMayHaveBeenLost: () => this.reconcileLostClaims(),
         }),
       );
     }
     const executors = new ExecutorStore(this.database);
-    this.heartbeat = new ExecutorHeartbeat(this.config, executors, this.store, () => this.reclaimAfterLostLease(executors));
+    this.executors = executors;
+    this.stopping = false;
+    this.heartbeat = new ExecutorHeartbeat(this.config, executors, this.store, () => this.interruptNotOwned());
     await this.heartbeat.start();
     this.listener = new NotificationListener(
       this.database,
+      this.config,
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
-        [this.database.cancelChannel, (payload) => payload && this.interrupt(parseInterruptPayload(payload))],
+        [
+          this.database.cancelChannel,
+          (payload) => (payload ? this.cancelled(parseInterruptPayload(payload)) : void this.interruptNotOwned()),
+        ],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
     await this.listener.start();
-    this.pollTimer = setInterval(() => void this.refreshSettings(), this.config.pollIntervalMs);
+    this.pollTimer = setInterval(() => void this.poll(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);
     this.logger.log(
@@ -84,12 +101,15 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
 
   async beforeApplicationShutdown(): Promise<void> {
     if (!this.outcomes) return;
+    this.stopping = true;
     clearInterval(this.pollTimer);
     for (const worker of this.workers.values()) worker.stop();
     await this.listener?.stop();
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
+    const abandoned = this.abandonedRuns().length;
+    if (abandoned > 0) this.logger.warn(`Not waiting for ${abandoned} abandoned body(ies) of cancelled workflows`);
     if (finished.includes(false)) {
       const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
       this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
@@ -101,9 +121,18 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     this.outcomes = undefined;
   }
 
+  /**
+   * A polling tick: picks up queue changes and looks for work; without notifications, also learns which running
+   * workflows were cancelled or taken elsewhere.
+   */
+  private async poll(): Promise<void> {
+    await this.refreshSettings();
+    if (this.listener && !this.listener.listening) await this.interruptNotOwned();
+  }
+
   /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */
   private async refreshSettings(): Promise<void> {
-    await this.settings.refresh().catch((error: Error) => this.logger.warn(`Reading queue settings failed: ${error.message}`));
+    await this.settings.refresh().catch((error: unknown) => this.settingsFailures.failed('Reading queue settings', error));
     this.wake(undefined);
   }
 
@@ -115,20 +144,70 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
+  /**
+   * A workflow was CANCELLED in Postgres (by this process, or announced on the cancel channel): the worker running
+   * that run of it here aborts its signal and frees its slot at once.
+   */
+  cancelled({ workflowId, reason, attempt }: InterruptPayload): void {
+    for (const worker of this.workers.values()) worker.release(workflowId, reason, attempt);
+  }
+
+  /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
+  abandonedRuns(): AbandonedRunInfo[] {
+    return [...this.workers.values()].flatMap((worker) => worker.abandonedRuns());
+  }
+
   private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
     for (const worker of this.workers.values()) worker.interrupt(workflowId, reason);
   }
 
   /**
-   * After this executor's lease was taken away and renewed: interrupts the running workflows that were recovered
-   * elsewhere meanwhile; those still PENDING under this executor (a sweep skipped them) run on and record normally.
+   * Interrupts the running workflows that are no longer PENDING under this executor: cancelled or timed out while
+   * notifications did not arrive, or recovered elsewhere after this executor's lease was taken away. Those still
+   * owned run on and record normally.
    */
-  private async reclaimAfterLostLease(executors: ExecutorStore): Promise<void> {
-    const running = [...this.workers.values()].flatMap((worker) => worker.runningIds());
-    const stillOwned = new Set(await executors.stillPending(this.config.executorId, running));
-    for (const workflowId of running) {
-      if (!stillOwned.has(workflowId)) this.interrupt({ workflowId, reason: 'ownership-lost' });
+  private async interruptNotOwned(): Promise<void> {
+    if (!this.executors) return;
+    try {
+      for (const { workflowId, reason, attempt } of await this.executors.notOwned(this.config.executorId, this.runningIds())) {
+        if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
+        else this.cancelled({ workflowId, reason, attempt });
+      }
+    } catch (error) {
+      this.settingsFailures.failed('Checking the running workflows', error);
     }
+  }
+
+  /**
+   * A claim failed with its connection, so it may have committed without this process learning what it took. Holds
+   * every claim of this process, waits for those in flight, then puts back whatever is PENDING here but not running.
+   */
+  private reconcileLostClaims(): void {
+    this.claimsHeld = true;
+    this.reconciling ??= this.releaseUnknownClaims().finally(() => {
+      this.reconciling = undefined;
+      this.claimsHeld = false;
+      this.wake(undefined);
+    });
+  }
+
+  private async releaseUnknownClaims(): Promise<void> {
+    for (let attempt = 1; this.executors && !this.stopping; attempt++) {
+      await Promise.all([...this.workers.values()].map((worker) => worker.claimSettled()));
+      try {
+        const released = await this.executors.releaseUnknown(this.config.executorId, this.runningIds());
+        if (released.length > 0) {
+          this.logger.warn(`Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`);
+        }
+        return;
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, backoffDelayMs(attempt, { initialDelayMs: 250, maxDelayMs: 5000 })));
+      }
+    }
+  }
+
+  private runningIds(): string[] {
+    return [...this.workers.values()].flatMap((worker) => worker.runningIds());
   }
 
   private interruptAll(reason: InterruptReason): void {

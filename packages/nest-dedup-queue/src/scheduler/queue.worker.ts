@@ -4,18 +4,26 @@ import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow.registry';
+import { describeError } from '../database/connection-monitor';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
 import { backoffDelayMs } from '../utils/backoff';
+import { FailureLog } from '../utils/failure-log';
 import { toErrorInfo } from '../utils/error-info';
 import { toStoredJson } from '../utils/stored-json';
+import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { OutcomeWriter } from './outcome.writer';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
+/** A cancelled body still running this long after its slot was freed is reported as abandoned. */
+const ABANDONED_WARNING_AFTER_MS = 1000;
+/** Later reminders that an abandoned body still runs: at 1 minute, then each time its age doubles, at least hourly. */
+const ABANDONED_REMINDER = { firstMs: 60_000, maxIntervalMs: 3_600_000 };
 
 export interface QueueWorkerDependencies {
   store: WorkflowStore;
@@ -26,11 +34,30 @@ export interface QueueWorkerDependencies {
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
+  /** False while the scheduler reconciles after a claim whose answer was lost. */
+  claimsAllowed(): boolean;
+  /** A claim failed with the connection: it may have taken workflows this process never heard of. */
+  claimMayHaveBeenLost(): void;
 }
 
+/** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
 interface RunningWorkflow {
-  done: Promise<void>;
+  workflowId: string;
+  workflowName: string;
+  attempt: number;
   controller: AbortController;
+  done: Promise<void>;
+  /** Resolves when the run no longer holds a slot: it returned, or it was abandoned. */
+  freed: Promise<void>;
+  free: () => void;
+}
+
+interface AbandonedRun {
+  run: RunningWorkflow;
+  reason: 'cancelled' | 'timed-out';
+  abandonedAt: number;
+  warned: boolean;
+  reminder?: NodeJS.Timeout;
 }
 
 /**
@@ -42,6 +69,7 @@ interface RunningWorkflow {
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
+  private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
   private claiming?: Promise<void>;
   private claimAgain = false;
   /** False once an unconstrained claim came back short and nothing announced new work since. */
@@ -49,6 +77,7 @@ export class QueueWorker {
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
+  private readonly claimFailures = new FailureLog(this.logger);
 
   constructor(
     private readonly queueName: string,
@@ -81,7 +110,34 @@ export class QueueWorker {
 
   /** Aborts the signal of a workflow running here, if it is. */
   interrupt(workflowId: string, reason: InterruptReason): void {
-    this.running.get(workflowId)?.controller.abort(new WorkflowInterruptedError(workflowId, reason));
+    const run = this.running.get(workflowId);
+    if (run) abort(run, reason);
+  }
+
+  /**
+   * The workflow is CANCELLED in Postgres (cancelled, or timed out): if it runs here, aborts its signal and frees
+   * its slot at once. A body that goes on running is abandoned: its outcome is ignored, it is counted in
+   * `abandonedRuns()` and reported while it runs. `attempt` is the run the cancel ended; a later run (the workflow
+   * was resumed and claimed again meanwhile) is left alone. Elsewhere, a queue with global limits looks for work:
+   * the cancelled workflow may have held one of its slots.
+   */
+  release(workflowId: string, reason: 'cancelled' | 'timed-out', attempt?: number): void {
+    const run = this.running.get(workflowId);
+    if (run && (attempt === undefined || run.attempt <= attempt)) this.abandon(run, reason);
+    else if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
+  }
+
+  /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
+  abandonedRuns(): AbandonedRunInfo[] {
+    const now = Date.now();
+    return [...this.abandoned.values()].map(({ run, reason, abandonedAt }) => ({
+      workflowId: run.workflowId,
+      queueName: this.queueName,
+      workflowName: run.workflowName,
+      reason,
+      abandonedAt: new Date(abandonedAt),
+      abandonedForMs: now - abandonedAt,
+    }));
   }
 
   interruptAll(reason: InterruptReason): void {
@@ -97,7 +153,7 @@ export class QueueWorker {
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
     const finished = (async () => {
       await this.claiming;
-      while (this.running.size > 0) await Promise.all([...this.running.values()].map((run) => run.done));
+      while (this.running.size > 0) await Promise.all([...this.running.values()].map((run) => run.freed));
       return true as const;
     })();
     try {
@@ -105,6 +161,11 @@ export class QueueWorker {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /** Resolves when no claim of this worker is in flight. */
+  async claimSettled(): Promise<void> {
+    while (this.claiming) await this.claiming;
   }
 
   runningIds(): string[] {
@@ -121,7 +182,7 @@ export class QueueWorker {
         this.claimAgain = false;
         const queue = this.deps.settings.effective(this.queueName);
         const free = queue.workerConcurrency - this.running.size;
-        if (free <= 0 || queue.paused) break;
+        if (free <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const { workflows, retryInMs } = await this.deps.claimer.claim({
           queue,
           executorId: this.deps.executorId,
@@ -129,6 +190,7 @@ export class QueueWorker {
           workflowNames: this.deps.registry.names(),
         });
         this.failedClaims = 0;
+        this.claimFailures.succeeded();
         for (const workflow of workflows) this.start(workflow);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
         else if (workflows.length === free) this.claimAgain = true;
@@ -137,7 +199,8 @@ export class QueueWorker {
     } catch (error) {
       this.failedClaims += 1;
       const delay = backoffDelayMs(this.failedClaims, CLAIM_BACKOFF);
-      this.logger.error(`Claiming from queue "${this.queueName}" failed, retrying in ${delay} ms: ${(error as Error).message}`);
+      this.claimFailures.failed(`Claiming from queue "${this.queueName}"`, error);
+      if (error instanceof DatabaseUnavailableError) this.deps.claimMayHaveBeenLost();
       this.wakeLater(delay);
     }
   }
@@ -149,22 +212,81 @@ export class QueueWorker {
   }
 
   private start(claimed: ClaimedWorkflow): void {
-    const controller = new AbortController();
-    const done: Promise<void> = this.execute(claimed, controller).finally(() => {
-      // NOTE: a resumed workflow may be running again here while its interrupted earlier run winds down.
-      if (this.running.get(claimed.workflowId)?.done === done) this.running.delete(claimed.workflowId);
-      this.deps.completions.finished(claimed.workflowId);
-      this.claimSoon();
-    });
-    this.running.set(claimed.workflowId, { done, controller });
+    // NOTE: claimed again while an earlier run still holds its slot: it was cancelled and resumed before the cancel
+    // reached this process. That run can no longer write (outcomes and steps are fenced by attempt), so it goes.
+    const earlier = this.running.get(claimed.workflowId);
+    if (earlier) this.abandon(earlier, 'cancelled');
+    let free = () => undefined as void;
+    const freed = new Promise<void>((resolve) => (free = resolve));
+    const run: RunningWorkflow = {
+      workflowId: claimed.workflowId,
+      workflowName: claimed.workflowName,
+      attempt: claimed.attempts,
+      controller: new AbortController(),
+      done: Promise.resolve(),
+      freed,
+      free,
+    };
+    this.running.set(run.workflowId, run);
+    run.done = this.execute(claimed, run).finally(() => this.finished(run));
   }
 
-  private async execute(claimed: ClaimedWorkflow, controller: AbortController): Promise<void> {
-    const timeout = claimed.remainingMs === null ? undefined : setTimeout(() => void this.timeOut(claimed.workflowId), Math.max(0, claimed.remainingMs));
+  private finished(run: RunningWorkflow): void {
+    if (this.running.get(run.workflowId) === run) this.running.delete(run.workflowId);
+    run.free();
+    const abandoned = this.abandoned.get(run);
+    if (abandoned) {
+      this.abandoned.delete(run);
+      clearTimeout(abandoned.reminder);
+      if (abandoned.warned) {
+        const age = seconds(Date.now() - abandoned.abandonedAt);
+        this.logger.log(`The abandoned body of workflow ${describe(run)} returned after ${age}`);
+      }
+    }
+    this.deps.completions.finished(run.workflowId);
+    this.claimSoon();
+  }
+
+  private abandon(run: RunningWorkflow, reason: 'cancelled' | 'timed-out'): void {
+    abort(run, reason);
+    this.running.delete(run.workflowId);
+    run.free();
+    const abandoned: AbandonedRun = { run, reason, abandonedAt: Date.now(), warned: false };
+    this.abandoned.set(run, abandoned);
+    this.remindLater(abandoned, ABANDONED_WARNING_AFTER_MS);
+    this.claimSoon();
+  }
+
+  private remindLater(abandoned: AbandonedRun, delayMs: number): void {
+    abandoned.reminder = setTimeout(() => this.remind(abandoned), delayMs);
+    abandoned.reminder.unref();
+  }
+
+  private remind(abandoned: AbandonedRun): void {
+    const ageMs = Date.now() - abandoned.abandonedAt;
+    const what = abandoned.reason === 'timed-out' ? 'timed out' : 'was cancelled';
+    this.logger.warn(
+      abandoned.warned
+        ? `The abandoned body of workflow ${describe(abandoned.run)} is still running, ${seconds(ageMs)} after ` +
+            `it ${what}`
+        : `Workflow ${describe(abandoned.run)} ${what} but its body ignores its signal and is still running after ` +
+            `${seconds(ageMs)}; its slot is freed and its outcome will be ignored (abandoned)`,
+    );
+    abandoned.warned = true;
+    const { firstMs, maxIntervalMs } = ABANDONED_REMINDER;
+    const next = ageMs < firstMs ? firstMs : Math.min(ageMs * 2, ageMs + maxIntervalMs);
+    this.remindLater(abandoned, next - ageMs);
+  }
+
+  private async execute(claimed: ClaimedWorkflow, run: RunningWorkflow): Promise<void> {
+    const { controller } = run;
+    const remainingMs = claimed.remainingMs;
+    const timeout =
+      remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
     try {
       const workflow = this.deps.registry.find(claimed.workflowName);
       const outcome = workflow
-        ? await this.run(claimed, workflow, controller)
+        ? await this.run(claimed, workflow, run)
         : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`));
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
@@ -177,20 +299,30 @@ export class QueueWorker {
     }
   }
 
-  private async run(claimed: ClaimedWorkflow, workflow: RegisteredWorkflow, controller: AbortController): Promise<WorkflowOutcome> {
+  private async run(
+    claimed: ClaimedWorkflow,
+    workflow: RegisteredWorkflow,
+    run: RunningWorkflow,
+  ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
     try {
       const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
       const execution = new WorkflowExecution(
-        { workflowId, workflowName: claimed.workflowName, queueName: this.queueName, attempt: claimed.attempts, signal: controller.signal },
+        {
+          workflowId,
+          workflowName: claimed.workflowName,
+          queueName: this.queueName,
+          attempt: claimed.attempts,
+          signal: run.controller.signal,
+        },
         this.deps.executorId,
         recorded,
         this.deps.steps,
-        (reason) => this.interrupt(workflowId, reason),
+        (reason) => abort(run, reason),
       );
       const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
-      return { workflowId, status: 'SUCCESS', outputJson, error: null };
+      return { workflowId, attempt: claimed.attempts, status: 'SUCCESS', outputJson, error: null };
     } catch (thrown) {
       const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < claimed.maxAttempts;
       if (retryable) {
@@ -202,13 +334,36 @@ export class QueueWorker {
   }
 
   private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
-    return { workflowId: claimed.workflowId, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+    const { workflowId, attempts: attempt } = claimed;
+    return { workflowId, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
   }
 
-  private async timeOut(workflowId: string): Promise<void> {
-    this.interrupt(workflowId, 'timed-out');
-    await this.deps.store.cancel(workflowId, 'timed-out').catch((error: Error) =>
-      this.logger.warn(`Cancelling timed-out workflow ${workflowId} failed (the next heartbeat retries): ${error.message}`),
-    );
+  /**
+   * Aborts the run at its deadline, then frees its slot once Postgres has it CANCELLED (so global counts agree).
+   * An abandoned run's deadline no longer counts: its workflow may run again, resumed, with a deadline of its own.
+   */
+  private async timeOut(run: RunningWorkflow): Promise<void> {
+    if (this.running.get(run.workflowId) !== run) return;
+    abort(run, 'timed-out');
+    try {
+      const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
+      if (cancelled?.status === 'CANCELLED') this.release(run.workflowId, 'timed-out', run.attempt);
+    } catch (error) {
+      if (error instanceof DatabaseUnavailableError) return;
+      this.logger.warn(`Cancelling timed-out workflow ${run.workflowId} failed (the next sweep retries): ${describeError(error)}`);
+    }
   }
+}
+
+/** Aborts a run's signal; the first reason stays. */
+function abort(run: RunningWorkflow, reason: InterruptReason): void {
+  run.controller.abort(new WorkflowInterruptedError(run.workflowId, reason));
+}
+
+function describe(run: RunningWorkflow): string {
+  return `${run.workflowName} (${run.workflowId})`;
+}
+
+function seconds(ms: number): string {
+  return ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
 }

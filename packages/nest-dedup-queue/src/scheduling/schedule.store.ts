@@ -71,16 +71,19 @@ export class ScheduleStore {
         definition.catchUpLimit,
         definition.overlap,
       ],
+      { idempotent: true },
     );
     return rows.length === 1;
   }
 
   async list(): Promise<ScheduleRow[]> {
-    return this.database.query<ScheduleRow>(`SELECT ${COLUMNS} FROM ${this.table} ORDER BY name`);
+    const sql = `SELECT ${COLUMNS} FROM ${this.table} ORDER BY name`;
+    return this.database.query<ScheduleRow>(sql, [], { idempotent: true });
   }
 
   async find(name: string): Promise<ScheduleRow | undefined> {
-    return (await this.database.query<ScheduleRow>(`SELECT ${COLUMNS} FROM ${this.table} WHERE name = $1`, [name]))[0];
+    const sql = `SELECT ${COLUMNS} FROM ${this.table} WHERE name = $1`;
+    return (await this.database.query<ScheduleRow>(sql, [name], { idempotent: true }))[0];
   }
 
   /** Locks a schedule's row for the rest of the caller's transaction. */
@@ -117,6 +120,7 @@ export class ScheduleStore {
        WHERE name = $1
        RETURNING name`,
       [name, paused],
+      { idempotent: true },
     );
     return rows.length === 1;
   }
@@ -134,6 +138,7 @@ export class ScheduleStore {
       `SELECT workflow_id FROM ${this.workflows}
        WHERE starts_with(workflow_id, $1) AND status = 'ENQUEUED' AND attempts = 0 AND not_before > now()`,
       [tickWorkflowIdPrefix(name)],
+      { idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }

@@ -119,14 +119,19 @@ export class TickEnqueuer {
     }
   }
 
-  private inTransaction<T>(
+  /** A TypeORM transaction (the enqueue joins it through `manager`); driver errors come out as the module's. */
+  private async inTransaction<T>(
     work: (manager: EntityManager, query: <R>(sql: string, params?: unknown[]) => Promise<R[]>) => Promise<T>,
   ): Promise<T> {
-    return this.database.dataSource.transaction(async (manager) => {
-      const runner = manager.queryRunner;
-      if (!runner) throw new Error('the EntityManager has no query runner');
-      // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-      return work(manager, async (sql, params) => (await runner.query(sql, params, true)).records);
-    });
+    try {
+      return await this.database.dataSource.transaction(async (manager) => {
+        const runner = manager.queryRunner;
+        if (!runner) throw new Error('the EntityManager has no query runner');
+        // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
+        return work(manager, async (sql, params) => (await runner.query(sql, params, true)).records);
+      });
+    } catch (error) {
+      throw this.database.classify(error);
+    }
   }
 }

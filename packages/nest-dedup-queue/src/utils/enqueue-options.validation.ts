@@ -24,6 +24,8 @@ const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existi
 const WHEN_RUNNING_POLICIES: readonly WhenRunningPolicy[] = ['reject', 'return-existing', 'queue-next'];
 
 const MAX_INT = 2_147_483_647;
+/** The earliest instant a Postgres `timestamptz` holds (4714-11-24 BC); later JavaScript dates all fit. */
+const EARLIEST_TIMESTAMP_MS = Date.UTC(-4713, 10, 24);
 
 /** Checks `options` of one enqueue; `partitioned` says whether the queue accepts a `partitionKey`. */
 export function validateEnqueueOptions(
@@ -49,10 +51,20 @@ export function validateEnqueueOptions(
   if (options.runAt !== undefined && !(options.runAt instanceof Date && !Number.isNaN(options.runAt.getTime()))) {
     throw new InvalidArgumentError(named('runAt'), 'must be a valid Date');
   }
+  if (options.runAt !== undefined && options.runAt.getTime() < EARLIEST_TIMESTAMP_MS) {
+    throw new InvalidArgumentError(named('runAt'), 'is earlier than Postgres can store (4714 BC); give a real date');
+  }
   const onDuplicate = oneOf(options.onDuplicate, DUPLICATE_POLICIES, named('onDuplicate')) ?? 'reject';
   const whenRunning = oneOf(options.whenRunning, WHEN_RUNNING_POLICIES, named('whenRunning')) ?? 'reject';
   if (options.whenRunning !== undefined && onDuplicate !== 'replace') {
     throw new InvalidArgumentError(named('whenRunning'), "only applies with onDuplicate: 'replace'");
+  }
+  const deduplicationId = optionalKey(options.deduplicationId, named('deduplicationId'));
+  if (onDuplicate !== 'reject' && deduplicationId === null) {
+    throw new InvalidArgumentError(
+      named('onDuplicate'),
+      `'${onDuplicate}' needs a deduplicationId to find duplicates by`,
+    );
   }
   const deduplicationWindowMs = optionalInteger(options.deduplicationWindowMs, named('deduplicationWindowMs'), 1);
   if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {
@@ -71,7 +83,7 @@ export function validateEnqueueOptions(
     deduplicationWindowMs,
     releaseKeyOnError: options.releaseKeyOnError === true,
     manager,
-    deduplicationId: optionalKey(options.deduplicationId, named('deduplicationId')),
+    deduplicationId,
     workflowId: optionalKey(options.workflowId, named('workflowId')),
     timeoutMs: optionalInteger(options.timeoutMs, named('timeoutMs'), 1),
     partitionKey,
