@@ -21,6 +21,12 @@ import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { WorkflowCompletions } from './workflow-completions';
+import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
+import { ScheduleExplorer } from './scheduling/schedule.explorer';
+import { ScheduleService } from './scheduling/schedule.service';
+import { ScheduleStore } from './scheduling/schedule.store';
+import { ScheduleTicker } from './scheduling/schedule.ticker';
+import { TickEnqueuer } from './scheduling/tick.enqueuer';
 
 /**
  * Durable, Postgres-backed workflow queues with database-enforced deduplication.
@@ -62,7 +68,17 @@ import { WorkflowCompletions } from './workflow-completions';
     QueueScheduler,
     QueueService,
     DedupQueueHealthIndicator,
+    {
+      provide: ScheduleStore,
+      useFactory: (database: QueueDatabase) => new ScheduleStore(database),
+      inject: [QueueDatabase],
+    },
+    { provide: SCHEDULE_CLOCK, useValue: systemClock },
+    TickEnqueuer,
+    ScheduleExplorer,
+    ScheduleTicker,
+    ScheduleService,
   ],
-  exports: [QueueService, DedupQueueHealthIndicator],
+  exports: [QueueService, DedupQueueHealthIndicator, ScheduleService],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {}

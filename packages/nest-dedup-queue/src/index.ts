@@ -7,6 +7,8 @@ export {
   DedupQueueHealthIndicator,
   DedupQueueHealthResult,
 } from './observability/dedup-queue.health-indicator';
+export { Scheduled } from './decorators/scheduled.decorator';
+export { ScheduleService } from './scheduling/schedule.service';
 export { WorkflowContext, runStep, stepManager, workflowContext } from './execution/workflow-context';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
