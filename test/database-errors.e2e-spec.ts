@@ -8,6 +8,7 @@ import {
   DedupQueueConfigurationError,
   InvalidArgumentError,
   QueueDeduplicatedError,
+  ScheduleNotFoundError,
   WorkflowIdConflictError,
   WorkflowNotFoundError,
 } from 'nest-dedup-queue';
@@ -77,6 +78,7 @@ class ErrorsController {
       unavailable: new DatabaseUnavailableError('Postgres at 127.0.0.1:1/db is unavailable', cause, 7),
       invalid: new InvalidArgumentError('options.delayMs', 'must be an integer'),
       missing: new WorkflowNotFoundError('wf-404'),
+      'missing-schedule': new ScheduleNotFoundError('nightly'),
       conflict: new WorkflowIdConflictError('wf-1', { queueName: 'other', workflowName: 'X.y' }),
       configuration: new DedupQueueConfigurationError('a programming error'),
     };
@@ -89,7 +91,10 @@ describe.each(['express', 'fastify'] as const)('DedupExceptionFilter maps the wh
 
   beforeAll(async () => {
     const module = await Test.createTestingModule({ controllers: [ErrorsController] }).compile();
-    http = module.createNestApplication(platform === 'fastify' ? new FastifyAdapter() : undefined, { logger: false });
+    http =
+      platform === 'fastify'
+        ? module.createNestApplication(new FastifyAdapter(), { logger: false })
+        : module.createNestApplication({ logger: false });
     http.useGlobalFilters(new DedupExceptionFilter());
     await http.init();
     if (platform === 'fastify') await http.getHttpAdapter().getInstance().ready();
@@ -102,6 +107,7 @@ describe.each(['express', 'fastify'] as const)('DedupExceptionFilter maps the wh
     ['unavailable', 503, { error: 'Service Unavailable' }],
     ['invalid', 400, { field: 'options.delayMs', message: 'options.delayMs must be an integer' }],
     ['missing', 404, { error: 'Not Found' }],
+    ['missing-schedule', 404, { error: 'Not Found' }],
     ['conflict', 409, { error: 'Conflict' }],
     ['configuration', 500, { message: 'Internal server error' }],
   ])('%s → %i', async (kind, status, body) => {

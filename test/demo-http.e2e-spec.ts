@@ -4,8 +4,8 @@ import { Test } from '@nestjs/testing';
 import { DedupExceptionFilter, QueueDeduplicatedError } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
-import { AppModule } from '../apps/demo/src/app.module';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { startDemoApp } from './support/demo-app';
 import { waitFor } from './support/wait-for';
 
 describe('demo app over HTTP', () => {
@@ -15,11 +15,7 @@ describe('demo app over HTTP', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    process.env.DEDUP_QUEUE_SCHEMA = schema;
-    process.env.DEMO_TASK_MS = '300';
-    const module = await Test.createTestingModule({ imports: [AppModule] }).compile();
-    app = module.createNestApplication({ logger: false });
-    await app.init();
+    app = await startDemoApp(schema, 300);
   });
 
   afterAll(async () => {

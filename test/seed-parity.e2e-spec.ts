@@ -222,8 +222,9 @@ describe('parity with DBOS queue semantics (one process)', () => {
         field: 'options.onDuplicate',
       });
       const bulk = app.queues.enqueueMany('plain', tasks.quick, [
-        { args: ['ok'], options: { deduplicationId: 'bulk-ok', onDuplicate } },
-        { args: ['bad'], options: { onDuplicate } },
+        // enqueueMany's items take no policy in their type; a JavaScript caller can still pass one.
+        { args: ['ok'], options: { deduplicationId: 'bulk-ok', onDuplicate } as never },
+        { args: ['bad'], options: { onDuplicate } as never },
       ]);
       await expect(bulk).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(bulk).rejects.toMatchObject({ field: 'items[1].options.onDuplicate' });

@@ -16,3 +16,7 @@ export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+/** Metadata key under which `@OnWorkflowEvent()` stores the events a method listens to. */
+export const WORKFLOW_EVENT_METADATA = 'dedup-queue:workflow-event';
+/** Metadata key under which `@Scheduled()` stores its cron and options on the decorated method. */
+export const SCHEDULED_METADATA = 'dedup-queue:scheduled';

@@ -13,9 +13,20 @@ import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import { WorkflowEventsExplorer } from './discovery/workflow-events.explorer';
+import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
+import { QueueMetrics } from './observability/queue.metrics';
+import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
+import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { WorkflowCompletions } from './workflow-completions';
+import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
+import { ScheduleExplorer } from './scheduling/schedule.explorer';
+import { ScheduleService } from './scheduling/schedule.service';
+import { ScheduleStore } from './scheduling/schedule.store';
+import { ScheduleTicker } from './scheduling/schedule.ticker';
+import { TickEnqueuer } from './scheduling/tick.enqueuer';
 
 /**
  * Durable, Postgres-backed workflow queues with database-enforced deduplication.
@@ -45,6 +56,10 @@ import { WorkflowCompletions } from './workflow-completions';
       useFactory: (database: QueueDatabase) => new WorkflowInserter(database),
       inject: [QueueDatabase],
     },
+    WorkflowLifecycle,
+    WorkflowTracer,
+    QueueMetrics,
+    WorkflowEventsExplorer,
     DeduplicationEvents,
     WorkflowEnqueuer,
     WorkflowRegistry,
@@ -52,8 +67,26 @@ import { WorkflowCompletions } from './workflow-completions';
     WorkflowCompletions,
     QueueScheduler,
     QueueService,
+    DedupQueueHealthIndicator,
+    {
+      provide: ScheduleStore,
+      useFactory: (database: QueueDatabase) => new ScheduleStore(database),
+      inject: [QueueDatabase],
+    },
+    { provide: SCHEDULE_CLOCK, useValue: systemClock },
+    TickEnqueuer,
+    ScheduleExplorer,
+    ScheduleTicker,
+    ScheduleService,
   ],
   // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
-  exports: [QueueService, QueueDatabase, DedupQueueConfig, WorkflowEnqueuer],
+  exports: [
+    QueueService,
+    DedupQueueHealthIndicator,
+    ScheduleService,
+    QueueDatabase,
+    DedupQueueConfig,
+    WorkflowEnqueuer,
+  ],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {}

@@ -1,6 +1,14 @@
 export { DedupQueueModule } from './dedup-queue.module';
 export { Workflow } from './decorators/workflow.decorator';
 export { Step } from './decorators/step.decorator';
+export { OnWorkflowEvent } from './decorators/on-workflow-event.decorator';
+export {
+  DedupQueueCheck,
+  DedupQueueHealthIndicator,
+  DedupQueueHealthResult,
+} from './observability/dedup-queue.health-indicator';
+export { Scheduled } from './decorators/scheduled.decorator';
+export { ScheduleService } from './scheduling/schedule.service';
 export { WorkflowContext, runStep, stepManager, workflowContext } from './execution/workflow-context';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,

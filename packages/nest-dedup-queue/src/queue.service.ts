@@ -26,6 +26,8 @@ import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
+import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
+import { WorkflowTracer } from './observability/workflow.tracer';
 import { WorkflowCompletions } from './workflow-completions';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
@@ -48,6 +50,8 @@ export class QueueService {
     private readonly enqueuer: WorkflowEnqueuer,
     private readonly events: DeduplicationEvents,
     private readonly scheduler: QueueScheduler,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
   ) {}
 
   /**
@@ -110,13 +114,18 @@ export class QueueService {
       if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
       ids.add(row.workflowId);
     });
-    const inserter = options.manager ? this.inserter.inTransaction(options.manager) : this.inserter;
+    const rows = prepared.map(({ row }) => row);
+    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, options.manager));
+  }
+
+  private async insertInChunks(rows: NewWorkflow[], manager?: EntityManager): Promise<BulkEnqueueResult[]> {
+    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
     const results: BulkEnqueueResult[] = [];
-    for (let start = 0; start < prepared.length; start += BULK_CHUNK) {
-      const chunk = prepared.slice(start, start + BULK_CHUNK);
-      const inserted = await inserter.insertMany(chunk.map(({ row }) => row));
+    for (let start = 0; start < rows.length; start += BULK_CHUNK) {
+      const chunk = rows.slice(start, start + BULK_CHUNK);
+      const inserted = await inserter.insertMany(chunk);
       for (const [index, result] of inserted.entries()) {
-        results.push(await this.bulkOutcome(chunk[index].row, result, options.manager));
+        results.push(await this.bulkOutcome(chunk[index], result, manager));
       }
     }
     return results;
@@ -166,6 +175,7 @@ export class QueueService {
       this.scheduler.cancelled({ workflowId, reason: 'cancelled', attempt: cancelled.attempts });
       this.completions.finished(workflowId);
     }
+    if (cancelled.cancelled) this.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'cancelled' });
     return cancelled.status;
   }
 
@@ -311,6 +321,7 @@ export class QueueService {
       delayMs: valid.delayMs,
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
+      traceContext: null,
     };
     return { valid, row };
   }
@@ -324,13 +335,24 @@ export class QueueService {
   }
 
   private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
-    if (result.outcome === 'inserted') return { status: 'created', workflowId: row.workflowId };
+    if (result.outcome === 'inserted') {
+      this.enqueuer.inserted(row);
+      return { status: 'created', workflowId: row.workflowId };
+    }
     if (result.outcome === 'deduplicated' && result.holderId) {
-      this.events.emit({ queueName: row.queueName, deduplicationId: row.deduplicationId as string, existingWorkflowId: result.holderId, outcome: 'rejected' });
+      this.events.emit(
+        {
+          queueName: row.queueName,
+          deduplicationId: row.deduplicationId as string,
+          existingWorkflowId: result.holderId,
+          outcome: 'rejected',
+        },
+        row.workflowName,
+      );
       return { status: 'duplicate', workflowId: result.holderId };
     }
     try {
-      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager);
+      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager, false);
       return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
     } catch (error) {
       if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };

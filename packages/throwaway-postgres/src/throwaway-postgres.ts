@@ -7,6 +7,8 @@ import { registerExitCleanup } from './exit-cleanup';
 import { findFreePort } from './free-port';
 import { LogTail } from './log-tail';
 import { locateNativeBinaries, NativeBinaries } from './native-binaries';
+import { startOwnerWatchdog } from './owner-watchdog';
+import { DATA_DIR_PREFIX, reapOrphanedServers, registerServer } from './server-registry';
 
 /** A running throwaway PostgreSQL server. */
 export interface ThrowawayPostgres {
@@ -65,7 +67,15 @@ const serverSettings: Record<string, string> = {
  * terminal's Ctrl-C reaches only this process; it is shut down by `stop()`, on SIGINT/SIGTERM when
  * the application has no handler of its own for them, and on process 'exit' (an immediate
  * shutdown, waited for synchronously for up to 3 s, then SIGKILL, then the data directory is
- * deleted). A process killed with SIGKILL leaves the server and its data directory behind.
+ * deleted).
+ *
+ * It never outlives this process: a small watchdog process (dist/watchdog.js, in a session of its
+ * own, not keeping the event loop alive) holds a pipe from this process and, when the pipe closes
+ * because this process ended in any way (SIGKILL, SIGHUP, a crash, an exit without `stop()`), stops
+ * the server and deletes its data directory within seconds. Each server is also recorded in a
+ * registry (`os.tmpdir()/throwaway-postgres-registry-<uid>`): every start first reaps the servers
+ * whose owner is gone (if the watchdog was killed too), signalling only a `postgres` process whose
+ * command line names that data directory.
  */
 export async function startThrowawayPostgres(options: ThrowawayPostgresOptions = {}): Promise<ThrowawayPostgres> {
   const deadline = Date.now() + (options.startTimeoutMs ?? 30_000);
@@ -74,24 +84,46 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
   const log = new LogTail(options.log);
   if (binaries.copied) log.note(`[throwaway-postgres] using a copy of the binaries in ${binaries.nativeDir}`);
 
-  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'throwaway-postgres-data-'));
+  await reapOrphans(log);
+
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), DATA_DIR_PREFIX));
+  const record = await registerServer(dataDir);
+  const watchdog = startOwnerWatchdog({ directories: [dataDir], registryEntry: record.file });
   const server = new ServerProcess(dataDir, log);
   const unregister = registerExitCleanup(server);
+  const release = async () => {
+    unregister();
+    await record.remove();
+    watchdog.release();
+  };
   try {
+    await record.update({ watchdogPid: watchdog.pid });
     if (runAs) await fs.chown(dataDir, runAs.uid, runAs.gid);
     const spawnOptions: SpawnOptions = { cwd: dataDir, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'], ...runAs };
     await initdb(binaries, dataDir, spawnOptions, log, deadline);
-    const port = await server.start(binaries, spawnOptions, deadline);
+    const { port, pid } = await server.start(binaries, spawnOptions, deadline);
+    await record.update({ port, postmasterPid: pid });
     return {
       url: `postgres://postgres@127.0.0.1:${port}/postgres`,
       port,
       dataDir,
-      stop: () => server.stop().finally(unregister),
+      stop: () => server.stop().finally(release),
     };
   } catch (error) {
     await server.stop().catch(() => undefined);
-    unregister();
+    await release();
     throw error;
+  }
+}
+
+/** Reaping is housekeeping: a failure is noted in the log and does not prevent the start. */
+async function reapOrphans(log: LogTail): Promise<void> {
+  try {
+    for (const dataDir of await reapOrphanedServers()) {
+      log.note(`[throwaway-postgres] reaped a server whose owner process is gone: ${dataDir}`);
+    }
+  } catch (error) {
+    log.note(`[throwaway-postgres] could not reap servers of earlier runs: ${(error as Error).message}`);
   }
 }
 
@@ -138,7 +170,11 @@ class ServerProcess {
     private readonly log: LogTail,
   ) {}
 
-  async start(binaries: NativeBinaries, spawnOptions: SpawnOptions, deadline: number): Promise<number> {
+  async start(
+    binaries: NativeBinaries,
+    spawnOptions: SpawnOptions,
+    deadline: number,
+  ): Promise<{ port: number; pid: number | undefined }> {
     for (let attempt = 1; ; attempt++) {
       const port = await findFreePort();
       const args = ['-D', this.dataDir, '-p', String(port)];
@@ -160,7 +196,7 @@ class ServerProcess {
       if (outcome === 'ready') {
         this.detachFromEventLoop(child);
         void this.exited.then((exit) => this.log.note(`[throwaway-postgres] server exited (${describeExit(exit)})`));
-        return port;
+        return { port, pid: child.pid };
       }
       if (outcome === 'timeout') throw startError('the server did not become ready within the start timeout', this.log);
       if (outcome instanceof Error) throw startError(`cannot run ${binaries.postgres}: ${outcome.message}`, this.log);

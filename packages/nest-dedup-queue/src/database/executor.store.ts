@@ -2,10 +2,10 @@ import { hostname } from 'node:os';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
+import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
-export interface RecoveredWorkflow {
-  workflowId: string;
+export interface RecoveredWorkflow extends WorkflowRef {
   status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
 }
 
@@ -134,7 +134,7 @@ export class ExecutorStore {
   }
 
   private async recover(leadingCtes: string, orphansSql: string, parameter: unknown): Promise<RecoveredWorkflow[]> {
-    const rows = await this.database.query<{ workflow_id: string; status: RecoveredWorkflow['status'] }>(
+    const rows = await this.database.query<WorkflowRefRow & { status: RecoveredWorkflow['status'] }>(
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
        recovered AS (
          UPDATE ${this.workflows} AS w
@@ -147,12 +147,12 @@ export class ExecutorStore {
              executor_id = NULL,
              updated_at = now()
          FROM orphans WHERE w.workflow_id = orphans.workflow_id
-         RETURNING w.workflow_id, w.queue_name, w.status
+         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status
        ),
        woken AS (SELECT pg_notify($1, queue_name) FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
-       SELECT workflow_id, status, (SELECT count(*) FROM woken) AS woken FROM recovered`,
+       SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken FROM recovered`,
       [this.database.wakeUpChannel, parameter],
     );
-    return rows.map((row) => ({ workflowId: row.workflow_id, status: row.status }));
+    return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }
 }

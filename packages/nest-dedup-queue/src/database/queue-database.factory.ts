@@ -32,6 +32,7 @@ export async function createQueueDatabase(options: DedupQueueModuleOptions, conf
     });
     try {
       if (!database.dataSource.isInitialized) await database.dataSource.initialize();
+      database.guardPoolConnections();
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0) logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
       return database;

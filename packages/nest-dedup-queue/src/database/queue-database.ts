@@ -33,6 +33,7 @@ export interface ConnectionSettings {
 }
 
 const RETRY_DELAY_MS = 100;
+const GUARDED = Symbol('nest-dedup-queue: pool connections guarded');
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -176,6 +177,20 @@ export class QueueDatabase implements OnApplicationShutdown {
         void client.end().catch(onError);
       },
     };
+  }
+
+  /**
+   * Gives every connection of the pool, present and future, an `error` listener for its whole life. NOTE: pg-pool
+   * removes its idle listener when it hands a client to a waiting `connect()`, and an error read in the same chunk
+   * as the login (a backend terminated at once) is emitted before the caller can add one of its own.
+   */
+  guardPoolConnections(): void {
+    const pool = this.pool as Pool & { _clients?: PoolClient[]; [GUARDED]?: true };
+    if (pool[GUARDED]) return;
+    pool[GUARDED] = true;
+    const ignore = () => undefined;
+    pool.on('connect', (client) => client.on('error', ignore));
+    for (const client of pool._clients ?? []) client.on('error', ignore);
   }
 
   /**

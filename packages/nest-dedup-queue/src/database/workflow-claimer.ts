@@ -11,6 +11,10 @@ export interface ClaimedWorkflow {
   maxAttempts: number;
   /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
   remainingMs: number | null;
+  /** The W3C `traceparent` stored by the enqueue, if it was traced. */
+  traceContext: string | null;
+  /** Seconds from when it became due (enqueued, delayed, or waiting to retry) to this start; null after a recovery. */
+  waitSeconds: number | null;
 }
 
 export interface ClaimRequest {
@@ -38,6 +42,8 @@ interface ClaimedRow {
   failed_attempts: number;
   max_attempts: number;
   remaining_ms: number | null;
+  trace_context: string | null;
+  wait_seconds: number | null;
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -188,7 +194,10 @@ export class WorkflowClaimer {
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts,
-                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms`;
+                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms, w.trace_context,
+                CASE WHEN w.attempts = w.failed_attempts + 1
+                     THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
+                  AS wait_seconds`;
   }
 }
 
@@ -203,5 +212,7 @@ function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
       failedAttempts: row.failed_attempts,
       maxAttempts: row.max_attempts,
       remainingMs: row.remaining_ms,
+      traceContext: row.trace_context,
+      waitSeconds: row.wait_seconds,
     }));
 }

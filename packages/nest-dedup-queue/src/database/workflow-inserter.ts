@@ -24,6 +24,8 @@ export interface NewWorkflow {
   /** Keep the deduplication ID this long after the workflow ended. */
   deduplicationWindowMs: number | null;
   releaseKeyOnError: boolean;
+  /** The W3C `traceparent` of the enqueue's span, when it was traced. */
+  traceContext: string | null;
 }
 
 export type InsertResult =
@@ -45,7 +47,7 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 const COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
   timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority, not_before, dedup_window_ms,
-  release_key_on_error`;
+  release_key_on_error, trace_context`;
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),
@@ -87,7 +89,7 @@ export class WorkflowInserter {
           `WITH inserted AS (
              INSERT INTO ${this.table} (${COLUMNS})
              VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
-                     coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'), $14, $15)
+                     coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'), $14, $15, $16)
              ON CONFLICT (workflow_id) DO NOTHING
              RETURNING queue_name
            )
@@ -122,21 +124,22 @@ export class WorkflowInserter {
       `WITH input AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[],
                               $8::int[], $9::text[], $10::int[], $11::timestamptz[], $12::float8[], $13::int[],
-                              $14::bool[])
+                              $14::bool[], $15::text[])
            WITH ORDINALITY AS i(workflow_id, queue_name, workflow_name, deduplication_id, inputs, timeout_ms,
                                 max_attempts, max_recovery_attempts, partition_key, priority, run_at, delay_ms,
-                                dedup_window_ms, release_key_on_error, ord)
+                                dedup_window_ms, release_key_on_error, trace_context, ord)
        ),
        inserted AS (
          INSERT INTO ${this.table} (${COLUMNS})
          SELECT workflow_id, queue_name, workflow_name, 'ENQUEUED', deduplication_id, deduplication_id, inputs::json,
                 timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
-                coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error
+                coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error,
+                trace_context
          FROM input ORDER BY queue_name, deduplication_id, ord
          ON CONFLICT DO NOTHING
          RETURNING workflow_id, queue_name, active_deduplication_id
        ),
-       woken AS (SELECT pg_notify($15, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
+       woken AS (SELECT pg_notify($16, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
        SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
               existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
               coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,
@@ -150,7 +153,7 @@ export class WorkflowInserter {
        LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
          AND in_batch.active_deduplication_id = i.deduplication_id
        ORDER BY i.ord`,
-      [...Array.from({ length: 14 }, (_, index) => column(index)), this.database.wakeUpChannel],
+      [...Array.from({ length: 15 }, (_, index) => column(index)), this.database.wakeUpChannel],
     );
     return rows.map((row): InsertResult => {
       if (row.inserted) return { outcome: 'inserted' };
@@ -229,13 +232,18 @@ export class WorkflowInserter {
            ),
            inserted AS (
              INSERT INTO ${this.table} (${COLUMNS}, next_deduplication_id)
-             SELECT $1, $2, $3, 'ENQUEUED', $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $4
+             SELECT $1, $2, $3, 'ENQUEUED', $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $13, $4
              WHERE EXISTS (SELECT 1 FROM holder)
              ON CONFLICT DO NOTHING
              RETURNING workflow_id
            )
            SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`,
-          [...this.values(workflow).slice(0, 10), workflow.deduplicationWindowMs, workflow.releaseKeyOnError],
+          [
+            ...this.values(workflow).slice(0, 10),
+            workflow.deduplicationWindowMs,
+            workflow.releaseKeyOnError,
+            workflow.traceContext,
+          ],
         ),
       );
       if (!inserted[0].holder_running) return undefined;
@@ -282,6 +290,7 @@ export class WorkflowInserter {
       workflow.delayMs,
       workflow.deduplicationWindowMs,
       workflow.releaseKeyOnError,
+      workflow.traceContext,
     ];
   }
 }

@@ -65,6 +65,23 @@ function keepsKeyInWindow(table: string): string {
                     WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
 }
 
+/** Which workflow a statement changed. */
+export interface WorkflowRef {
+  workflowId: string;
+  queueName: string;
+  workflowName: string;
+}
+
+export interface WorkflowRefRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+}
+
+export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
+  return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
+}
+
 /** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
 export class WorkflowStore {
   private readonly table: string;
@@ -130,26 +147,30 @@ export class WorkflowStore {
   /**
    * Ends an ENQUEUED or PENDING workflow as CANCELLED, frees its deduplication ID and tells the process running it
    * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards and its claim count (the run a
-   * cancel ended), or undefined when it does not exist. A timeout records a `WorkflowTimeoutError` as the error.
+   * cancel ended; with `cancelled` when this call cancelled it), or undefined when it does not exist. A timeout
+   * records a `WorkflowTimeoutError` as the error.
    */
   async cancel(
     workflowId: string,
     reason: 'cancelled' | 'timed-out' = 'cancelled',
-  ): Promise<{ status: WorkflowStatus; attempts: number } | undefined> {
-    const cancelled = await this.database.query<{ attempts: number }>(
+  ): Promise<{ status: WorkflowStatus; attempts: number; cancelled?: WorkflowRef } | undefined> {
+    const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
       `WITH cancelled AS (
          UPDATE ${this.table}
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(),
              error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
          WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
-         RETURNING workflow_id, attempts
+         RETURNING workflow_id, attempts, queue_name, workflow_name
        )
-       SELECT attempts, pg_notify($3, $4::text || attempts || ':' || workflow_id) FROM cancelled`,
+       SELECT attempts, workflow_id, queue_name, workflow_name, pg_notify($3, $4::text || attempts || ':' || workflow_id)
+       FROM cancelled`,
       [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
       { idempotent: true },
     );
-    if (cancelled.length === 1) return { status: 'CANCELLED', attempts: cancelled[0].attempts };
+    if (cancelled.length === 1) {
+      return { status: 'CANCELLED', attempts: cancelled[0].attempts, cancelled: toWorkflowRef(cancelled[0]) };
+    }
     const row = await this.findRow(workflowId);
     return row && { status: row.status, attempts: row.attempts };
   }
@@ -158,8 +179,8 @@ export class WorkflowStore {
    * Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
    * by a step's transaction are skipped until the next sweep rather than waited for.
    */
-  async cancelTimedOut(): Promise<string[]> {
-    const rows = await this.database.query<{ workflow_id: string }>(
+  async cancelTimedOut(): Promise<WorkflowRef[]> {
+    const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
          SELECT workflow_id FROM ${this.table}
          WHERE deadline_at <= now() AND status IN ('ENQUEUED', 'PENDING')
@@ -170,13 +191,14 @@ export class WorkflowStore {
          SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
              completed_at = now(), updated_at = now(), error = ${TIMEOUT_ERROR_JSON}
          FROM due WHERE w.workflow_id = due.workflow_id
-         RETURNING w.workflow_id, w.attempts
+         RETURNING w.workflow_id, w.attempts, w.queue_name, w.workflow_name
        )
-       SELECT workflow_id, pg_notify($1, $2::text || attempts || ':' || workflow_id) FROM timed_out`,
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id)
+       FROM timed_out`,
       [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
       { idempotent: true },
     );
-    return rows.map((row) => row.workflow_id);
+    return rows.map(toWorkflowRef);
   }
 
   /**

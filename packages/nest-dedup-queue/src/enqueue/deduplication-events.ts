@@ -1,12 +1,18 @@
 import { Injectable, Logger } from '@nestjs/common';
 import type { DeduplicationEvent } from '../interfaces/deduplication-event.interface';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
-/** Counts deduplication hits per queue and tells listeners about each one. Hits are expected: nothing is logged. */
+/**
+ * Counts deduplication hits per queue and tells listeners about each one (the `onDeduplicated` listeners, then
+ * the workflow lifecycle: metrics, tracing, `@OnWorkflowEvent('deduplicated')`). Hits are expected: nothing is logged.
+ */
 @Injectable()
 export class DeduplicationEvents {
   private readonly logger = new Logger('DedupQueue');
   private readonly listeners = new Set<(event: DeduplicationEvent) => void>();
   private readonly counts = new Map<string, number>();
+
+  constructor(private readonly lifecycle: WorkflowLifecycle) {}
 
   listen(listener: (event: DeduplicationEvent) => void): () => void {
     this.listeners.add(listener);
@@ -18,7 +24,8 @@ export class DeduplicationEvents {
     return Object.fromEntries(this.counts);
   }
 
-  emit(event: DeduplicationEvent): void {
+  /** One hit of an enqueue of `workflowName`. */
+  emit(event: DeduplicationEvent, workflowName: string): void {
     this.counts.set(event.queueName, (this.counts.get(event.queueName) ?? 0) + 1);
     for (const listener of this.listeners) {
       try {
@@ -27,5 +34,13 @@ export class DeduplicationEvents {
         this.logger.warn(`A deduplication listener threw: ${(error as Error).message}`);
       }
     }
+    this.lifecycle.emit({
+      event: 'deduplicated',
+      workflowId: event.existingWorkflowId,
+      queueName: event.queueName,
+      workflowName,
+      deduplicationId: event.deduplicationId,
+      outcome: event.outcome,
+    });
   }
 }

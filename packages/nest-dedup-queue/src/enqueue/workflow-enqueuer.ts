@@ -5,6 +5,8 @@ import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
 import { EnqueueBatcher } from './enqueue.batcher';
 
@@ -31,16 +33,31 @@ export class WorkflowEnqueuer {
   constructor(
     private readonly inserter: WorkflowInserter,
     private readonly events: DeduplicationEvents,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
   ) {
     this.batcher = new EnqueueBatcher(inserter);
   }
 
-  async enqueue(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager): Promise<Enqueued> {
+  /** Enqueues in a PRODUCER span (when traced); `traced: false` when the caller's bulk enqueue already has one. */
+  enqueue(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager, traced = true): Promise<Enqueued> {
+    const enqueue = () => this.enqueueOnce(workflow, policy, manager);
+    return traced ? this.tracer.send(workflow.queueName, [workflow], enqueue) : enqueue();
+  }
+
+  /** Tells the lifecycle about a workflow this process inserted. */
+  inserted(workflow: NewWorkflow): void {
+    const { workflowId, queueName, workflowName } = workflow;
+    this.lifecycle.emit({ event: 'enqueued', workflowId, queueName, workflowName });
+  }
+
+  private async enqueueOnce(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager): Promise<Enqueued> {
     const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const result = manager ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
       switch (result.outcome) {
         case 'inserted':
+          this.inserted(workflow);
           return { workflowId: workflow.workflowId, created: true };
         case 'duplicate-workflow-id':
           if (result.existing.queueName !== workflow.queueName || result.existing.workflowName !== workflow.workflowName) {
@@ -80,6 +97,7 @@ export class WorkflowEnqueuer {
         return this.hit(workflow, holder.workflowId, 'returned-existing', { workflowId: holder.workflowId, created: false });
       case 'queue-next': {
         const followUp = await inserter.upsertFollowUp(workflow);
+        if (followUp?.created) this.inserted({ ...workflow, workflowId: followUp.workflowId });
         return followUp && this.hit(workflow, holder.workflowId, 'queued-next', followUp);
       }
       default:
@@ -101,7 +119,7 @@ export class WorkflowEnqueuer {
       deduplicationId: workflow.deduplicationId as string,
       existingWorkflowId,
       outcome,
-    });
+    }, workflow.workflowName);
     return result;
   }
 }

@@ -13,3 +13,4 @@ export * from './workflow-not-found.error';
 export * from './workflow-result-timeout.error';
 export * from './workflow-determinism.error';
 export * from './workflow-interrupted.error';
+export * from './schedule-not-found.error';

@@ -3,6 +3,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
+import type { RunTrace } from '../observability/workflow.tracer';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
 import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
@@ -25,6 +26,7 @@ export class WorkflowExecution {
     private readonly recorded: ReadonlyMap<number, RecordedStep>,
     private readonly steps: StepStore,
     private readonly interrupt: (reason: 'ownership-lost') => void,
+    private readonly trace: RunTrace = { step: (_name, body) => body() },
   ) {}
 
   /** Runs the workflow body in this execution's context. */
@@ -38,6 +40,10 @@ export class WorkflowExecution {
     if (recorded) {
       return this.replay<T>(index, name, recorded);
     }
+    return this.trace.step(name, () => this.runNewStep(index, name, fn, options));
+  }
+
+  private async runNewStep<T>(index: number, name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T> {
     const maxAttempts = options.maxAttempts ?? 1;
     const startedAt = performance.now();
     for (let attempt = 1; ; attempt++) {

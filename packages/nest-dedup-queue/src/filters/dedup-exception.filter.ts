@@ -5,6 +5,7 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
+import { ScheduleNotFoundError } from '../errors/schedule-not-found.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 
 /** The JSON body `DedupExceptionFilter` answers a duplicate with. */
@@ -48,7 +49,7 @@ export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
  * | `QueueDeduplicatedError` | 409, naming the queue, the deduplication ID and the holder |
  * | `WorkflowIdConflictError` | 409 |
  * | `InvalidArgumentError` | 400, naming the field |
- * | `WorkflowNotFoundError` | 404 |
+ * | `WorkflowNotFoundError`, `ScheduleNotFoundError` | 404 |
  * | `DatabaseUnavailableError` | 503 with `Retry-After` |
  * | any other (configuration and programming errors) | 500, logged with its stack; the body says no more |
  *
@@ -93,7 +94,7 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
     if (error instanceof InvalidArgumentError) {
       return this.reply(response, { statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', message: error.message, field: error.field });
     }
-    if (error instanceof WorkflowNotFoundError) {
+    if (error instanceof WorkflowNotFoundError || error instanceof ScheduleNotFoundError) {
       return this.reply(response, { statusCode: HttpStatus.NOT_FOUND, error: 'Not Found', message: error.message });
     }
     if (error instanceof WorkflowIdConflictError) {

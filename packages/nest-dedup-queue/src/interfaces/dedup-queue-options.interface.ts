@@ -1,4 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
 
 /** TypeORM Postgres connection options, without `type` (always `'postgres'`). At least `url`, or host/port/... */
@@ -84,4 +85,11 @@ export interface DedupQueueModuleOptions {
    * Default 7 days.
    */
   retentionMs?: number | null;
+  /**
+   * Prometheus metrics through `prom-client` (an optional peer: install it). `true` registers them on prom-client's
+   * default registry; `{ registry }` on the given one. Queue depths and the oldest wait are read from Postgres at
+   * scrape time (cluster-wide); counters and histograms count what this process did. See the README, "Operating it".
+   * Default: no metrics.
+   */
+  metrics?: boolean | DedupQueueMetricsOptions;
 }

@@ -9,5 +9,8 @@ export * from './workflow-options.interface';
 export * from './workflow-status.interface';
 export * from './backoff-options.interface';
 export * from './step-options.interface';
+export * from './schedule-options.interface';
 export * from './abandoned-run.interface';
+export * from './metrics-options.interface';
+export * from './workflow-event.interface';
 export * from './dashboard-options.interface';

@@ -7,6 +7,7 @@ import { FailureLog } from '../utils/failure-log';
 
 /** Retention deletes in batches at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
+import type { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
@@ -23,6 +24,8 @@ export class ExecutorHeartbeat {
   private lastPruneAt = 0;
   private readonly renewFailures = new FailureLog(this.logger);
   private readonly sweepFailures = new FailureLog(this.logger);
+  /** When the lease was last registered or renewed. */
+  lastRenewedAt?: Date;
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -30,10 +33,12 @@ export class ExecutorHeartbeat {
     private readonly workflows: WorkflowStore,
     /** Called after the lease was found gone and registered again. */
     private readonly onLeaseLost: () => Promise<void>,
+    private readonly lifecycle: WorkflowLifecycle,
   ) {}
 
   async start(): Promise<void> {
     await this.executors.register(this.config.executorId);
+    this.lastRenewedAt = new Date();
     this.report('left by an earlier process with this executor ID', await this.executors.recoverOwn(this.config.executorId));
     this.renewTimer = setInterval(() => {
       this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
@@ -68,6 +73,7 @@ export class ExecutorHeartbeat {
         await this.onLeaseLost();
       }
       this.renewFailures.succeeded();
+      this.lastRenewedAt = new Date();
     } catch (error) {
       this.renewFailures.failed(`Renewing the lease of executor ${this.config.executorId}`, error);
     }
@@ -78,9 +84,11 @@ export class ExecutorHeartbeat {
       this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
       const timedOut = await this.workflows.cancelTimedOut();
       if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
-      if (this.config.retentionMs !== null && Date.now() - this.lastPruneAt >= PRUNE_INTERVAL_MS) {
+      for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
+      const retentionMs = this.config.retentionMs;
+      if (retentionMs !== null && Date.now() - this.lastPruneAt >= Math.min(PRUNE_INTERVAL_MS, retentionMs)) {
         this.lastPruneAt = Date.now();
-        await this.workflows.pruneFinished(this.config.retentionMs);
+        await this.workflows.pruneFinished(retentionMs);
       }
       this.sweepFailures.succeeded();
     } catch (error) {
@@ -90,6 +98,9 @@ export class ExecutorHeartbeat {
 
   private report(source: string, recovered: RecoveredWorkflow[]): void {
     if (recovered.length === 0) return;
+    for (const { status, ...workflow } of recovered) {
+      this.lifecycle.emit({ event: status === 'ENQUEUED' ? 'recovered' : 'dead-lettered', ...workflow });
+    }
     const deadLettered = recovered.filter((workflow) => workflow.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED');
     this.logger.warn(
       `Recovered ${recovered.length - deadLettered.length} workflow(s) ${source}` +

@@ -10,6 +10,8 @@ import { WorkflowRegistry } from '../discovery/workflow.registry';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { WorkflowTracer } from '../observability/workflow.tracer';
 import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
@@ -46,6 +48,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     private readonly registry: WorkflowRegistry,
     private readonly completions: WorkflowCompletions,
     private readonly settings: QueueSettings,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -70,13 +74,21 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
           executorId: this.config.executorId,
           claimsAllowed: () => !this.claimsHeld,
           claimMayHaveBeenLost: () => this.reconcileLostClaims(),
+          lifecycle: this.lifecycle,
+          tracer: this.tracer,
         }),
       );
     }
     const executors = new ExecutorStore(this.database);
     this.executors = executors;
     this.stopping = false;
-    this.heartbeat = new ExecutorHeartbeat(this.config, executors, this.store, () => this.interruptNotOwned());
+    this.heartbeat = new ExecutorHeartbeat(
+      this.config,
+      executors,
+      this.store,
+      () => this.interruptNotOwned(),
+      this.lifecycle,
+    );
     await this.heartbeat.start();
     this.listener = new NotificationListener(
       this.database,
@@ -119,6 +131,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     await this.outcomes.drained();
     await this.heartbeat?.stop(true);
     this.outcomes = undefined;
+  }
+
+  /**
+   * For the health indicator: undefined when this process drains no queues; otherwise when its lease was last
+   * renewed and whether its workers run (started, and not shutting down).
+   */
+  workerHealth(): { running: boolean; queues: string[]; lastHeartbeatAt?: Date } | undefined {
+    if (!this.config.worker) return undefined;
+    return {
+      running: this.outcomes !== undefined && !this.stopping,
+      queues: [...this.workers.keys()],
+      lastHeartbeatAt: this.heartbeat?.lastRenewedAt,
+    };
   }
 
   /**

@@ -9,6 +9,8 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
+import { type WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
+import type { RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
 import { toErrorInfo } from '../utils/error-info';
@@ -38,6 +40,8 @@ export interface QueueWorkerDependencies {
   claimsAllowed(): boolean;
   /** A claim failed with the connection: it may have taken workflows this process never heard of. */
   claimMayHaveBeenLost(): void;
+  lifecycle: WorkflowLifecycle;
+  tracer: WorkflowTracer;
 }
 
 /** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
@@ -283,16 +287,24 @@ export class QueueWorker {
     const remainingMs = claimed.remainingMs;
     const timeout =
       remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
+    const ref = { workflowId: claimed.workflowId, queueName: this.queueName, workflowName: claimed.workflowName };
+    this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
+    const startedAt = performance.now();
     try {
       const workflow = this.deps.registry.find(claimed.workflowName);
-      const outcome = workflow
-        ? await this.run(claimed, workflow, run)
-        : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`));
+      const outcome = await this.deps.tracer.process(this.queueName, claimed, async (trace) =>
+        workflow
+          ? this.run(claimed, workflow, run, trace)
+          : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`)),
+      );
+      const durationMs = performance.now() - startedAt;
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
       }
-      await this.deps.outcomes.write(outcome, this.queueName);
+      if (await this.deps.outcomes.write(outcome, this.queueName)) {
+        this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
+      }
       if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
     } finally {
       clearTimeout(timeout);
@@ -303,6 +315,7 @@ export class QueueWorker {
     claimed: ClaimedWorkflow,
     workflow: RegisteredWorkflow,
     run: RunningWorkflow,
+    trace: RunTrace,
   ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
     try {
@@ -319,6 +332,7 @@ export class QueueWorker {
         recorded,
         this.deps.steps,
         (reason) => abort(run, reason),
+        trace,
       );
       const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
@@ -347,6 +361,7 @@ export class QueueWorker {
     abort(run, 'timed-out');
     try {
       const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
+      if (cancelled?.cancelled) this.deps.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'timed-out' });
       if (cancelled?.status === 'CANCELLED') this.release(run.workflowId, 'timed-out', run.attempt);
     } catch (error) {
       if (error instanceof DatabaseUnavailableError) return;

@@ -5,10 +5,23 @@ import { duplicatePolicies } from './004-duplicate-policies.migration';
 import { retention } from './005-retention.migration';
 import { perPartitionRateOverride } from './006-per-partition-rate-override.migration';
 import { autovacuum } from './007-autovacuum.migration';
+import { traceContext } from './008-trace-context.migration';
+import { schedules } from './009-schedules.migration';
 import { dashboard } from './010-dashboard.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
-export const MIGRATIONS: readonly Migration[] = [createWorkflows, durability, flowControl, duplicatePolicies, retention, perPartitionRateOverride, autovacuum, dashboard];
+export const MIGRATIONS: readonly Migration[] = [
+  createWorkflows,
+  durability,
+  flowControl,
+  duplicatePolicies,
+  retention,
+  perPartitionRateOverride,
+  autovacuum,
+  traceContext,
+  schedules,
+  dashboard,
+];
 
 export type { Migration } from './migration.interface';

@@ -1,0 +1,61 @@
+import { Injectable, Logger } from '@nestjs/common';
+import type { WorkflowOutcome, WorkflowRef } from '../database/workflow.store';
+import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
+
+/** The changes of state that are not public events: they feed metrics and tracing only. */
+type InternalEvent =
+  | { event: 'enqueued' }
+  /** `waitSeconds`: from when it became due to this start; null after a recovery (the lost run's wait). */
+  | { event: 'started'; attempt: number; waitSeconds: number | null }
+  /** A failed attempt that will be tried again. */
+  | { event: 'retrying'; attempt: number; durationMs: number };
+
+/** One change of state of a workflow, in the process that made it. */
+export type LifecycleEvent =
+  | WorkflowEvent
+  | (InternalEvent & Pick<WorkflowEvent, 'workflowId' | 'queueName' | 'workflowName'>);
+
+/** The event for a run's recorded outcome: completed, failed, or (a failed attempt to be tried again) retrying. */
+export function runOutcomeEvent(
+  workflow: WorkflowRef,
+  attempt: number,
+  outcome: WorkflowOutcome,
+  durationMs: number,
+): LifecycleEvent {
+  switch (outcome.status) {
+    case 'SUCCESS':
+      return { event: 'completed', ...workflow, attempt, durationMs };
+    case 'RETRY':
+      return { event: 'retrying', ...workflow, attempt, durationMs };
+    default:
+      return { event: 'failed', ...workflow, attempt, durationMs, ...(outcome.error ? { error: outcome.error } : {}) };
+  }
+}
+
+export type LifecycleListener = (event: LifecycleEvent) => void;
+
+/**
+ * The one place where the enqueuer, the workers and the heartbeat announce what happened to a workflow: metrics,
+ * tracing and `@OnWorkflowEvent()` handlers listen here. A listener that throws is logged and skipped; the caller
+ * never sees it.
+ */
+@Injectable()
+export class WorkflowLifecycle {
+  private readonly logger = new Logger('DedupQueue');
+  private readonly listeners = new Set<LifecycleListener>();
+
+  listen(listener: LifecycleListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  emit(event: LifecycleEvent): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        this.logger.error(`A listener of workflow "${event.event}" events threw: ${(error as Error).message}`);
+      }
+    }
+  }
+}

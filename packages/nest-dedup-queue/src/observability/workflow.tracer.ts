@@ -1,0 +1,167 @@
+import { Injectable, OnModuleDestroy } from '@nestjs/common';
+import type * as OpenTelemetry from '@opentelemetry/api';
+import type { NewWorkflow } from '../database/workflow-inserter';
+import type { WorkflowOutcome } from '../database/workflow.store';
+import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
+import { optionalPeer } from './optional-peer';
+import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
+import { WorkflowLifecycle } from './workflow-lifecycle.events';
+
+const TRACER_NAME = 'nest-dedup-queue';
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/** The span of one run, for the spans of its steps. */
+export interface RunTrace {
+  step<T>(name: string, body: () => Promise<T>): Promise<T>;
+}
+
+const UNTRACED_RUN: RunTrace = { step: (_name, body) => body() };
+
+/** What a run span needs to know about the claimed workflow. */
+export interface TracedRun {
+  workflowId: string;
+  workflowName: string;
+  attempts: number;
+  traceContext: string | null;
+}
+
+/**
+ * OpenTelemetry spans for the queue, when the application installed `@opentelemetry/api` and registered a tracer
+ * provider: a PRODUCER span `send <queue>` around each enqueue (its context stored with the workflow as a W3C
+ * `traceparent`), a CONSUMER span `process <queue>` around each run, parented to that stored context wherever and
+ * whenever the run happens, a child span per step, and a span event for each deduplication hit. Without a provider
+ * the spans are non-recording and nothing else is done.
+ */
+@Injectable()
+export class WorkflowTracer implements OnModuleDestroy {
+  private readonly unlisten: () => void;
+
+  constructor(lifecycle: WorkflowLifecycle) {
+    this.unlisten = lifecycle.listen((event) => {
+      if (event.event === 'deduplicated') this.markDeduplicated(event as WorkflowEvent);
+    });
+  }
+
+  onModuleDestroy(): void {
+    this.unlisten();
+  }
+
+  /** Runs an enqueue of `workflows` (one, or a bulk enqueue) in a PRODUCER span, stamping its context on each row. */
+  async send<T>(queueName: string, workflows: NewWorkflow[], enqueue: () => Promise<T>): Promise<T> {
+    const api = optionalPeer<typeof OpenTelemetry>('@opentelemetry/api');
+    if (!api) return enqueue();
+    const span = api.trace.getTracer(TRACER_NAME).startSpan(`send ${queueName}`, {
+      kind: api.SpanKind.PRODUCER,
+      attributes: {
+        ...messagingAttributes(queueName, 'send'),
+        ...(workflows.length === 1
+          ? { 'messaging.message.id': workflows[0].workflowId, 'dedup_queue.workflow.name': workflows[0].workflowName }
+          : { 'messaging.batch.message_count': workflows.length }),
+      },
+    });
+    if (!span.isRecording()) return enqueue();
+    const traceContext = toTraceparent(span.spanContext());
+    for (const workflow of workflows) workflow.traceContext = traceContext;
+    return this.within(api, span, api.trace.setSpan(api.context.active(), span), enqueue);
+  }
+
+  /**
+   * Runs one run of a workflow in a CONSUMER span whose parent is the context its enqueue stored; an ERROR or RETRY
+   * outcome is recorded on the span as an exception.
+   */
+  async process(
+    queueName: string,
+    run: TracedRun,
+    body: (trace: RunTrace) => Promise<WorkflowOutcome>,
+  ): Promise<WorkflowOutcome> {
+    const api = optionalPeer<typeof OpenTelemetry>('@opentelemetry/api');
+    if (!api) return body(UNTRACED_RUN);
+    const tracer = api.trace.getTracer(TRACER_NAME);
+    const parent = fromTraceparent(api, run.traceContext);
+    const span = tracer.startSpan(
+      `process ${queueName}`,
+      {
+        kind: api.SpanKind.CONSUMER,
+        attributes: {
+          ...messagingAttributes(queueName, 'process'),
+          'messaging.message.id': run.workflowId,
+          'dedup_queue.workflow.name': run.workflowName,
+          'dedup_queue.attempt': run.attempts,
+        },
+      },
+      parent,
+    );
+    if (!span.isRecording()) return body(UNTRACED_RUN);
+    const runContext = api.trace.setSpan(parent, span);
+    const trace: RunTrace = {
+      step: (name, stepBody) => {
+        const attributes = { 'dedup_queue.step.name': name };
+        const stepSpan = tracer.startSpan(`step ${name}`, { attributes }, runContext);
+        return this.within(api, stepSpan, api.trace.setSpan(runContext, stepSpan), stepBody);
+      },
+    };
+    return this.within(api, span, runContext, async () => {
+      const outcome = await body(trace);
+      if (outcome.error) {
+        span.recordException({ name: outcome.error.name, message: outcome.error.message, stack: outcome.error.stack });
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message: outcome.error.message });
+        if (outcome.status === 'RETRY') span.setAttribute('dedup_queue.retry_delay_ms', outcome.retryDelayMs ?? 0);
+      }
+      return outcome;
+    });
+  }
+
+  /** Runs `body` as the active span's work; a throw (other than a deduplication) is recorded; the span ends. */
+  private async within<T>(
+    api: typeof OpenTelemetry,
+    span: OpenTelemetry.Span,
+    context: OpenTelemetry.Context,
+    body: () => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await api.context.with(context, body);
+    } catch (error) {
+      if (!(error instanceof QueueDeduplicatedError)) {
+        span.recordException(error as Error);
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message: (error as Error)?.message });
+      }
+      throw error;
+    } finally {
+      span.end();
+    }
+  }
+
+  private markDeduplicated(event: WorkflowEvent): void {
+    const api = optionalPeer<typeof OpenTelemetry>('@opentelemetry/api');
+    api?.trace.getActiveSpan()?.addEvent('deduplicated', {
+      'dedup_queue.deduplication_id': event.deduplicationId,
+      'dedup_queue.existing_workflow_id': event.workflowId,
+      'dedup_queue.deduplication_outcome': event.outcome,
+    });
+  }
+}
+
+function messagingAttributes(queueName: string, operation: 'send' | 'process'): OpenTelemetry.Attributes {
+  return {
+    'messaging.system': 'nest-dedup-queue',
+    'messaging.destination.name': queueName,
+    'messaging.operation.type': operation,
+    'messaging.operation.name': operation,
+  };
+}
+
+function toTraceparent(context: OpenTelemetry.SpanContext): string {
+  return `00-${context.traceId}-${context.spanId}-${(context.traceFlags & 0xff).toString(16).padStart(2, '0')}`;
+}
+
+/** The stored enqueue context as a remote parent; a new trace (the root context) when there is none. */
+function fromTraceparent(api: typeof OpenTelemetry, traceparent: string | null): OpenTelemetry.Context {
+  const match = traceparent ? TRACEPARENT.exec(traceparent) : null;
+  if (!match) return api.ROOT_CONTEXT;
+  return api.trace.setSpanContext(api.ROOT_CONTEXT, {
+    traceId: match[1],
+    spanId: match[2],
+    traceFlags: parseInt(match[3], 16),
+    isRemote: true,
+  });
+}

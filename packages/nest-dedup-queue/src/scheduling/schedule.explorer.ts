@@ -1,0 +1,85 @@
+import { Injectable, OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { SCHEDULED_METADATA, WORKFLOW_METADATA } from '../dedup-queue.constants';
+import type { ScheduledMetadata } from '../decorators/scheduled.decorator';
+import type { WorkflowMetadata } from '../decorators/workflow.decorator';
+import { QueueDatabase } from '../database/queue-database';
+import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
+import { ScheduleDefinition, scheduleQueue, validateSchedule } from './schedule-definition';
+import { ScheduleStore } from './schedule.store';
+
+/**
+ * Finds the `@Scheduled()` methods of the application's providers, validates them (a boot error says what to
+ * change) and stores their definitions, keeping each schedule's pause flag and catch-up cursor. The methods
+ * themselves are registered as workflows by the workflow explorer (`@Scheduled` marks them as workflows).
+ */
+@Injectable()
+export class ScheduleExplorer implements OnModuleInit {
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly config: DedupQueueConfig,
+    private readonly store: ScheduleStore,
+    private readonly database: QueueDatabase,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    try {
+      const definitions = new Map<string, { definition: ScheduleDefinition; declaredAt: string }>();
+      for (const { declaredAt, metadata, workflowName } of this.scheduledMethods()) {
+        const definition = this.define(declaredAt, metadata, workflowName);
+        const existing = definitions.get(definition.name);
+        if (existing) {
+          throw new DedupQueueConfigurationError(
+            `Two schedules are named "${definition.name}" (${existing.declaredAt} and ${declaredAt}); ` +
+              `give one of them another name with @Scheduled(cron, { name: '...' })`,
+          );
+        }
+        definitions.set(definition.name, { definition, declaredAt });
+      }
+      for (const { definition } of definitions.values()) await this.store.upsert(definition);
+    } catch (error) {
+      // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
+      await this.database.close();
+      throw error;
+    }
+  }
+
+  private *scheduledMethods(): Generator<{ declaredAt: string; metadata: ScheduledMetadata; workflowName: string }> {
+    for (const wrapper of this.discovery.getProviders()) {
+      if (wrapper.isAlias || !wrapper.metatype || typeof wrapper.metatype !== 'function') continue;
+      const prototype = wrapper.metatype.prototype as Record<string, unknown> | undefined;
+      if (!prototype) continue;
+      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
+        const method = prototype[methodName];
+        const metadata: ScheduledMetadata | undefined =
+          typeof method === 'function' ? Reflect.getMetadata(SCHEDULED_METADATA, method) : undefined;
+        if (!metadata) continue;
+        const workflow: WorkflowMetadata = Reflect.getMetadata(WORKFLOW_METADATA, method as object);
+        yield { declaredAt: `${wrapper.metatype.name}.${methodName}`, metadata, workflowName: workflow.name };
+      }
+    }
+  }
+
+  private define(declaredAt: string, { cron, options }: ScheduledMetadata, workflowName: string): ScheduleDefinition {
+    const fail = (field: string, reason: string): never => {
+      const option = field === 'cron' ? 'cron' : `options.${field}`;
+      throw new DedupQueueConfigurationError(`${declaredAt}: @Scheduled() ${option} ${reason}`);
+    };
+    if (options === null || typeof options !== 'object') fail('options', 'must be an object');
+    const valid = validateSchedule({ ...options, name: options.name ?? declaredAt, cron }, fail);
+    return {
+      name: valid.name,
+      source: 'decorator',
+      cron: valid.cron,
+      timezone: valid.timezone,
+      workflowName,
+      queueName: scheduleQueue(this.config.queues.keys(), options.queue, fail),
+      argsJson: '[]',
+      catchUp: valid.catchUp,
+      catchUpLimit: valid.catchUpLimit,
+      overlap: valid.overlap,
+    };
+  }
+}
