@@ -4,8 +4,8 @@ import { WORKFLOW_EVENT_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { WorkflowEvent, WorkflowEventName } from '../interfaces/workflow-event.interface';
 import { LifecycleEvent, WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { findDecoratedMethods } from './decorated-methods';
 
-type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
 type Handler = (event: WorkflowEvent) => unknown;
 
 const EVENT_NAMES: ReadonlySet<string> = new Set<WorkflowEventName>([
@@ -34,39 +34,14 @@ export class WorkflowEventsExplorer implements OnModuleInit, OnModuleDestroy {
   ) {}
 
   onModuleInit(): void {
-    const seen = new Set<object>();
-    for (const wrapper of this.discovery.getProviders()) this.explore(wrapper, seen);
-    if (this.handlers.size > 0) this.unlisten = this.lifecycle.listen((event) => this.deliver(event));
-  }
-
-  onModuleDestroy(): void {
-    this.unlisten?.();
-  }
-
-  private explore(wrapper: InstanceWrapper, seen: Set<object>): void {
-    if (wrapper.isAlias) return;
-    const instance = wrapper.instance as Record<string, unknown> | undefined;
-    const prototype =
-      instance && typeof instance === 'object'
-        ? (Object.getPrototypeOf(instance) as object | null)
-        : (wrapper.metatype as { prototype?: object } | undefined)?.prototype;
-    if (!prototype || prototype === Object.prototype) return;
-    const methods = this.scanner
-      .getAllMethodNames(prototype)
-      .map((methodName) => ({ methodName, events: this.eventsOf(prototype, methodName) }))
-      .filter(({ events }) => events.length > 0);
-    if (methods.length === 0) return;
-    const className = (prototype.constructor as { name?: string } | undefined)?.name ?? String(wrapper.name);
-    if (!wrapper.isDependencyTreeStatic()) {
-      throw new DedupQueueConfigurationError(
-        `${className} has @OnWorkflowEvent() methods but is request-scoped (or depends on a request-scoped ` +
-          `provider); events happen outside any request, so make ${className} a singleton (the default scope)`,
-      );
-    }
-    if (!instance || seen.has(instance)) return;
-    seen.add(instance);
-    for (const { methodName, events } of methods) {
-      const declaredAt = `${className}.${methodName}`;
+    const methods = findDecoratedMethods<string[]>(
+      this.discovery,
+      this.scanner,
+      WORKFLOW_EVENT_METADATA,
+      '@OnWorkflowEvent()',
+      'events happen outside any request',
+    );
+    for (const { instance, methodName, metadata: events, declaredAt } of methods) {
       for (const event of events) {
         if (!EVENT_NAMES.has(event)) {
           throw new DedupQueueConfigurationError(
@@ -80,11 +55,11 @@ export class WorkflowEventsExplorer implements OnModuleInit, OnModuleDestroy {
         this.handlers.set(event, list);
       }
     }
+    if (this.handlers.size > 0) this.unlisten = this.lifecycle.listen((event) => this.deliver(event));
   }
 
-  private eventsOf(prototype: object, methodName: string): string[] {
-    const method = (prototype as Record<string, unknown>)[methodName];
-    return typeof method === 'function' ? (Reflect.getMetadata(WORKFLOW_EVENT_METADATA, method) ?? []) : [];
+  onModuleDestroy(): void {
+    this.unlisten?.();
   }
 
   private deliver(event: LifecycleEvent): void {

@@ -8,6 +8,7 @@ import { QueueDatabase } from '../database/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { ScheduleDefinition, scheduleQueue, validateSchedule } from './schedule-definition';
 import { ScheduleStore } from './schedule.store';
+import { findDecoratedMethods } from '../discovery/decorated-methods';
 
 /**
  * Finds the `@Scheduled()` methods of the application's providers, validates them (a boot error says what to
@@ -46,20 +47,18 @@ export class ScheduleExplorer implements OnModuleInit {
     }
   }
 
-  private *scheduledMethods(): Generator<{ declaredAt: string; metadata: ScheduledMetadata; workflowName: string }> {
-    for (const wrapper of this.discovery.getProviders()) {
-      if (wrapper.isAlias || !wrapper.metatype || typeof wrapper.metatype !== 'function') continue;
-      const prototype = wrapper.metatype.prototype as Record<string, unknown> | undefined;
-      if (!prototype) continue;
-      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
-        const method = prototype[methodName];
-        const metadata: ScheduledMetadata | undefined =
-          typeof method === 'function' ? Reflect.getMetadata(SCHEDULED_METADATA, method) : undefined;
-        if (!metadata) continue;
-        const workflow: WorkflowMetadata = Reflect.getMetadata(WORKFLOW_METADATA, method as object);
-        yield { declaredAt: `${wrapper.metatype.name}.${methodName}`, metadata, workflowName: workflow.name };
-      }
-    }
+  private scheduledMethods(): Array<{ declaredAt: string; metadata: ScheduledMetadata; workflowName: string }> {
+    const methods = findDecoratedMethods<ScheduledMetadata>(
+      this.discovery,
+      this.scanner,
+      SCHEDULED_METADATA,
+      '@Scheduled()',
+      'schedules run outside any request',
+    );
+    return methods.map(({ instance, methodName, metadata, declaredAt }) => {
+      const workflow: WorkflowMetadata = Reflect.getMetadata(WORKFLOW_METADATA, instance[methodName]);
+      return { declaredAt, metadata, workflowName: workflow.name };
+    });
   }
 
   private define(declaredAt: string, { cron, options }: ScheduledMetadata, workflowName: string): ScheduleDefinition {
