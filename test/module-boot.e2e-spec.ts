@@ -79,6 +79,9 @@ describe('module boot', () => {
     ['a queue declared twice', { queues: [{ name: 'a' }, { name: 'a' }] }, /queue "a" is declared twice/],
     ['a zero concurrency', { queues: [{ name: 'a', concurrency: 0 }] }, /queues\["a"\]\.concurrency` must be a positive integer/],
     ['a fractional workerConcurrency', { queues: [{ name: 'a', workerConcurrency: 1.5 }] }, /workerConcurrency` must be a positive integer/],
+    ['an unknown option, naming the near miss', { leaseMS: 5000 } as never, /`leaseMS` is not an option; did you mean "leaseMs"\?/],
+    ['an unknown queue option', { queues: [{ name: 'a', concurency: 2 }] } as never, /`queues\["a"\]\.concurency` is not an option; did you mean "concurrency"\?/],
+    ['an unknown rate limit option', { queues: [{ name: 'a', rateLimit: { limit: 1, period: 5 } }] } as never, /rateLimit\.period` is not an option; did you mean "periodMs"\?/],
   ])('refuses %s with a message naming the option', async (_, options, message) => {
     const error = await boot(options).catch((caught) => caught);
     expect(error).toBeInstanceOf(DedupQueueConfigurationError);

@@ -15,6 +15,7 @@ import {
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database/database-endpoint';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, RateLimit } from './interfaces/queue-options.interface';
 
 /** A queue's limits with defaults applied (as declared, or as changed at run time). */
@@ -64,12 +65,45 @@ export class DedupQueueConfig {
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,39}$/;
 
+/** Every key of `DedupQueueModuleOptions`: any other is refused at boot, naming the near miss. */
+const MODULE_OPTION_KEYS: readonly string[] = [
+  'connection',
+  'dataSource',
+  'schema',
+  'queues',
+  'worker',
+  'executorId',
+  'pollIntervalMs',
+  'shutdownGraceMs',
+  'leaseMs',
+  'heartbeatIntervalMs',
+  'connectTimeoutMs',
+  'retryAttempts',
+  'retryDelay',
+  'pooler',
+  'listen',
+  'maxRecoveryAttempts',
+  'retentionMs',
+  'metrics',
+  'isGlobal',
+] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
+
+/** The limits a queue takes, declared or changed at run time. */
+export const QUEUE_LIMIT_KEYS: readonly (keyof QueueLimits)[] = [
+  'concurrency',
+  'workerConcurrency',
+  'partitionConcurrency',
+  'rateLimit',
+];
+
 /** Validates the module options at boot; a message says which option to change. */
 export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfig {
   const fail = (message: string): never => {
     throw new DedupQueueConfigurationError(`DedupQueueModule: ${message}`);
   };
   if (!options || typeof options !== 'object') fail('options are required');
+  const unknownOption = unknownKey(options, MODULE_OPTION_KEYS);
+  if (unknownOption) fail(`\`${unknownOption.key}\` ${unknownOption.reason}`);
   if (!!options.connection === !!options.dataSource) fail('give exactly one of `connection` and `dataSource`');
   const schema = options.schema ?? DEFAULT_SCHEMA;
   if (!SCHEMA_NAME.test(schema)) {
@@ -83,6 +117,8 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
       fail(`queue name ${JSON.stringify(name)} must be a string of 1 to 100 characters`);
     }
     if (queues.has(name)) fail(`queue "${name}" is declared twice`);
+    const unknownQueueOption = unknownKey(queue, ['name', ...QUEUE_LIMIT_KEYS]);
+    if (unknownQueueOption) fail(`\`queues["${name}"].${unknownQueueOption.key}\` ${unknownQueueOption.reason}`);
     queues.set(name, resolveLimits(name, queue, `queues["${name}"].`, fail));
   }
   const worker = options.worker ?? true;
@@ -168,6 +204,8 @@ export function resolveLimits(
   const rateLimit = limits.rateLimit;
   if (rateLimit !== undefined) {
     if (rateLimit === null || typeof rateLimit !== 'object') fail(`\`${prefix}rateLimit\` must be { limit, periodMs }`);
+    const unknownRateOption = unknownKey(rateLimit, ['limit', 'periodMs', 'perPartition']);
+    if (unknownRateOption) fail(`\`${prefix}rateLimit.${unknownRateOption.key}\` ${unknownRateOption.reason}`);
     positiveIntegerOrUndefined(rateLimit.limit ?? 0, `${prefix}rateLimit.limit`, fail);
     positiveIntegerOrUndefined(rateLimit.periodMs ?? 0, `${prefix}rateLimit.periodMs`, fail);
   }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { DedupQueueConfig, isPartitioned, resolveLimits } from './dedup-queue.config';
+import { DedupQueueConfig, isPartitioned, resolveLimits, QUEUE_LIMIT_KEYS } from './dedup-queue.config';
 import { QueueControlStore } from './database/queue-control.store';
 import { QueueSettings } from './queue-settings';
 import { toStatusInfo } from './database/workflow-row';
@@ -23,6 +23,7 @@ import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.i
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
+import { unknownKey } from './utils/known-keys';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
@@ -265,6 +266,8 @@ export class QueueService {
    */
   async setQueueLimits(queueName: string, limits: { [K in keyof QueueLimits]?: QueueLimits[K] | null }): Promise<void> {
     this.assertDeclared(queueName);
+    const unknown = unknownKey(limits ?? {}, QUEUE_LIMIT_KEYS);
+    if (unknown) throw new InvalidArgumentError(`limits.${unknown.key}`, unknown.reason);
     const given = Object.fromEntries(Object.entries(limits ?? {}).filter(([, value]) => value !== null && value !== undefined));
     resolveLimits(queueName, given, 'limits.', (message) => {
       throw new InvalidArgumentError('limits', message);

@@ -2,6 +2,7 @@ import { MAX_KEY_LENGTH } from '../dedup-queue.constants';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { EntityManager } from 'typeorm';
 import type { DuplicatePolicy, EnqueueOptions, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
+import { unknownKey } from './known-keys';
 import { UnstorableValueError, toStoredJson } from './stored-json';
 
 /** Enqueue options checked and normalised; nothing is written before this succeeds. */
@@ -24,6 +25,21 @@ const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existi
 const WHEN_RUNNING_POLICIES: readonly WhenRunningPolicy[] = ['reject', 'return-existing', 'queue-next'];
 
 const MAX_INT = 2_147_483_647;
+/** Every key `EnqueueOptions` has: any other is refused (a misspelt `deduplicationID` would turn deduplication off). */
+const ENQUEUE_OPTION_KEYS: readonly (keyof EnqueueOptions)[] = [
+  'deduplicationId',
+  'workflowId',
+  'timeoutMs',
+  'partitionKey',
+  'priority',
+  'delayMs',
+  'runAt',
+  'onDuplicate',
+  'whenRunning',
+  'deduplicationWindowMs',
+  'releaseKeyOnError',
+  'manager',
+];
 /** The earliest instant a Postgres `timestamptz` holds (4714-11-24 BC); later JavaScript dates all fit. */
 const EARLIEST_TIMESTAMP_MS = Date.UTC(-4713, 10, 24);
 
@@ -37,6 +53,8 @@ export function validateEnqueueOptions(
   if (options === null || typeof options !== 'object') {
     throw new InvalidArgumentError(field, 'must be an object');
   }
+  const unknown = unknownKey(options, ENQUEUE_OPTION_KEYS);
+  if (unknown) throw new InvalidArgumentError(`${field}.${unknown.key}`, unknown.reason);
   const named = (name: string) => `${field}.${name}`;
   const partitionKey = optionalKey(options.partitionKey, named('partitionKey'));
   if (partitionKey !== null && !partitioned) {
