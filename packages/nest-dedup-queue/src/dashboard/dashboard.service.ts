@@ -9,8 +9,7 @@ import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { DedupQueueDashboardOptions } from '../interfaces/dashboard-options.interface';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import {
-  ACTIVE_WORKFLOW_STATUSES,
-  FINISHED_WORKFLOW_STATUSES,
+  WORKFLOW_STATUSES,
   WorkflowErrorInfo,
   WorkflowStatus,
 } from '../interfaces/workflow-status.interface';
@@ -25,11 +24,6 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
 
-/** Every status, in the order the page shows them. */
-export const DASHBOARD_STATUSES: readonly WorkflowStatus[] = [
-  ...ACTIVE_WORKFLOW_STATUSES,
-  ...FINISHED_WORKFLOW_STATUSES,
-];
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -73,7 +67,7 @@ export class DashboardService {
     const names = [...this.config.queues.keys()];
     const [settings, counts, finished, estimates] = await Promise.all([
       Promise.all(names.map((name) => this.queues.getQueueSettings(name))),
-      this.store.statusCounts(names, DASHBOARD_STATUSES, STATUS_COUNT_LIMIT),
+      this.store.statusCounts(names, WORKFLOW_STATUSES, STATUS_COUNT_LIMIT),
       this.store.finishedRecently(),
       this.store.estimatedCounts(),
     ]);
@@ -81,7 +75,7 @@ export class DashboardService {
       const { paused, ...limits } = settings[index];
       const recent = finished.find((row) => row.queue_name === name);
       const byStatus = Object.fromEntries(
-        DASHBOARD_STATUSES.map((status) => {
+        WORKFLOW_STATUSES.map((status) => {
           const count = counts.find((row) => row.queue_name === name && row.status === status)?.count ?? 0;
           if (count <= STATUS_COUNT_LIMIT) return [status, { value: count, exact: true }];
           const estimate = Math.round(
@@ -114,8 +108,8 @@ export class DashboardService {
     const limit = integerParameter(query.limit, 'limit', 1, MAX_PAGE_SIZE) ?? DEFAULT_PAGE_SIZE;
     const cursor = cursorParameter(query.cursor);
     const [rows, total] = await Promise.all([
-      this.store.list(filter, cursor, limit + 1, DASHBOARD_STATUSES),
-      this.store.count(filter, LIST_COUNT_LIMIT, DASHBOARD_STATUSES),
+      this.store.list(filter, cursor, limit + 1, WORKFLOW_STATUSES),
+      this.store.count(filter, LIST_COUNT_LIMIT, WORKFLOW_STATUSES),
     ]);
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
@@ -217,8 +211,8 @@ export class DashboardService {
     const statusText = textParameter(query.status, 'status');
     const statuses = statusText?.split(',').map((status) => status.trim());
     for (const status of statuses ?? []) {
-      if (!DASHBOARD_STATUSES.includes(status as WorkflowStatus)) {
-        throw new InvalidArgumentError('status', `"${status}" is not a status; use ${DASHBOARD_STATUSES.join(', ')}`);
+      if (!WORKFLOW_STATUSES.includes(status as WorkflowStatus)) {
+        throw new InvalidArgumentError('status', `"${status}" is not a status; use ${WORKFLOW_STATUSES.join(', ')}`);
       }
     }
     const createdFrom = dateParameter(query.createdFrom, 'createdFrom');

@@ -27,6 +27,9 @@ export const FINISHED_WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
   'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
 ];
 
+/** Every status, active ones first, as the dashboard and the metrics list them. */
+export const WORKFLOW_STATUSES: readonly WorkflowStatus[] = [...ACTIVE_WORKFLOW_STATUSES, ...FINISHED_WORKFLOW_STATUSES];
+
 /** The error a failed workflow recorded, as stored in Postgres. */
 export interface WorkflowErrorInfo {
   /** The `name` of the thrown error (`'Error'`, `'TypeError'`, a custom class name, ...). */

@@ -9,19 +9,10 @@ import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuratio
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
 import type { MetricsRegistry } from '../interfaces/metrics-options.interface';
-import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
+import { WORKFLOW_STATUSES, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { optionalPeer } from './optional-peer';
 import { LifecycleEvent, WorkflowLifecycle } from './workflow-lifecycle.events';
 
-const STATUSES: readonly WorkflowStatus[] = [
-  'ENQUEUED',
-  'DELAYED',
-  'PENDING',
-  'SUCCESS',
-  'ERROR',
-  'CANCELLED',
-  'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
-];
 const FINISHED_BY_EVENT: Partial<Record<LifecycleEvent['event'], WorkflowStatus>> = {
   completed: 'SUCCESS',
   failed: 'ERROR',
@@ -271,7 +262,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
       if (this.readFailing) this.logger.log('Metrics: reading queue depths from the database works again');
       this.readFailing = false;
       return {
-        statuses: STATUSES,
+        statuses: WORKFLOW_STATUSES,
         counts: [...active.counts, ...(this.finishedCounts?.counts ?? [])],
         oldestWaits: active.oldestWaits,
       };

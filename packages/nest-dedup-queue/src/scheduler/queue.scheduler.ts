@@ -30,7 +30,7 @@ import { QueueWorker } from './queue.worker';
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
-  private readonly settingsFailures = new FailureLog(this.logger);
+  private readonly pollFailures = new FailureLog(this.logger);
   private outcomes?: OutcomeWriter;
   private listener?: NotificationListener;
   private heartbeat?: ExecutorHeartbeat;
@@ -157,7 +157,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
 
   /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */
   private async refreshSettings(): Promise<void> {
-    await this.settings.refresh().catch((error: unknown) => this.settingsFailures.failed('Reading queue settings', error));
+    await this.settings.refresh().catch((error: unknown) => this.pollFailures.failed('Reading queue settings', error));
     this.wake(undefined);
   }
 
@@ -199,7 +199,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         else this.cancelled({ workflowId, reason, attempt });
       }
     } catch (error) {
-      this.settingsFailures.failed('Checking the running workflows', error);
+      this.pollFailures.failed('Checking the running workflows', error);
     }
   }
 
