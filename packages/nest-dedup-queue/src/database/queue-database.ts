@@ -60,8 +60,11 @@ export class QueueDatabase implements OnApplicationShutdown {
     settings?: ConnectionSettings,
   ) {
     this.schemaSql = `"${schema}"`;
-    const endpoint = describeEndpoint(dataSource.options as EndpointSettings);
-    this.settings = settings ?? { endpoint, preparedStatements: true, connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS };
+    this.settings = settings ?? {
+      endpoint: describeEndpoint(dataSource.options as EndpointSettings),
+      preparedStatements: true,
+      connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS,
+    };
     const label = this.settings.endpoint.label;
     this.monitor = new ConnectionMonitor(new Logger('DedupQueueModule'), {
       lost: (reason) =>
@@ -150,13 +153,10 @@ export class QueueDatabase implements OnApplicationShutdown {
     }
   }
 
-  /**
-   * Opens a connection of its own, outside the pool: to `url` when given (a direct connection past a pooler, for
-   * LISTEN), else with the DataSource's settings.
-   */
-  async connectOutsidePool(url?: string): Promise<DedicatedConnection> {
+  /** Opens a connection of its own to `url`, outside the pool: a direct connection past a pooler, for LISTEN. */
+  async connectOutsidePool(url: string): Promise<DedicatedConnection> {
     const client = new Client({
-      ...(url ? { connectionString: url } : this.pool.options),
+      connectionString: url,
       connectionTimeoutMillis: this.settings.connectTimeoutMs,
       application_name: 'nest-dedup-queue',
     });
