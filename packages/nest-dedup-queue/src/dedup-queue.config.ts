@@ -16,7 +16,8 @@ import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database/database-endpoint';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
 import { unknownKey } from './utils/known-keys';
-import type { QueueLimits, RateLimit } from './interfaces/queue-options.interface';
+import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
+import type { QueueRegistration } from './queues/queue-registration';
 
 /** A queue's limits with defaults applied (as declared, or as changed at run time). */
 export interface ResolvedQueue {
@@ -30,10 +31,13 @@ export interface ResolvedQueue {
 /** The module's options, validated, with defaults applied. */
 export class DedupQueueConfig {
   readonly schema!: string;
+  /** Every declared queue: `forRoot({ queues })` and each `registerQueue()`. */
   readonly queues!: ReadonlyMap<string, ResolvedQueue>;
   /** The queues this process drains (all declared ones unless `worker: { queues }` says otherwise). */
   readonly workerQueues!: ReadonlySet<string>;
   readonly executorId!: string;
+  /** Workflows this process may enqueue by name without having them (`forRoot({ externalWorkflows })`). */
+  readonly externalWorkflows!: ReadonlySet<string>;
   readonly pollIntervalMs!: number;
   readonly shutdownGraceMs!: number;
   readonly leaseMs!: number;
@@ -85,6 +89,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'maxRecoveryAttempts',
   'retentionMs',
   'metrics',
+  'externalWorkflows',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
 
@@ -97,7 +102,10 @@ export const QUEUE_LIMIT_KEYS: readonly (keyof QueueLimits)[] = [
 ];
 
 /** Validates the module options at boot; a message says which option to change. */
-export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfig {
+export function resolveConfig(
+  options: DedupQueueModuleOptions,
+  registrations: readonly QueueRegistration[] = [],
+): DedupQueueConfig {
   const fail = (message: string): never => {
     throw new DedupQueueConfigurationError(`DedupQueueModule: ${message}`);
   };
@@ -109,18 +117,7 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   if (!SCHEMA_NAME.test(schema)) {
     fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);
   }
-  if (!Array.isArray(options.queues)) fail('`queues` must be an array of { name, concurrency?, workerConcurrency? }');
-  const queues = new Map<string, ResolvedQueue>();
-  for (const queue of options.queues) {
-    const name = queue?.name;
-    if (typeof name !== 'string' || name.length === 0 || name.length > 100) {
-      fail(`queue name ${JSON.stringify(name)} must be a string of 1 to 100 characters`);
-    }
-    if (queues.has(name)) fail(`queue "${name}" is declared twice`);
-    const unknownQueueOption = unknownKey(queue, ['name', ...QUEUE_LIMIT_KEYS]);
-    if (unknownQueueOption) fail(`\`queues["${name}"].${unknownQueueOption.key}\` ${unknownQueueOption.reason}`);
-    queues.set(name, resolveLimits(name, queue, `queues["${name}"].`, fail));
-  }
+  const queues = resolveQueues(options.queues, registrations, fail);
   const worker = options.worker ?? true;
   if (typeof worker === 'object' && !Array.isArray(worker?.queues)) {
     fail('`worker` must be true, false or { queues: [...declared queue names] }');
@@ -128,7 +125,7 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
   const workerQueues = new Set(typeof worker === 'object' ? worker.queues : worker ? queues.keys() : []);
   if (typeof worker === 'object') {
     for (const name of workerQueues) {
-      if (!queues.has(name)) fail(`\`worker.queues\` names "${name}", which is not declared in \`queues\``);
+      if (!queues.has(name)) fail(`\`worker.queues\` names "${name}", which is not a declared queue`);
     }
   }
   const executorId = options.executorId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
@@ -159,6 +156,7 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
     queues,
     workerQueues,
     executorId,
+    externalWorkflows: resolveExternalWorkflows(options.externalWorkflows, fail),
     pollIntervalMs: positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
     shutdownGraceMs: nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
     leaseMs,
@@ -170,6 +168,61 @@ export function resolveConfig(options: DedupQueueModuleOptions): DedupQueueConfi
         ? null
         : (positiveIntegerOrUndefined(options.retentionMs, 'retentionMs', fail) ?? DEFAULT_RETENTION_MS),
   });
+}
+
+const FOR_ROOT_QUEUES = 'DedupQueueModule.forRoot({ queues })';
+
+/**
+ * The queues of `forRoot({ queues })` and of every `registerQueue()`, each declared exactly once (its limits in one
+ * place), validated alike.
+ */
+function resolveQueues(
+  rootQueues: QueueOptions[] | undefined,
+  registrations: readonly QueueRegistration[],
+  fail: (message: string) => never,
+): Map<string, ResolvedQueue> {
+  if (rootQueues !== undefined && !Array.isArray(rootQueues)) {
+    fail('`queues` must be an array of { name, concurrency?, workerConcurrency? }');
+  }
+  const declarations = [
+    ...(rootQueues ?? []).map((queue) => ({ queue, declaredAt: FOR_ROOT_QUEUES })),
+    ...registrations.flatMap(({ queues, declaredAt }) => queues.map((queue) => ({ queue, declaredAt }))),
+  ];
+  const queues = new Map<string, ResolvedQueue>();
+  const declaredAt = new Map<string, string>();
+  for (const { queue, declaredAt: place } of declarations) {
+    const name = queue?.name;
+    if (typeof name !== 'string' || name.length === 0 || name.length > 100) {
+      fail(`queue name ${JSON.stringify(name)} (in ${place}) must be a string of 1 to 100 characters`);
+    }
+    const earlier = declaredAt.get(name);
+    if (earlier !== undefined) {
+      fail(
+        `queue "${name}" is declared twice, in ${earlier} and in ${place}; declare each queue once (a module ` +
+          `that needs another module's queue imports that module, which exports its registerQueue())`,
+      );
+    }
+    const prefix = place === FOR_ROOT_QUEUES ? `queues["${name}"].` : `registerQueue({ name: "${name}" }).`;
+    const unknownQueueOption = unknownKey(queue, ['name', ...QUEUE_LIMIT_KEYS]);
+    if (unknownQueueOption) fail(`\`${prefix}${unknownQueueOption.key}\` ${unknownQueueOption.reason}`);
+    queues.set(name, resolveLimits(name, queue, prefix, fail));
+    declaredAt.set(name, place);
+  }
+  return queues;
+}
+
+function resolveExternalWorkflows(names: unknown, fail: (message: string) => never): ReadonlySet<string> {
+  if (names === undefined) return new Set();
+  if (!Array.isArray(names)) fail('`externalWorkflows` must be an array of workflow names');
+  const external = new Set<string>();
+  for (const name of names as unknown[]) {
+    if (typeof name !== 'string' || name.length === 0 || name.length > 255) {
+      fail(`\`externalWorkflows\` holds ${JSON.stringify(name)}; give workflow names of 1 to 255 characters`);
+    }
+    if (external.has(name)) fail(`\`externalWorkflows\` lists "${name}" twice`);
+    external.add(name);
+  }
+  return external;
 }
 
 function resolveListen(

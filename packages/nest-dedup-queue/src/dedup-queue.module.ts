@@ -1,5 +1,5 @@
-import { Module } from '@nestjs/common';
-import { DiscoveryModule } from '@nestjs/core';
+import { DynamicModule, Module } from '@nestjs/common';
+import { DiscoveryModule, DiscoveryService } from '@nestjs/core';
 import { DedupQueueConfig, resolveConfig } from './dedup-queue.config';
 import { ConfigurableModuleClass, DEDUP_QUEUE_OPTIONS } from './dedup-queue.module-definition';
 import { QueueDatabase } from './database/queue-database';
@@ -13,6 +13,9 @@ import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import type { QueueOptions } from './interfaces/queue-options.interface';
+import { findQueueRegistrations } from './queues/queue-registration';
+import { DedupQueueRegistrationModule } from './queues/queue-registration.module';
 import { WorkflowEventsExplorer } from './discovery/workflow-events.explorer';
 import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
 import { QueueMetrics } from './observability/queue.metrics';
@@ -38,7 +41,12 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
 @Module({
   imports: [DiscoveryModule],
   providers: [
-    { provide: DedupQueueConfig, useFactory: resolveConfig, inject: [DEDUP_QUEUE_OPTIONS] },
+    {
+      provide: DedupQueueConfig,
+      useFactory: (options: DedupQueueModuleOptions, discovery: DiscoveryService) =>
+        resolveConfig(options, findQueueRegistrations(discovery)),
+      inject: [DEDUP_QUEUE_OPTIONS, DiscoveryService],
+    },
     {
       provide: QueueDatabase,
       useFactory: (options: DedupQueueModuleOptions, config: DedupQueueConfig) => createQueueDatabase(options, config),
@@ -89,4 +97,24 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowEnqueuer,
   ],
 })
-export class DedupQueueModule extends ConfigurableModuleClass {}
+export class DedupQueueModule extends ConfigurableModuleClass {
+  /**
+   * Declares one or more queues in a feature module and provides a `WorkflowQueue` for each, injected with
+   * `@InjectQueue(name)` (token `getQueueToken(name)`) in that module and in the modules that import it. The queues
+   * are drained, limited and reported exactly like those of `forRoot({ queues })`; each queue is declared once in
+   * the application (here or in `forRoot`), and a second declaration is a `DedupQueueConfigurationError` at boot.
+   * Needs `DedupQueueModule.forRoot()` (global, the default) in the application.
+   *
+   * @example
+   * ```ts
+   * @Module({
+   *   imports: [DedupQueueModule.registerQueue({ name: 'audio', concurrency: 2 })],
+   *   providers: [AudioTasks, AudioService],
+   * })
+   * export class AudioModule {}
+   * ```
+   */
+  static registerQueue(...queues: QueueOptions[]): DynamicModule {
+    return DedupQueueRegistrationModule.register(queues);
+  }
+}

@@ -18,6 +18,9 @@ export {
   DeduplicatedResponseBody,
 } from './filters/dedup-exception.filter';
 export { QueueService, WorkflowFunction } from './queue.service';
+export { InjectQueue } from './decorators/inject-queue.decorator';
+export { WorkflowQueue } from './queues/workflow-queue';
+export { getQueueToken } from './queues/queue-token';
 export * from './errors';
 export * from './interfaces';
 export { DedupQueueDashboardModule } from './dashboard/dedup-queue-dashboard.module';

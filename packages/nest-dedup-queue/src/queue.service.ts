@@ -34,6 +34,9 @@ import { WorkflowCompletions } from './workflow-completions';
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
 export type WorkflowFunction = (...args: any[]) => unknown;
 
+type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
+type WithoutQueue<T> = T extends [string, ...infer Rest] ? Rest : never;
+
 const MAX_LIST_LIMIT = 10_000;
 const BULK_CHUNK = 1000;
 
@@ -80,12 +83,21 @@ export class QueueService {
     args: unknown[],
     options?: EnqueueOptions,
   ): Promise<EnqueuedWorkflowHandle<R>>;
-  async enqueue(
-    queueName: string,
-    workflow: WorkflowFunction | string,
-    args: unknown[],
-    options: EnqueueOptions = {},
-  ): Promise<EnqueuedWorkflowHandle<unknown>> {
+  /**
+   * Enqueues one run of a workflow into its default queue, `@Workflow({ queue })`; otherwise as
+   * `enqueue(queueName, workflow, args, options)`.
+   * @throws InvalidArgumentError when the workflow has no default queue
+   */
+  enqueue<F extends WorkflowFunction>(
+    workflow: F,
+    args: Parameters<F>,
+    options?: EnqueueOptions,
+  ): Promise<EnqueuedWorkflowHandle<Awaited<ReturnType<F>>>>;
+  enqueue<R = unknown>(workflow: string, args: unknown[], options?: EnqueueOptions): Promise<EnqueuedWorkflowHandle<R>>;
+  async enqueue(...call: EnqueueCall | WithoutQueue<EnqueueCall>): Promise<EnqueuedWorkflowHandle<unknown>> {
+    const [queueName, workflow, args, options = {}] = Array.isArray(call[1])
+      ? ([this.registry.defaultQueue(call[0]), ...call] as EnqueueCall)
+      : (call as EnqueueCall);
     const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
     const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
     return this.handle(enqueued.workflowId, enqueued.created);
@@ -306,7 +318,7 @@ export class QueueService {
   ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
     this.assertDeclared(queueName);
     const workflowName = this.registry.resolveName(workflow);
-    const workflowOptions = this.registry.find(workflowName)?.options ?? {};
+    const workflowOptions = this.registry.runOptions(workflowName);
     const inputsJson = serialiseArgs(args, argsField);
     const valid = validateEnqueueOptions(options, queueName, await this.isPartitioned(queueName, options), optionsField);
     const row: NewWorkflow = {
@@ -316,8 +328,8 @@ export class QueueService {
       deduplicationId: valid.deduplicationId,
       inputsJson,
       timeoutMs: valid.timeoutMs,
-      maxAttempts: workflowOptions.maxAttempts ?? 1,
-      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
+      maxAttempts: workflowOptions.maxAttempts,
+      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts,
       partitionKey: valid.partitionKey,
       priority: valid.priority,
       runAt: valid.runAt,

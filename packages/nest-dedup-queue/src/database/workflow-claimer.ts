@@ -9,6 +9,7 @@ export interface ClaimedWorkflow {
   attempts: number;
   failedAttempts: number;
   maxAttempts: number;
+  maxRecoveryAttempts: number;
   /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
   remainingMs: number | null;
   /** The W3C `traceparent` stored by the enqueue, if it was traced. */
@@ -41,6 +42,7 @@ interface ClaimedRow {
   attempts: number;
   failed_attempts: number;
   max_attempts: number;
+  max_recovery_attempts: number;
   remaining_ms: number | null;
   trace_context: string | null;
   wait_seconds: number | null;
@@ -193,7 +195,7 @@ export class WorkflowClaimer {
       WHERE w.workflow_id = claimable.workflow_id AND w.status = 'ENQUEUED'
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
-                w.failed_attempts, w.max_attempts,
+                w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
                 (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
@@ -211,6 +213,7 @@ function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
       attempts: row.attempts,
       failedAttempts: row.failed_attempts,
       maxAttempts: row.max_attempts,
+      maxRecoveryAttempts: row.max_recovery_attempts,
       remainingMs: row.remaining_ms,
       traceContext: row.trace_context,
       waitSeconds: row.wait_seconds,

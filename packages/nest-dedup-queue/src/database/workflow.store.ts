@@ -325,4 +325,22 @@ export class WorkflowStore {
     );
     return rows.map((row) => ({ queueName: row.queue_name, status: row.status, count: row.count }));
   }
+
+  /**
+   * Stores the retry and dead-letter limits that the process running a workflow applies (its own `@Workflow()`
+   * options), so that recovery, which any process may do, dead-letters by them and the dashboard shows them. Only
+   * while that run (`attempt`) still owns the workflow.
+   */
+  async recordRunOptions(
+    workflowId: string,
+    attempt: number,
+    options: { maxAttempts: number; maxRecoveryAttempts: number },
+  ): Promise<void> {
+    await this.database.query(
+      `UPDATE ${this.table} SET max_attempts = $3, max_recovery_attempts = $4, updated_at = now()
+       WHERE workflow_id = $1 AND attempts = $2 AND status = 'PENDING'`,
+      [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts],
+      { idempotent: true },
+    );
+  }
 }

@@ -1,8 +1,11 @@
 import { Injectable } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import type { WorkflowMetadata } from '../decorators/workflow.decorator';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { UnknownWorkflowError } from '../errors/unknown-workflow.error';
+import type { BackoffOptions } from '../interfaces/backoff-options.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
 
 /** A `@Workflow()` method bound to the provider instance that runs it. */
@@ -14,19 +17,40 @@ export interface RegisteredWorkflow {
   run(args: unknown[]): Promise<unknown>;
 }
 
-/** The application's workflows by name, filled by the explorer at module init. */
+/**
+ * A workflow's own options as this process applies them, defaults filled in. The process that runs a workflow
+ * decides by these, whatever the enqueuing process stored.
+ */
+export interface WorkflowRunOptions {
+  maxAttempts: number;
+  maxRecoveryAttempts: number;
+  backoff?: BackoffOptions;
+}
+
+/**
+ * The application's workflows by name, filled by the explorer at module init, and the names it may enqueue without
+ * having them (`externalWorkflows`).
+ */
 @Injectable()
 export class WorkflowRegistry {
   private readonly workflows = new Map<string, RegisteredWorkflow>();
 
+  constructor(private readonly config: DedupQueueConfig) {}
+
   register(workflow: RegisteredWorkflow): void {
-    const { maxAttempts, maxRecoveryAttempts } = workflow.options;
+    const { maxAttempts, maxRecoveryAttempts, queue } = workflow.options;
     if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1)) {
       throw new DedupQueueConfigurationError(`${workflow.declaredAt}: @Workflow({ maxAttempts }) must be a positive integer`);
     }
     if (maxRecoveryAttempts !== undefined && !(Number.isInteger(maxRecoveryAttempts) && maxRecoveryAttempts >= 0)) {
       throw new DedupQueueConfigurationError(
         `${workflow.declaredAt}: @Workflow({ maxRecoveryAttempts }) must be a non-negative integer`,
+      );
+    }
+    if (queue !== undefined && !(typeof queue === 'string' && this.config.queues.has(queue))) {
+      throw new DedupQueueConfigurationError(
+        `${workflow.declaredAt}: @Workflow({ queue: ${JSON.stringify(queue)} }) names a queue that is not declared ` +
+          `(declared: ${describe(this.config.queues.keys())}); declare it in forRoot({ queues }) or registerQueue()`,
       );
     }
     const existing = this.workflows.get(workflow.name);
@@ -47,11 +71,45 @@ export class WorkflowRegistry {
     return this.workflows.get(name);
   }
 
-  /** The registered name of a workflow given as a method reference or as a name; throws if there is none. */
+  /** The workflow's own options as this process applies them; the defaults for an external workflow. */
+  runOptions(name: string): WorkflowRunOptions {
+    const options = this.workflows.get(name)?.options ?? {};
+    return {
+      maxAttempts: options.maxAttempts ?? 1,
+      maxRecoveryAttempts: options.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
+      backoff: options.backoff,
+    };
+  }
+
+  /**
+   * The queue of an enqueue that names none: the workflow's `@Workflow({ queue })`.
+   * @throws InvalidArgumentError when the workflow has no default queue
+   */
+  defaultQueue(workflow: Function | string): string {
+    const name = this.resolveName(workflow);
+    const queue = this.workflows.get(name)?.options.queue;
+    if (queue === undefined) {
+      throw new InvalidArgumentError(
+        'queueName',
+        `is required: workflow "${name}" has no default queue; give one, enqueue(queue, workflow, args), ` +
+          `or declare it with @Workflow({ queue })`,
+      );
+    }
+    return queue;
+  }
+
+  /**
+   * The registered name of a workflow given as a method reference or as a name (a local workflow's, or one listed in
+   * `externalWorkflows`); throws if there is none.
+   */
   resolveName(workflow: Function | string): string {
     if (typeof workflow === 'string') {
-      if (!this.workflows.has(workflow)) {
-        throw new UnknownWorkflowError(workflow, `no @Workflow() method has this name (registered: ${this.describeNames()})`);
+      if (!this.workflows.has(workflow) && !this.config.externalWorkflows.has(workflow)) {
+        throw new UnknownWorkflowError(
+          workflow,
+          `no @Workflow() method has this name (registered: ${this.describeNames()}) and ` +
+            `forRoot({ externalWorkflows }) does not list it (listed: ${describe(this.config.externalWorkflows)})`,
+        );
       }
       return workflow;
     }
@@ -74,6 +132,10 @@ export class WorkflowRegistry {
   }
 
   private describeNames(): string {
-    return this.names().map((name) => `"${name}"`).join(', ') || 'none';
+    return describe(this.names());
   }
+}
+
+function describe(names: Iterable<string>): string {
+  return [...names].map((name) => `"${name}"`).join(', ') || 'none';
 }

@@ -21,8 +21,11 @@ export interface DedupQueueModuleOptions {
   dataSource?: DataSource;
   /** The Postgres schema that holds the module's tables. Default `'dedup_queue'`. */
   schema?: string;
-  /** The queues this application enqueues into (and, when `worker` is on, drains). */
-  queues: QueueOptions[];
+  /**
+   * Queues this application enqueues into (and, when `worker` is on, drains), next to those that feature modules
+   * declare with `DedupQueueModule.registerQueue()`. Each queue is declared once, here or there. Default none.
+   */
+  queues?: QueueOptions[];
   /**
    * Whether this process runs workflows: `true` (every declared queue), `false` (it only enqueues and looks up), or
    * `{ queues: [...] }` to drain only some of the declared queues. Default `true`.
@@ -92,4 +95,13 @@ export interface DedupQueueModuleOptions {
    * Default: no metrics.
    */
   metrics?: boolean | DedupQueueMetricsOptions;
+  /**
+   * Names of workflows this process may enqueue without having them (their `@Workflow()` class runs in other
+   * processes), e.g. `['Transcoder.transcode']`: `enqueue(queue, 'Transcoder.transcode', args)` then works here, and
+   * any other name that no local `@Workflow()` has is still an `UnknownWorkflowError`. A listed name that is also a
+   * local workflow is that local workflow (so producer and worker processes may share one configuration). The
+   * process that runs a workflow applies its own `@Workflow()` options (retries, backoff, dead-letter limit).
+   * Default none.
+   */
+  externalWorkflows?: string[];
 }

@@ -27,8 +27,8 @@ export interface QueueLimits {
   rateLimit?: RateLimit;
 }
 
-/** One queue declared in `DedupQueueModule.forRoot({ queues })`. */
+/** One queue declared in `DedupQueueModule.forRoot({ queues })` or `DedupQueueModule.registerQueue()`. */
 export interface QueueOptions extends QueueLimits {
-  /** The queue's name, used in `QueueService.enqueue(name, ...)`. 1 to 100 characters. */
+  /** The queue's name, used in `QueueService.enqueue(name, ...)` and `@InjectQueue(name)`. 1 to 100 characters. */
   name: string;
 }

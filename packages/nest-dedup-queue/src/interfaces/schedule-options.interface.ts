@@ -12,8 +12,8 @@ export interface ScheduledOptions {
   /** The schedule's name, unique among all schedules. Default `ClassName.methodName`. */
   name?: string;
   /**
-   * The queue its runs go to. Default: the module's only declared queue; with several declared queues it must be
-   * given (a boot error says so).
+   * The queue its runs go to. Default: the method's `@Workflow({ queue })`, else the module's only declared queue;
+   * with several declared queues and no default queue it must be given (a boot error says so).
    */
   queue?: string;
   /** An IANA time zone the cron fields are read in, e.g. `'Europe/Berlin'`. Default UTC. */
@@ -37,7 +37,7 @@ export interface CreateScheduleOptions extends Omit<ScheduledOptions, 'name' | '
   cron: string;
   /** The `@Workflow()` method (`this.reports.send`) or its registered name (`'Reports.send'`). */
   workflow: ((...args: any[]) => unknown) | string;
-  /** The queue its runs go to. Default: the module's only declared queue. */
+  /** The queue its runs go to. Default: the workflow's `@Workflow({ queue })`, else the module's only declared queue. */
   queue?: string;
   /** The arguments each run gets, stored as JSON. Default `[]`. */
   args?: unknown[];

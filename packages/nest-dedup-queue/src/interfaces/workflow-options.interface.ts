@@ -5,6 +5,12 @@ export interface WorkflowOptions {
   /** The registered name. Default `ClassName.methodName`. Must be unique in the application. */
   name?: string;
   /**
+   * The workflow's default queue, declared in `forRoot({ queues })` or with `registerQueue()` (a boot error
+   * otherwise): `QueueService.enqueue(workflow, args, options?)` without a queue name, and a `@Scheduled()` method or
+   * `ScheduleService.create()` without `queue`, enqueue into it. A queue given explicitly always wins.
+   */
+  queue?: string;
+  /**
    * How many times the workflow runs before a thrown error ends it as ERROR. Default 1 (no retries). Between
    * attempts it waits ENQUEUED (holding its deduplication ID) for the backoff; completed steps are not run again.
    */

@@ -3,7 +3,7 @@ import { hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
-import type { RegisteredWorkflow, WorkflowRegistry } from '../discovery/workflow.registry';
+import type { RegisteredWorkflow, WorkflowRegistry, WorkflowRunOptions } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
@@ -318,6 +318,8 @@ export class QueueWorker {
     trace: RunTrace,
   ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
+    const own = this.deps.registry.runOptions(claimed.workflowName);
+    await this.recordRunOptions(claimed, own);
     try {
       const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
       const execution = new WorkflowExecution(
@@ -338,12 +340,25 @@ export class QueueWorker {
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
       return { workflowId, attempt: claimed.attempts, status: 'SUCCESS', outputJson, error: null };
     } catch (thrown) {
-      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < claimed.maxAttempts;
+      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;
       if (retryable) {
-        const delay = backoffDelayMs(claimed.failedAttempts + 1, workflow.options.backoff);
+        const delay = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
         return { ...this.failure(claimed, thrown), status: 'RETRY', retryDelayMs: delay };
       }
       return this.failure(claimed, thrown);
+    }
+  }
+
+  /**
+   * This process's options decide how the workflow retries and when it is dead-lettered, whatever the enqueuing
+   * process stored (it may not have the workflow, or have other options); the row is corrected when they differ.
+   */
+  private async recordRunOptions(claimed: ClaimedWorkflow, own: WorkflowRunOptions): Promise<void> {
+    if (claimed.maxAttempts === own.maxAttempts && claimed.maxRecoveryAttempts === own.maxRecoveryAttempts) return;
+    try {
+      await this.deps.store.recordRunOptions(claimed.workflowId, claimed.attempts, own);
+    } catch (error) {
+      this.logger.warn(`Recording the options of workflow ${claimed.workflowId} failed: ${describeError(error)}`);
     }
   }
 

@@ -86,17 +86,20 @@ export function validateSchedule(
 }
 
 /**
- * The queue of a schedule: the one given, which must be declared, or else the module's only declared queue.
- * `fail` raises the caller's error type.
+ * The queue of a schedule: the one given, which must be declared, or else the workflow's default queue
+ * (`@Workflow({ queue })`, checked at boot), or else the module's only declared queue. `fail` raises the caller's
+ * error type.
  */
 export function scheduleQueue(
   declared: Iterable<string>,
   given: unknown,
   fail: (field: string, reason: string) => never,
+  workflowQueue?: string,
 ): string {
   const names = [...declared];
   const shown = names.map((name) => `"${name}"`).join(', ');
   if (given === undefined) {
+    if (workflowQueue !== undefined) return workflowQueue;
     if (names.length === 1) return names[0];
     fail('queue', `must be given when several queues are declared (${shown})`);
   }

@@ -28,8 +28,8 @@ export class ScheduleExplorer implements OnModuleInit {
   async onModuleInit(): Promise<void> {
     try {
       const definitions = new Map<string, { definition: ScheduleDefinition; declaredAt: string }>();
-      for (const { declaredAt, metadata, workflowName } of this.scheduledMethods()) {
-        const definition = this.define(declaredAt, metadata, workflowName);
+      for (const { declaredAt, metadata, workflowName, workflowQueue } of this.scheduledMethods()) {
+        const definition = this.define(declaredAt, metadata, workflowName, workflowQueue);
         const existing = definitions.get(definition.name);
         if (existing) {
           throw new DedupQueueConfigurationError(
@@ -47,7 +47,12 @@ export class ScheduleExplorer implements OnModuleInit {
     }
   }
 
-  private scheduledMethods(): Array<{ declaredAt: string; metadata: ScheduledMetadata; workflowName: string }> {
+  private scheduledMethods(): Array<{
+    declaredAt: string;
+    metadata: ScheduledMetadata;
+    workflowName: string;
+    workflowQueue?: string;
+  }> {
     const methods = findDecoratedMethods<ScheduledMetadata>(
       this.discovery,
       this.scanner,
@@ -57,11 +62,16 @@ export class ScheduleExplorer implements OnModuleInit {
     );
     return methods.map(({ instance, methodName, metadata, declaredAt }) => {
       const workflow: WorkflowMetadata = Reflect.getMetadata(WORKFLOW_METADATA, instance[methodName]);
-      return { declaredAt, metadata, workflowName: workflow.name };
+      return { declaredAt, metadata, workflowName: workflow.name, workflowQueue: workflow.options.queue };
     });
   }
 
-  private define(declaredAt: string, { cron, options }: ScheduledMetadata, workflowName: string): ScheduleDefinition {
+  private define(
+    declaredAt: string,
+    { cron, options }: ScheduledMetadata,
+    workflowName: string,
+    workflowQueue: string | undefined,
+  ): ScheduleDefinition {
     const fail = (field: string, reason: string): never => {
       const option = field === 'cron' ? 'cron' : `options.${field}`;
       throw new DedupQueueConfigurationError(`${declaredAt}: @Scheduled() ${option} ${reason}`);
@@ -74,7 +84,7 @@ export class ScheduleExplorer implements OnModuleInit {
       cron: valid.cron,
       timezone: valid.timezone,
       workflowName,
-      queueName: scheduleQueue(this.config.queues.keys(), options.queue, fail),
+      queueName: scheduleQueue(this.config.queues.keys(), options.queue, fail, workflowQueue),
       argsJson: '[]',
       catchUp: valid.catchUp,
       catchUpLimit: valid.catchUpLimit,

@@ -46,7 +46,8 @@ export class ScheduleService {
     if (options === null || typeof options !== 'object') invalid('options', 'must be { name, cron, workflow, ... }');
     const valid = validateSchedule(options, invalid);
     const workflowName = this.registry.resolveName(options.workflow);
-    const queueName = scheduleQueue(this.config.queues.keys(), options.queue, invalid);
+    const workflowQueue = this.registry.find(workflowName)?.options.queue;
+    const queueName = scheduleQueue(this.config.queues.keys(), options.queue, invalid, workflowQueue);
     const argsJson = serialiseArgs(options.args ?? [], 'args');
     const stored = await this.store.upsert({
       name: valid.name,
