@@ -28,8 +28,8 @@ class ExtTasks {
 @Injectable()
 class StaleExtTasks {
   @Workflow({ name: 'ExtTasks.flaky', maxAttempts: 1 })
-  async flaky(): Promise<string> {
-    throw new Error('the producer never runs it');
+  async flaky(key: string): Promise<string> {
+    throw new Error(`the producer never runs it (${key})`);
   }
 }
 
@@ -78,7 +78,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
 
   it('applies the worker\'s options when the producer\'s own decorator says otherwise', async () => {
     const stale = staleProducer.get(StaleExtTasks);
-    const handle = await staleProducer.queues.enqueue<string>('tasks', stale.flaky, ['b']);
+    const handle = await staleProducer.queues.enqueue('tasks', stale.flaky, ['b']);
     const stored = await row(handle.workflowId);
     expect(stored.max_attempts).toBe(1);
     await expect(handle.getResult()).resolves.toBe('b ok after 3');
