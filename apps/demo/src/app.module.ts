@@ -5,8 +5,7 @@ import { DashboardAccessGuard } from './dashboard-access.guard';
 import { demoConfig } from './demo.config';
 import { HealthController } from './health.controller';
 import { MetricsController } from './metrics.controller';
-import { ProcessController } from './process.controller';
-import { UserTasks } from './user-tasks.service';
+import { UserTasksModule } from './user-tasks.module';
 import { WorkflowsController } from './workflows.controller';
 
 @Module({
@@ -17,16 +16,16 @@ import { WorkflowsController } from './workflows.controller';
         return {
           connection: { url: config.databaseUrl },
           schema: config.schema,
-          queues: [{ name: 'user_tasks', workerConcurrency: 10 }],
           metrics: true,
         };
       },
     }),
+    // Declares the `user_tasks` queue with DedupQueueModule.registerQueue().
+    UserTasksModule,
     TerminusModule,
     // The dashboard at http://localhost:3000/queues, behind the demo's guard (open unless DEMO_DASHBOARD_PASSWORD).
     DedupQueueDashboardModule.forRoot({ path: '/queues', guards: [DashboardAccessGuard] }),
   ],
-  controllers: [ProcessController, WorkflowsController, HealthController, MetricsController],
-  providers: [UserTasks],
+  controllers: [WorkflowsController, HealthController, MetricsController],
 })
 export class AppModule {}

@@ -1,5 +1,5 @@
 import { Controller, Param, Post, Res, UseFilters } from '@nestjs/common';
-import { DedupExceptionFilter, QueueService } from 'nest-dedup-queue';
+import { DedupExceptionFilter, InjectQueue, WorkflowQueue } from 'nest-dedup-queue';
 import { UserTasks } from './user-tasks.service';
 
 /**
@@ -11,13 +11,13 @@ import { UserTasks } from './user-tasks.service';
 @UseFilters(new DedupExceptionFilter({ location: (error) => `/workflows/${error.existingWorkflowId}` }))
 export class ProcessController {
   constructor(
-    private readonly queueService: QueueService,
+    @InjectQueue('user_tasks') private readonly userTasks: WorkflowQueue,
     private readonly tasks: UserTasks,
   ) {}
 
   @Post(':userId')
   async process(@Param('userId') userId: string): Promise<{ workflow_id: string }> {
-    const handle = await this.queueService.enqueue('user_tasks', this.tasks.process, [userId], {
+    const handle = await this.userTasks.enqueue(this.tasks.process, [userId], {
       deduplicationId: userId,
     });
     return { workflow_id: handle.workflowId };
@@ -28,7 +28,7 @@ export class ProcessController {
     @Param('userId') userId: string,
     @Res({ passthrough: true }) response: { status(code: number): unknown },
   ): Promise<{ workflow_id: string; created: boolean }> {
-    const handle = await this.queueService.enqueue('user_tasks', this.tasks.process, [userId], {
+    const handle = await this.userTasks.enqueue(this.tasks.process, [userId], {
       deduplicationId: userId,
       onDuplicate: 'return-existing',
     });
