@@ -1,6 +1,9 @@
 import type { BackoffOptions } from './backoff-options.interface';
 
-/** Options of the `@Workflow()` decorator. */
+/**
+ * Options of the `@Workflow()` decorator. `maxAttempts`, `backoff` and `maxRecoveryAttempts` are the workflow's own:
+ * the process that runs it applies its own decorator's, whatever the enqueuing process had (or lacked).
+ */
 export interface WorkflowOptions {
   /** The registered name. Default `ClassName.methodName`. Must be unique in the application. */
   name?: string;
