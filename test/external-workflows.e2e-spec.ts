@@ -76,6 +76,25 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
     });
   });
 
+  it("dead-letters by the worker's maxRecoveryAttempts once it ran the workflow, not the producer's", async () => {
+    const handle = await producer.queues.enqueue('tasks', 'ExtTasks.flaky', ['dl']);
+    await handle.getResult();
+    // As if its process had died while running it for the fourth time after as many recoveries.
+    await pool.query(
+      `UPDATE "${schema}".workflows SET status = 'PENDING', executor_id = 'gone', recovery_attempts = 4,
+         completed_at = NULL WHERE workflow_id = $1`,
+      [handle.workflowId],
+    );
+    const recovered = await waitFor(
+      async () => {
+        const stored = await row(handle.workflowId);
+        return stored.status !== 'PENDING' && stored;
+      },
+      { what: 'a live executor to recover the orphan' },
+    );
+    expect(recovered).toMatchObject({ status: 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', max_recovery_attempts: 4 });
+  });
+
   it('applies the worker\'s options when the producer\'s own decorator says otherwise', async () => {
     const stale = staleProducer.get(StaleExtTasks);
     const handle = await staleProducer.queues.enqueue('tasks', stale.flaky, ['b']);
