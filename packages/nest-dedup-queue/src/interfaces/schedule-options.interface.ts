@@ -37,7 +37,7 @@ export interface CreateScheduleOptions extends Omit<ScheduledOptions, 'name' | '
   cron: string;
   /** The `@Workflow()` method (`this.reports.send`) or its registered name (`'Reports.send'`). */
   workflow: ((...args: any[]) => unknown) | string;
-  /** The queue its runs go to. Default: the workflow's `@Workflow({ queue })`, else the module's only declared queue. */
+  /** The queue its runs go to. Default: the workflow's `@Workflow({ queue })`, else the only declared queue. */
   queue?: string;
   /** The arguments each run gets, stored as JSON. Default `[]`. */
   args?: unknown[];
