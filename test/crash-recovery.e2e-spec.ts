@@ -1,7 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { QueueDeduplicatedError, WorkflowCancelledError, WorkflowHandle } from 'nest-dedup-queue';
-import { ExecutorStore } from 'nest-dedup-queue/dist/database/executor.store';
-import { QueueDatabase } from 'nest-dedup-queue/dist/database/queue-database';
+import { ExecutorStore, QueueDatabase } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { DurableSteps, DurableTasks, durableTablesSql } from './fixtures/child-durable-tasks';

@@ -1,7 +1,5 @@
 import { DedupQueueConfigurationError } from 'nest-dedup-queue';
-import { runMigrations } from 'nest-dedup-queue/dist/database/migration.runner';
-import { MIGRATIONS, Migration } from 'nest-dedup-queue/dist/database/migrations';
-import { QueueDatabase } from 'nest-dedup-queue/dist/database/queue-database';
+import { Migration, MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';

@@ -13,7 +13,7 @@ import {
   UnknownWorkflowError,
   Workflow,
 } from 'nest-dedup-queue';
-import { TickCalculator } from 'nest-dedup-queue/dist/scheduling/tick.calculator';
+import { TickCalculator } from 'nest-dedup-queue/testing';
 import { Pool } from 'pg';
 import { killFixtures } from './fixtures/child-harness';
 import { RecordingTasks } from './fixtures/recording-tasks';

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { Client, Pool } from 'pg';
-import { processesUsing } from 'throwaway-postgres/dist/process-table';
+import { processesUsing } from 'throwaway-postgres/internals';
 import { startBlackhole } from './support/blackhole';
 import { PgBouncer, startPgBouncer } from './support/pgbouncer';
 import { startPostgresServer, TestPostgresServer } from './support/postgres-server';

@@ -3,9 +3,7 @@ import { existsSync, promises as fs } from 'node:fs';
 import * as net from 'node:net';
 import { basename, resolve } from 'node:path';
 import { startThrowawayPostgres } from 'throwaway-postgres';
-import { findFreePort } from 'throwaway-postgres/dist/free-port';
-import { isRunning, processesUsing } from 'throwaway-postgres/dist/process-table';
-import { RegistryEntry, registryDir } from 'throwaway-postgres/dist/server-registry';
+import { findFreePort, isRunning, processesUsing, registryDir, RegistryEntry } from 'throwaway-postgres/internals';
 import { waitFor } from './support/wait-for';
 
 /**

@@ -1,7 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Client } from 'pg';
-import { findFreePort } from 'throwaway-postgres/dist/free-port';
+import { findFreePort } from 'throwaway-postgres/internals';
 import { createServerDirectory, serverAccount, ServerDirectory } from './server-directory';
 import { SYSTEM_TOOLS } from './system-tools';
 import { waitFor } from './wait-for';

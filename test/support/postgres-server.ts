@@ -2,8 +2,7 @@ import { existsSync } from 'node:fs';
 import { appendFile, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Client } from 'pg';
-import { findFreePort } from 'throwaway-postgres/dist/free-port';
-import { locateNativeBinaries } from 'throwaway-postgres/dist/native-binaries';
+import { findFreePort, locateNativeBinaries } from 'throwaway-postgres/internals';
 import { createServerDirectory, serverAccount, ServerAccount, ServerDirectory } from './server-directory';
 
 /** `fast` ends sessions and checkpoints; `immediate` is a crash as far as clients and recovery are concerned. */

@@ -2,8 +2,7 @@ import { spawn, spawnSync, SpawnOptions } from 'node:child_process';
 import { chown, mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { reapDirectory } from 'throwaway-postgres/dist/directory-reaper';
-import { startOwnerWatchdog } from 'throwaway-postgres/dist/owner-watchdog';
+import { reapDirectory, startOwnerWatchdog } from 'throwaway-postgres/internals';
 
 /** The OS account a test server runs as (PostgreSQL and PgBouncer refuse to run as root). */
 export interface ServerAccount {

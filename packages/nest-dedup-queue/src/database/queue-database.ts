@@ -10,9 +10,32 @@ import { ConnectionMonitor, describeError } from './connection-monitor';
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database-endpoint';
 import { driverErrorOf, isConnectionFailure, isServerError } from './sql-errors';
 
+/**
+ * What the module uses of a `pg` client (`PoolClient` or `Client`). NOTE: declared here rather than imported from
+ * `pg`, so that the package's declarations compile in an application without `@types/pg`.
+ */
+export interface PgConnection {
+  query<R = Record<string, unknown>>(
+    statement: string | { text: string; values?: unknown[]; name?: string },
+    values?: unknown[],
+  ): Promise<{ rows: R[] }>;
+  on(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  off(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  off(event: 'error', listener: (error: Error) => void): unknown;
+  off(event: 'end', listener: () => void): unknown;
+}
+
+/** A NOTIFY received on a LISTEN connection. */
+export interface PgNotification {
+  channel: string;
+  payload?: string;
+}
+
 /** A connection taken out of the pool (or opened on its own) for as long as its holder needs it. */
 export interface DedicatedConnection {
-  client: PoolClient | Client;
+  client: PgConnection;
   /** Gives the connection back (or closes it), destroying it when given the error that broke it. Idempotent. */
   release(error?: Error): void;
 }
@@ -129,7 +152,9 @@ export class QueueDatabase implements OnApplicationShutdown {
     const connection = await this.connect();
     try {
       await connection.client.query('BEGIN');
-      const result = await work(async (sql, params = []) => (await connection.client.query(sql, params)).rows);
+      const query: Query = async <R,>(sql: string, params: unknown[] = []) =>
+        (await connection.client.query<R>(sql, params)).rows;
+      const result = await work(query);
       await connection.client.query('COMMIT');
       connection.release();
       this.monitor.succeeded();

@@ -1,9 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import type { Notification } from 'pg';
 import type { DedupQueueConfig } from '../dedup-queue.config';
 import { ConnectionMonitor } from '../database/connection-monitor';
-import type { DedicatedConnection, QueueDatabase } from '../database/queue-database';
+import type { DedicatedConnection, PgNotification, QueueDatabase } from '../database/queue-database';
 import { backoffDelayMs } from '../utils/backoff';
 
 /** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
@@ -104,7 +103,7 @@ export class NotificationListener {
 
   /** NOTE: the connection keeps the 'error' listener its source gave it until released, so nothing goes unhandled. */
   private attach(connection: DedicatedConnection): void {
-    const onNotification = (message: Notification) => {
+    const onNotification = (message: PgNotification) => {
       if (message.channel === this.selfTestChannel) this.selfTestArrived?.();
       else this.handlers.get(message.channel)?.(message.payload);
     };

@@ -1,0 +1,13 @@
+/**
+ * `nest-dedup-queue/testing`: internals that the repository's own suites drive directly (the migration runner,
+ * the executor store, the schedule clock). Not part of the public API: no semver promise, may change in any
+ * release. Applications import from `nest-dedup-queue`.
+ */
+export { QueueDatabase } from './database/queue-database';
+export { runMigrations } from './database/migration.runner';
+export { MIGRATIONS } from './database/migrations';
+export type { Migration } from './database/migrations';
+export { ExecutorStore } from './database/executor.store';
+export { SCHEDULE_CLOCK } from './scheduling/schedule.clock';
+export type { ScheduleClock } from './scheduling/schedule.clock';
+export { TickCalculator } from './scheduling/tick.calculator';
