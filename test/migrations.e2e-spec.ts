@@ -1,4 +1,6 @@
-import { DedupQueueConfigurationError } from 'nest-dedup-queue';
+import { ConsoleLogger, Injectable } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { DedupQueueConfigurationError, DedupQueueModule, QueueService, Workflow } from 'nest-dedup-queue';
 import { Migration, MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
@@ -14,6 +16,23 @@ const nextMigration = (name: string, up: (schemaSql: string) => string): Migrati
   name,
   up,
 });
+
+@Injectable()
+class NoteTasks {
+  @Workflow()
+  async double(value: number): Promise<number> {
+    return value * 2;
+  }
+}
+
+/** Keeps the module's warnings for assertions (and prints nothing). */
+class CapturingLogger extends ConsoleLogger {
+  readonly warnings: string[] = [];
+  override log(): void {}
+  override warn(message: unknown): void {
+    this.warnings.push(String(message));
+  }
+}
 
 describe('schema migrations', () => {
   const schemas: string[] = [];
@@ -144,28 +163,102 @@ describe('schema migrations', () => {
     ).rejects.toMatchObject({ code: '23505', constraint: 'workflows_active_deduplication_id' });
   });
 
-  it('refuses a schema migrated by a newer version, telling to upgrade, and changes nothing', async () => {
+  it('runs against a schema a newer release migrated further, with one warning naming both versions', async () => {
     const schema = freshSchema('newer');
     const database = new QueueDatabase(dataSource, schema, false);
-    await runMigrations(database, MIGRATIONS);
-    const futureVersion = LATEST_VERSION + 1;
-    await pool.query(`INSERT INTO "${schema}".schema_migrations (version, name) VALUES ($1, 'from-a-newer-release')`, [
-      futureVersion,
+    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`);
+    await runMigrations(database, [...MIGRATIONS, addNote]);
+    const shapeBefore = await shapeOf(schema);
+    const recordedBefore = await recorded(schema);
+    const warnings: string[] = [];
+
+    await expect(runMigrations(database, MIGRATIONS, { warn: (line: string) => warnings.push(line) })).resolves.toEqual([]);
+
+    expect(warnings).toEqual([
+      `Schema "${schema}" is at migration ${addNote.version}, this version of nest-dedup-queue knows migrations up to ` +
+        `${LATEST_VERSION}: running against it (migrations stay compatible with the previous minor); ` +
+        'upgrade this application',
     ]);
+    expect(await shapeOf(schema)).toEqual(shapeBefore);
+    expect(await recorded(schema)).toEqual(recordedBefore);
+  });
+
+  it('boots a whole module of the older release on the newer schema: it logs the warning once and runs workflows', async () => {
+    const schema = freshSchema('newer_boot');
+    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`);
+    await runMigrations(new QueueDatabase(dataSource, schema, false), [...MIGRATIONS, addNote]);
+    const logger = new CapturingLogger();
+    const module = await Test.createTestingModule({
+      imports: [DedupQueueModule.forRoot({ connection: { url: databaseUrl() }, schema, queues: [{ name: 'tasks' }] })],
+      providers: [NoteTasks],
+    })
+      .setLogger(logger)
+      .compile();
+    await module.init();
+    try {
+      const queue = module.get(QueueService);
+      const handle = await queue.enqueue('tasks', module.get(NoteTasks).double, [21]);
+
+      await expect(handle.getResult()).resolves.toBe(42);
+      expect(logger.warnings.filter((line) => line.startsWith(`Schema "${schema}" is at migration`))).toHaveLength(1);
+    } finally {
+      await module.close();
+    }
+  });
+
+  it('refuses a schema with a breaking migration of a newer major, telling to upgrade, and changes nothing', async () => {
+    const schema = freshSchema('breaking');
+    const database = new QueueDatabase(dataSource, schema, false);
+    const nextMajor = { ...nextMigration('next-major', (s) => `CREATE TABLE ${s}.next_major (id integer)`), breaking: true };
+    await runMigrations(database, [...MIGRATIONS, nextMajor]);
     const shapeBefore = await shapeOf(schema);
     const recordedBefore = await recorded(schema);
 
     const error = await runMigrations(database, MIGRATIONS).catch((caught: unknown) => caught);
 
     expect(error).toBeInstanceOf(DedupQueueConfigurationError);
-    expect((error as Error).message).toContain(`Schema "${schema}" has migrations ${futureVersion}`);
-    expect((error as Error).message).toMatch(/upgrade nest-dedup-queue/);
+    expect((error as Error).message).toBe(
+      `Schema "${schema}" has migration ${nextMajor.version} of a newer major version of nest-dedup-queue, which ` +
+        'this version cannot run against: upgrade nest-dedup-queue in this application',
+    );
     expect(await shapeOf(schema)).toEqual(shapeBefore);
     expect(await recorded(schema)).toEqual(recordedBefore);
     // The migration lock was released: a process on other connections gets the same answer instead of waiting.
     await expect(runMigrations(new QueueDatabase(otherDataSource, schema, false), MIGRATIONS)).rejects.toThrow(
       /upgrade nest-dedup-queue/,
     );
+  });
+
+  it('refuses a schema whose newer migrations do not follow this release\'s own, and changes nothing', async () => {
+    const schema = freshSchema('other_line');
+    const database = new QueueDatabase(dataSource, schema, false);
+    const theirs = nextMigration('theirs', (s) => `CREATE TABLE ${s}.theirs (id integer)`);
+    await runMigrations(database, [...MIGRATIONS, theirs]);
+    const recordedBefore = await recorded(schema);
+    const ours = { ...nextMigration('ours', (s) => `CREATE TABLE ${s}.ours (id integer)`), version: theirs.version + 1 };
+
+    await expect(runMigrations(database, [...MIGRATIONS, ours])).rejects.toThrow(
+      `Schema "${schema}" has migrations ${theirs.version} that this version of nest-dedup-queue does not know, ` +
+        `yet lacks its migration ${ours.version} (ours)`,
+    );
+    expect(await tableExists(schema, 'ours')).toBe(false);
+    expect(await recorded(schema)).toEqual(recordedBefore);
+  });
+
+  it('reads a bookkeeping table made before the breaking column existed, and adds the column with the next migration', async () => {
+    const schema = freshSchema('old_bookkeeping');
+    const database = new QueueDatabase(dataSource, schema, false);
+    await runMigrations(database, MIGRATIONS);
+    await pool.query(`ALTER TABLE "${schema}".schema_migrations DROP COLUMN breaking`);
+
+    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([]);
+    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text`);
+    await expect(runMigrations(database, [...MIGRATIONS, addNote])).resolves.toEqual([addNote.version]);
+
+    const { rows } = await pool.query(
+      `SELECT count(*)::int AS count, bool_or(breaking) AS any_breaking FROM "${schema}".schema_migrations`,
+    );
+    expect(rows).toEqual([{ count: MIGRATIONS.length + 1, any_breaking: false }]);
   });
 
   it('rolls a failing migration back entirely and names it in the error', async () => {

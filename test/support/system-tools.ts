@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
 /** System programs some suites need beyond Node and npm; `.ci/run` installs them, a user's machine may not have them. */
@@ -12,7 +13,7 @@ export const SYSTEM_TOOLS = {
 
 export type SystemTool = keyof typeof SYSTEM_TOOLS;
 
-/** Set by `.ci/run`: a suite whose tools are missing fails instead of skipping. */
+/** Set by `.ci/run`: a suite whose tools (or the npm registry) are missing fails instead of skipping. */
 const REQUIRED = process.env.REQUIRE_SYSTEM_TOOLS === '1';
 
 /** The tools of `tools` that this machine lacks. */
@@ -30,9 +31,32 @@ export function describeWithTools(tools: readonly SystemTool[], name: string, bo
     describe(name, body);
     return;
   }
-  const message =
+  describeUnavailable(
+    name,
     `${name}: needs ${missing.map((tool) => `${tool} (${SYSTEM_TOOLS[tool]})`).join(', ')}; ` +
-    `install with: apt-get install -y ${missing.map(debianPackage).join(' ')}`;
+      `install with: apt-get install -y ${missing.map(debianPackage).join(' ')}`,
+    body,
+  );
+}
+
+/**
+ * `describe` for a suite that installs packages from the npm registry. When `npm ping` gets no answer within 10 s
+ * it says so and skips, except under `REQUIRE_SYSTEM_TOOLS=1` (CI), where the suite fails with the same message.
+ */
+export function describeWithRegistry(name: string, body: () => void): void {
+  const ping = spawnSync('npm', ['ping', '--fetch-retries=0', '--fetch-timeout=10000'], {
+    encoding: 'utf8',
+    timeout: 15_000,
+  });
+  if (ping.status === 0) {
+    describe(name, body);
+    return;
+  }
+  const answer = (ping.stderr || ping.stdout || ping.error?.message || 'no answer').trim().split('\n').pop();
+  describeUnavailable(name, `${name}: needs the npm registry, which did not answer \`npm ping\` (${answer})`, body);
+}
+
+function describeUnavailable(name: string, message: string, body: () => void): void {
   if (REQUIRED) {
     describe(name, () => {
       it('has the system tools it needs', () => {

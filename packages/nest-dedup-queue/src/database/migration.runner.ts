@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { Migration } from './migrations';
 import type { QueueDatabase } from './queue-database';
@@ -5,24 +6,46 @@ import { isConnectionFailure } from './sql-errors';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
+/** What one transaction of the runner did: the version it applied, or none, and the newer versions it found. */
+interface MigrationStep {
+  applied?: number;
+  newer: number[];
+}
+
 /**
  * Brings the module's schema up to the newest migration. Safe when many processes start at once: each migration
  * runs in a transaction that first takes a transaction-scoped advisory lock keyed by the schema, re-reads what is
  * applied, and commits the migration together with its bookkeeping row. NOTE: transaction-scoped, so that the lock
  * also holds behind a transaction pooler (a session lock would stay on a server connection others reuse).
+ *
+ * A schema that a newer release migrated further (a rolling deploy, old and new processes side by side) is used as
+ * it is, with one warning: migrations are backward compatible with the previous minor. Only a migration marked
+ * `breaking` (a new major) makes older processes refuse to start.
  * Returns the versions this call applied.
  */
-export async function runMigrations(database: QueueDatabase, migrations: readonly Migration[]): Promise<number[]> {
+export async function runMigrations(
+  database: QueueDatabase,
+  migrations: readonly Migration[],
+  logger: Pick<Logger, 'warn'> = new Logger('DedupQueueModule'),
+): Promise<number[]> {
   const applied: number[] = [];
   for (;;) {
-    const version = await database.transaction((query) => applyNext(query, database, migrations));
-    if (version === undefined) return applied;
-    applied.push(version);
+    const step = await database.transaction((query) => applyNext(query, database, migrations));
+    if (step.applied !== undefined) {
+      applied.push(step.applied);
+      continue;
+    }
+    if (step.newer.length > 0) logger.warn(newerSchemaWarning(database.schema, step.newer, migrations));
+    return applied;
   }
 }
 
-/** Applies the first migration not yet applied; undefined when there is none. */
-async function applyNext(query: Query, database: QueueDatabase, migrations: readonly Migration[]): Promise<number | undefined> {
+/** Applies the first migration not yet applied, unless the schema is newer than the code. */
+async function applyNext(
+  query: Query,
+  database: QueueDatabase,
+  migrations: readonly Migration[],
+): Promise<MigrationStep> {
   const schema = database.schemaSql;
   await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['nest-dedup-queue', database.schema]);
   await query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
@@ -30,13 +53,28 @@ async function applyNext(query: Query, database: QueueDatabase, migrations: read
     CREATE TABLE IF NOT EXISTS ${schema}.schema_migrations (
       version    integer PRIMARY KEY,
       name       text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now()
+      applied_at timestamptz NOT NULL DEFAULT now(),
+      breaking   boolean NOT NULL DEFAULT false
     )`);
-  const rows = await query<{ version: number }>(`SELECT version FROM ${schema}.schema_migrations`);
+  // NOTE: read through to_jsonb, so that a table made before the `breaking` column existed needs no ALTER here
+  // (an application's role may use the schema without owning it); the column is added when a migration applies.
+  const rows = await query<{ version: number; breaking: boolean }>(
+    `SELECT version, coalesce((to_jsonb(m) ->> 'breaking')::boolean, false) AS breaking
+     FROM ${schema}.schema_migrations m ORDER BY version`,
+  );
+  const known = new Set(migrations.map((migration) => migration.version));
+  const newer = rows.filter((row) => !known.has(row.version));
+  assertCompatible(newer, database.schema);
   const appliedVersions = new Set(rows.map((row) => row.version));
-  assertNotNewerThanCode(appliedVersions, migrations, database.schema);
   const next = migrations.find((migration) => !appliedVersions.has(migration.version));
-  if (!next) return undefined;
+  if (!next) return { newer: newer.map((row) => row.version) };
+  if (newer.length > 0) {
+    throw new DedupQueueConfigurationError(
+      `Schema "${database.schema}" has migrations ${newer.map((row) => row.version).join(', ')} that this version ` +
+        `of nest-dedup-queue does not know, yet lacks its migration ${next.version} (${next.name}): it was ` +
+        `migrated by a release that is not a successor of this one`,
+    );
+  }
   try {
     await query(next.up(schema));
   } catch (error) {
@@ -45,17 +83,32 @@ async function applyNext(query: Query, database: QueueDatabase, migrations: read
       `Migration ${next.version} (${next.name}) of schema "${database.schema}" failed: ${(error as Error).message}`,
     );
   }
-  await query(`INSERT INTO ${schema}.schema_migrations (version, name) VALUES ($1, $2)`, [next.version, next.name]);
-  return next.version;
+  await query(
+    `ALTER TABLE ${schema}.schema_migrations ADD COLUMN IF NOT EXISTS breaking boolean NOT NULL DEFAULT false`,
+  );
+  await query(`INSERT INTO ${schema}.schema_migrations (version, name, breaking) VALUES ($1, $2, $3)`, [
+    next.version,
+    next.name,
+    next.breaking === true,
+  ]);
+  return { applied: next.version, newer: [] };
 }
 
-function assertNotNewerThanCode(applied: Set<number>, migrations: readonly Migration[], schema: string): void {
-  const known = new Set(migrations.map((migration) => migration.version));
-  const unknown = [...applied].filter((version) => !known.has(version)).sort((a, b) => a - b);
-  if (unknown.length > 0) {
+/** A newer release's migrations are fine unless one of them is breaking (a new major): then this process stops. */
+function assertCompatible(newer: readonly { version: number; breaking: boolean }[], schema: string): void {
+  const breaking = newer.filter((row) => row.breaking).map((row) => row.version);
+  if (breaking.length > 0) {
     throw new DedupQueueConfigurationError(
-      `Schema "${schema}" has migrations ${unknown.join(', ')} that this version of nest-dedup-queue does not know; ` +
-        `it was migrated by a newer version: upgrade nest-dedup-queue in this application`,
+      `Schema "${schema}" has migration ${breaking.join(', ')} of a newer major version of nest-dedup-queue, which ` +
+        `this version cannot run against: upgrade nest-dedup-queue in this application`,
     );
   }
+}
+
+function newerSchemaWarning(schema: string, newer: readonly number[], migrations: readonly Migration[]): string {
+  const knows = Math.max(0, ...migrations.map((migration) => migration.version));
+  return (
+    `Schema "${schema}" is at migration ${Math.max(...newer)}, this version of nest-dedup-queue knows migrations up ` +
+    `to ${knows}: running against it (migrations stay compatible with the previous minor); upgrade this application`
+  );
 }

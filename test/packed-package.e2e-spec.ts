@@ -1,0 +1,190 @@
+import { ChildProcess, execFile, spawn } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { Pool } from 'pg';
+import { findFreePort } from 'throwaway-postgres/internals';
+import { databaseUrl, testPool, uniqueSchema } from './support/database';
+import { describeWithRegistry } from './support/system-tools';
+
+const run = promisify(execFile);
+
+const ROOT = path.resolve(__dirname, '..');
+const LIBRARY = path.join(ROOT, 'packages/nest-dedup-queue');
+const EXAMPLE_START = '<!-- one-file-app:start -->';
+const EXAMPLE_END = '<!-- one-file-app:end -->';
+
+/** The fresh application's dependencies: what a user would install for NestJS 11, without `@types/pg`. */
+const APP_DEPENDENCIES = {
+  '@nestjs/common': '11.2.10',
+  '@nestjs/core': '11.2.10',
+  '@nestjs/platform-express': '11.2.10',
+  pg: '8.23.1',
+  'reflect-metadata': '0.2.2',
+  rxjs: '7.8.2',
+  typeorm: '1.1.1',
+};
+/** `nest new` puts these in every app; `@types/node` is what `process.env` needs. */
+const APP_DEV_DEPENDENCIES = { '@types/node': '20.19.43', typescript: '5.9.3' };
+
+/** A strict application's compiler options, and no `skipLibCheck`: the package's declarations are checked too. */
+const APP_TSCONFIG = {
+  compilerOptions: {
+    target: 'ES2022',
+    module: 'commonjs',
+    strict: true,
+    experimentalDecorators: true,
+    emitDecoratorMetadata: true,
+    outDir: 'dist',
+    rootDir: 'src',
+    types: ['node'],
+  },
+  include: ['src'],
+};
+
+/** The README's one-file application, between its markers (so the README and this test cannot drift apart). */
+async function readmeExample(): Promise<string> {
+  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
+  const start = readme.indexOf(EXAMPLE_START);
+  const end = readme.indexOf(EXAMPLE_END);
+  if (start < 0 || end < start) throw new Error(`README.md has no block between ${EXAMPLE_START} and ${EXAMPLE_END}`);
+  const block = readme.slice(start + EXAMPLE_START.length, end).trim();
+  const code = /^```ts\n([\s\S]*)\n```$/.exec(block);
+  if (!code) throw new Error('the README block between the one-file-app markers is not a single ```ts fence');
+  return code[1];
+}
+
+/** Resolves once `url` answers at all (the application listens), polling every 100 ms for up to `ms`. */
+async function answering(url: string, app: ChildProcess, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (app.exitCode !== null) throw new Error(`the application exited with code ${app.exitCode}`);
+    try {
+      await fetch(url);
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
+describeWithRegistry('the packed package in a fresh NestJS 11 application', () => {
+  let workDir: string;
+  let tarball: string;
+  let packedFiles: string[];
+  let pool: Pool;
+  let database: string;
+  let app: ChildProcess | undefined;
+  let appOutput = '';
+
+  beforeAll(async () => {
+    workDir = await mkdtemp(path.join(tmpdir(), 'nest-dedup-queue-packed-'));
+    pool = testPool();
+    database = uniqueSchema('packed');
+    await pool.query(`CREATE DATABASE "${database}"`);
+
+    // NOTE: packed from a copy, so that its prepack build never rewrites the dist/ other suites are loading.
+    const copy = path.join(workDir, 'repo');
+    const copiedLibrary = path.join(copy, 'packages/nest-dedup-queue');
+    await cp(LIBRARY, copiedLibrary, {
+      recursive: true,
+      filter: (source) => !/[/\\](dist|node_modules)$/.test(source),
+    });
+    for (const file of ['README.md', 'tsconfig.base.json']) await cp(path.join(ROOT, file), path.join(copy, file));
+    await symlink(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'));
+    const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', workDir], {
+      cwd: copiedLibrary,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as { filename: string; files: { path: string }[] }[];
+    tarball = path.join(workDir, packed.filename);
+    packedFiles = packed.files.map((file) => file.path);
+
+    const appDir = path.join(workDir, 'app');
+    await mkdir(path.join(appDir, 'src'), { recursive: true });
+    const manifest = {
+      name: 'fresh-nest-app',
+      private: true,
+      dependencies: { ...APP_DEPENDENCIES, 'nest-dedup-queue': `file:${tarball}` },
+      devDependencies: APP_DEV_DEPENDENCIES,
+    };
+    await writeFile(path.join(appDir, 'package.json'), JSON.stringify(manifest, null, 2));
+    await writeFile(path.join(appDir, 'tsconfig.json'), JSON.stringify(APP_TSCONFIG, null, 2));
+    await writeFile(path.join(appDir, 'src/main.ts'), await readmeExample());
+    await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], { cwd: appDir });
+  }, 180_000);
+
+  afterAll(async () => {
+    if (app && app.exitCode === null) {
+      const exited = new Promise((resolve) => app?.once('exit', resolve));
+      app.kill('SIGTERM');
+      await exited;
+    }
+    await pool?.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+    await pool?.end();
+    if (workDir) await rm(workDir, { recursive: true, force: true });
+  });
+
+  it('holds the README, LICENSE, CHANGELOG and the built entry, and no sources or tests', () => {
+    expect(packedFiles).toEqual(
+      expect.arrayContaining(['README.md', 'LICENSE', 'CHANGELOG.md', 'package.json', 'dist/index.js', 'dist/index.d.ts']),
+    );
+    expect(packedFiles.filter((file) => /^src\/|(^|\/)test\/|\.spec\.|\.e2e-spec\.|tsconfig/.test(file))).toEqual([]);
+  });
+
+  it('installs without @types/pg, and the README example compiles with tsc --strict against it', async () => {
+    const appDir = path.join(workDir, 'app');
+    const installed = JSON.parse(await readFile(path.join(appDir, 'node_modules/nest-dedup-queue/package.json'), 'utf8'));
+    expect(installed.exports['.']).toEqual({ types: './dist/index.d.ts', default: './dist/index.js' });
+    await expect(readFile(path.join(appDir, 'node_modules/@types/pg/package.json'))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+
+    const compiled = await run('npx', ['tsc', '-p', 'tsconfig.json'], { cwd: appDir }).catch(
+      (error: { stdout?: string; message: string }) => ({ stdout: error.stdout ?? error.message }),
+    );
+    expect(compiled.stdout).toBe('');
+  }, 150_000);
+
+  it('runs the example: 201, a duplicate answered 409 over HTTP, then the workflow SUCCESS', async () => {
+    const appDir = path.join(workDir, 'app');
+    const port = await findFreePort();
+    const url = new URL(databaseUrl());
+    url.pathname = `/${database}`;
+    app = spawn(process.execPath, ['dist/main.js'], {
+      cwd: appDir,
+      env: { ...process.env, DATABASE_URL: url.toString(), PORT: String(port) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    app.stdout?.on('data', (chunk: Buffer) => (appOutput += chunk.toString()));
+    app.stderr?.on('data', (chunk: Buffer) => (appOutput += chunk.toString()));
+    const base = `http://127.0.0.1:${port}`;
+    await answering(base, app, 30_000).catch((error: Error) => {
+      throw new Error(`${error.message}\n${appOutput}`);
+    });
+
+    const first = await fetch(`${base}/process/u1`, { method: 'POST' });
+    expect(first.status).toBe(201);
+    const { workflow_id: workflowId } = (await first.json()) as { workflow_id: string };
+    const duplicate = await fetch(`${base}/process/u1`, { method: 'POST' });
+    expect(duplicate.status).toBe(409);
+    expect(await duplicate.json()).toMatchObject({
+      statusCode: 409,
+      queueName: 'user_tasks',
+      deduplicationId: 'u1',
+      existingWorkflowId: workflowId,
+    });
+
+    let status: { status: string; queueName?: string } | undefined;
+    const deadline = Date.now() + 30_000;
+    while (status?.status !== 'SUCCESS' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      status = (await (await fetch(`${base}/workflows/${workflowId}`)).json()) as { status: string };
+    }
+    expect(status).toMatchObject({ status: 'SUCCESS', queueName: 'user_tasks' });
+    const again = await fetch(`${base}/process/u1`, { method: 'POST' });
+    expect(again.status).toBe(201);
+  }, 90_000);
+});
