@@ -22,6 +22,11 @@ import { QueueMetrics } from './observability/queue.metrics';
 import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
 import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';
+import { EnqueueService } from './enqueue/enqueue.service';
+import { WorkflowLookupService } from './lookup/workflow-lookup.service';
+import { WorkflowControlService } from './control/workflow-control.service';
+import { QueueControlService } from './control/queue-control.service';
+import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
@@ -74,6 +79,11 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowExplorer,
     WorkflowCompletions,
     QueueScheduler,
+    WorkflowHandleFactory,
+    EnqueueService,
+    WorkflowLookupService,
+    WorkflowControlService,
+    QueueControlService,
     QueueService,
     DedupQueueHealthIndicator,
     {
