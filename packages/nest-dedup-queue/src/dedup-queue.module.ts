@@ -28,6 +28,13 @@ import { WorkflowControlService } from './control/workflow-control.service';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
+import { ExecutorStore } from './database/executor.store';
+import { StepStore } from './database/step.store';
+import { WorkflowClaimer } from './database/workflow-claimer';
+import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
+import { NotificationListener } from './scheduler/notification.listener';
+import { OutcomeWriter } from './scheduler/outcome.writer';
+import { QueueWorkerFactory } from './scheduler/queue-worker.factory';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
 import { ScheduleExplorer } from './scheduling/schedule.explorer';
@@ -78,6 +85,17 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,
+    { provide: WorkflowClaimer, useFactory: (database: QueueDatabase) => new WorkflowClaimer(database), inject: [QueueDatabase] },
+    { provide: ExecutorStore, useFactory: (database: QueueDatabase) => new ExecutorStore(database), inject: [QueueDatabase] },
+    {
+      provide: StepStore,
+      useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),
+      inject: [QueueDatabase, DedupQueueConfig],
+    },
+    OutcomeWriter,
+    ExecutorHeartbeat,
+    NotificationListener,
+    QueueWorkerFactory,
     QueueScheduler,
     WorkflowHandleFactory,
     EnqueueService,
