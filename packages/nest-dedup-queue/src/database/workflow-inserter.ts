@@ -2,6 +2,8 @@ import type { EntityManager } from 'typeorm';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
+import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
+import { STATUS_SQL } from './workflow-status.sql';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
 export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
@@ -88,7 +90,7 @@ export class WorkflowInserter {
         this.query(
           `WITH inserted AS (
              INSERT INTO ${this.table} (${COLUMNS})
-             VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
+             VALUES ($1, $2, $3, ${STATUS_SQL.ENQUEUED}, $4, $4, $5::json, $7, $8, $9, $10, $11,
                      coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'), $14, $15, $16)
              ON CONFLICT (workflow_id) DO NOTHING
              RETURNING queue_name
@@ -131,7 +133,7 @@ export class WorkflowInserter {
        ),
        inserted AS (
          INSERT INTO ${this.table} (${COLUMNS})
-         SELECT workflow_id, queue_name, workflow_name, 'ENQUEUED', deduplication_id, deduplication_id, inputs::json,
+         SELECT workflow_id, queue_name, workflow_name, ${STATUS_SQL.ENQUEUED}, deduplication_id, deduplication_id, inputs::json,
                 timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
                 coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error,
                 trace_context
@@ -148,8 +150,7 @@ export class WorkflowInserter {
        LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
        LEFT JOIN ${this.table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
        LEFT JOIN ${this.table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
-         AND holder.active_deduplication_id = i.deduplication_id
-         AND (holder.dedup_expires_at IS NULL OR holder.dedup_expires_at > now())
+         AND holder.active_deduplication_id = i.deduplication_id AND ${windowOpenSql('holder.')}
        LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
          AND in_batch.active_deduplication_id = i.deduplication_id
        ORDER BY i.ord`,
@@ -178,14 +179,10 @@ export class WorkflowInserter {
 
   private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {
     const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number }>(
-      `WITH expired AS (
-         UPDATE ${this.table} SET active_deduplication_id = NULL, updated_at = now()
-         WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now()
-         RETURNING workflow_id
-       )
+      `WITH expired AS (${releaseExpiredKeySql(this.table)})
        SELECT workflow_id, status, attempts FROM ${this.table}
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)
-         AND (dedup_expires_at IS NULL OR dedup_expires_at > now())`,
+         AND ${windowOpenSql()}`,
       [queueName, deduplicationId],
     );
     return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status, started: rows[0].attempts > 0 };
@@ -198,7 +195,7 @@ export class WorkflowInserter {
        SET inputs = $3::json, workflow_name = $4, updated_at = now(),
            not_before = CASE WHEN $5::timestamptz IS NULL AND $6::float8 IS NULL THEN not_before
                              ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
-       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = 'ENQUEUED' AND attempts = 0
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED} AND attempts = 0
        RETURNING workflow_id`,
       [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.runAt, workflow.delayMs],
     );
@@ -217,7 +214,7 @@ export class WorkflowInserter {
     for (let round = 0; round < 3; round++) {
       const updated = await this.query<{ workflow_id: string }>(
         `UPDATE ${this.table} SET inputs = $3::json, workflow_name = $4, updated_at = now()
-         WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = 'ENQUEUED'
+         WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED}
          RETURNING workflow_id`,
         [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName],
       );
@@ -227,12 +224,12 @@ export class WorkflowInserter {
           `WITH holder AS (
              SELECT workflow_id FROM ${this.table}
              WHERE queue_name = $2 AND active_deduplication_id = $4
-               AND (status = 'PENDING' OR (status = 'ENQUEUED' AND attempts > 0))
+               AND (status = ${STATUS_SQL.PENDING} OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
              FOR SHARE
            ),
            inserted AS (
              INSERT INTO ${this.table} (${COLUMNS}, next_deduplication_id)
-             SELECT $1, $2, $3, 'ENQUEUED', $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $13, $4
+             SELECT $1, $2, $3, ${STATUS_SQL.ENQUEUED}, $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $13, $4
              WHERE EXISTS (SELECT 1 FROM holder)
              ON CONFLICT DO NOTHING
              RETURNING workflow_id
