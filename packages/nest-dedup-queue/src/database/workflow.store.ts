@@ -79,7 +79,14 @@ export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
   return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
 }
 
-/** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
+/**
+ * The SQL of a workflow after it was enqueued (`WorkflowInserter` enqueues, `WorkflowClaimer` claims): recording
+ * outcomes, cancel and timeouts, retention, resume, reschedule and look-ups. Each change is one statement that ends
+ * workflows through `finishWorkflowSql`. Locks: none beyond the rows a statement updates; a cancel waits for a step
+ * transaction that holds its row `FOR SHARE` (see `StepStore.lockIfOwned`), the timeout and retention sweeps skip
+ * such rows (`FOR UPDATE SKIP LOCKED`) until their next round, and an outcome changes only a row still PENDING under
+ * its executor in the same run (no lock is taken to check that: the UPDATE's condition decides).
+ */
 export class WorkflowStore {
   private readonly table: string;
   private readonly steps: string;
