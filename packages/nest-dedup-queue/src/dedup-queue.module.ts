@@ -85,8 +85,16 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,
-    { provide: WorkflowClaimer, useFactory: (database: QueueDatabase) => new WorkflowClaimer(database), inject: [QueueDatabase] },
-    { provide: ExecutorStore, useFactory: (database: QueueDatabase) => new ExecutorStore(database), inject: [QueueDatabase] },
+    {
+      provide: WorkflowClaimer,
+      useFactory: (database: QueueDatabase) => new WorkflowClaimer(database),
+      inject: [QueueDatabase],
+    },
+    {
+      provide: ExecutorStore,
+      useFactory: (database: QueueDatabase) => new ExecutorStore(database),
+      inject: [QueueDatabase],
+    },
     {
       provide: StepStore,
       useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),

@@ -341,7 +341,7 @@ export class WorkflowStore {
   ): Promise<void> {
     await this.database.query(
       `UPDATE ${this.table} SET max_attempts = $3, max_recovery_attempts = $4, updated_at = now()
-       WHERE workflow_id = $1 AND attempts = $2 AND status = 'PENDING'`,
+       WHERE workflow_id = $1 AND attempts = $2 AND status = ${STATUS_SQL.PENDING}`,
       [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts],
       { idempotent: true },
     );
