@@ -38,6 +38,7 @@ describe('bad input is refused with a typed error before anything is written', (
     ['args that are not an array', () => app.queues.enqueue('tasks', tasks.echo, 'x' as never), InvalidArgumentError, /^args must be an array/],
     ['an empty deduplication ID', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '' }), InvalidArgumentError, /^options.deduplicationId must not be empty/],
     ['an over-long deduplication ID', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 'x'.repeat(256) }), InvalidArgumentError, /at most 255 characters, got 256/],
+    ['an over-long deduplication ID counted in code points (256 emoji)', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '😀'.repeat(256) }), InvalidArgumentError, /at most 255 characters, got 256/],
     ['a deduplication ID that is not a string', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 42 as never }), InvalidArgumentError, /must be a string, got number/],
     ['a NUL character in a key', () => app.queues.enqueue('tasks', tasks.echo, [1], { workflowId: 'a\u0000b' }), InvalidArgumentError, /NUL/],
     ['a misspelt option (deduplication would be off)', () => app.queues.enqueue('tasks', tasks.echo, [1], { dedupId: 'u1' } as never), InvalidArgumentError, /^options\.dedupId is not an option; did you mean "deduplicationId"\?/],
@@ -61,6 +62,20 @@ describe('bad input is refused with a typed error before anything is written', (
     expect((error as Error).name).toBe(errorType.name);
     expect((error as Error).message).toMatch(message);
     expect(await snapshot()).toEqual(before);
+  });
+
+  it('counts characters as Unicode code points, as Postgres does: 255 emoji (510 UTF-16 units) are a valid key', async () => {
+    const key = '😀'.repeat(255);
+    expect(key.length).toBe(510);
+    const handle = await app.queues.enqueue('tasks', tasks.echo, ['astral'], { deduplicationId: key, workflowId: key });
+    await expect(handle.getResult()).resolves.toBe('astral');
+    const { rows } = await pool.query(
+      `SELECT char_length(deduplication_id) AS key_length, deduplication_id = $2 AS same_key, char_length(workflow_id) AS id_length
+       FROM "${schema}".workflows WHERE workflow_id = $1`,
+      [handle.workflowId, key],
+    );
+    expect(rows).toEqual([{ key_length: 255, same_key: true, id_length: 255 }]);
+    await pool.query(`DELETE FROM "${schema}".workflows WHERE workflow_id = $1`, [handle.workflowId]);
   });
 
   it('keeps the stored workflow and its held key intact through all of the above', async () => {

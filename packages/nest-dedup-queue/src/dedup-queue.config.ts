@@ -18,6 +18,7 @@ import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.i
 import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import type { QueueRegistration } from './queues/queue-registration';
+import { exceedsCharacters } from './utils/character-length';
 
 /** A queue's limits with defaults applied (as declared, or as changed at run time). */
 export interface ResolvedQueue {
@@ -129,7 +130,7 @@ export function resolveConfig(
     }
   }
   const executorId = options.executorId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
-  if (typeof executorId !== 'string' || executorId.length === 0 || executorId.length > 255) {
+  if (typeof executorId !== 'string' || executorId.length === 0 || exceedsCharacters(executorId, 255)) {
     fail('`executorId` must be a string of 1 to 255 characters');
   }
   const leaseMs = positiveIntegerOrUndefined(options.leaseMs, 'leaseMs', fail) ?? DEFAULT_LEASE_MS;
@@ -192,7 +193,7 @@ function resolveQueues(
   const declaredAt = new Map<string, string>();
   for (const { queue, declaredAt: place } of declarations) {
     const name = queue?.name;
-    if (typeof name !== 'string' || name.length === 0 || name.length > 100) {
+    if (typeof name !== 'string' || name.length === 0 || exceedsCharacters(name, 100)) {
       fail(`queue name ${JSON.stringify(name)} (in ${place}) must be a string of 1 to 100 characters`);
     }
     const earlier = declaredAt.get(name);
@@ -216,7 +217,7 @@ function resolveExternalWorkflows(names: unknown, fail: (message: string) => nev
   if (!Array.isArray(names)) fail('`externalWorkflows` must be an array of workflow names');
   const external = new Set<string>();
   for (const name of names as unknown[]) {
-    if (typeof name !== 'string' || name.length === 0 || name.length > 255) {
+    if (typeof name !== 'string' || name.length === 0 || exceedsCharacters(name, 255)) {
       fail(`\`externalWorkflows\` holds ${JSON.stringify(name)}; give workflow names of 1 to 255 characters`);
     }
     if (external.has(name)) fail(`\`externalWorkflows\` lists "${name}" twice`);

@@ -22,7 +22,19 @@ import { QueueMetrics } from './observability/queue.metrics';
 import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
 import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';
+import { EnqueueService } from './enqueue/enqueue.service';
+import { WorkflowLookupService } from './lookup/workflow-lookup.service';
+import { WorkflowControlService } from './control/workflow-control.service';
+import { QueueControlService } from './control/queue-control.service';
+import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
+import { ExecutorStore } from './database/executor.store';
+import { StepStore } from './database/step.store';
+import { WorkflowClaimer } from './database/workflow-claimer';
+import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
+import { NotificationListener } from './scheduler/notification.listener';
+import { OutcomeWriter } from './scheduler/outcome.writer';
+import { QueueWorkerFactory } from './scheduler/queue-worker.factory';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
 import { ScheduleExplorer } from './scheduling/schedule.explorer';
@@ -73,7 +85,31 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,
+    {
+      provide: WorkflowClaimer,
+      useFactory: (database: QueueDatabase) => new WorkflowClaimer(database),
+      inject: [QueueDatabase],
+    },
+    {
+      provide: ExecutorStore,
+      useFactory: (database: QueueDatabase) => new ExecutorStore(database),
+      inject: [QueueDatabase],
+    },
+    {
+      provide: StepStore,
+      useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),
+      inject: [QueueDatabase, DedupQueueConfig],
+    },
+    OutcomeWriter,
+    ExecutorHeartbeat,
+    NotificationListener,
+    QueueWorkerFactory,
     QueueScheduler,
+    WorkflowHandleFactory,
+    EnqueueService,
+    WorkflowLookupService,
+    WorkflowControlService,
+    QueueControlService,
     QueueService,
     DedupQueueHealthIndicator,
     {

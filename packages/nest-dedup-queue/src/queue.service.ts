@@ -1,35 +1,17 @@
 import { Injectable } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
-import { DedupQueueConfig, isPartitioned, resolveLimits, QUEUE_LIMIT_KEYS } from './dedup-queue.config';
-import { QueueControlStore } from './database/queue-control.store';
-import { QueueSettings } from './queue-settings';
-import { toStatusInfo } from './database/workflow-row';
-import { isUniqueViolationOn } from './database/sql-errors';
-import { ACTIVE_DEDUPLICATION_INDEX, InsertResult, NewWorkflow, WorkflowInserter } from './database/workflow-inserter';
-import { WorkflowStore } from './database/workflow.store';
-import { DeduplicationEvents } from './enqueue/deduplication-events';
-import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
-import { WorkflowRegistry } from './discovery/workflow.registry';
-import { InvalidArgumentError } from './errors/invalid-argument.error';
-import { QueueDeduplicatedError } from './errors/queue-deduplicated.error';
-import { UnknownQueueError } from './errors/unknown-queue.error';
-import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
 import type { EntityManager } from 'typeorm';
+import { QueueControlService } from './control/queue-control.service';
+import { WorkflowControlService } from './control/workflow-control.service';
+import { EnqueueService } from './enqueue/enqueue.service';
+import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import type { BulkEnqueueItem, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
 import type { DeduplicationEvent } from './interfaces/deduplication-event.interface';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
-import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
+import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
-import { QueueWorkflowHandle } from './queue-workflow.handle';
-import { unknownKey } from './utils/known-keys';
-import { QueueScheduler } from './scheduler/queue.scheduler';
-import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
-import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from './utils/enqueue-options.validation';
-import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
-import { WorkflowTracer } from './observability/workflow.tracer';
-import { WorkflowCompletions } from './workflow-completions';
+import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
 export type WorkflowFunction = (...args: any[]) => unknown;
@@ -37,25 +19,15 @@ export type WorkflowFunction = (...args: any[]) => unknown;
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
 type WithoutQueue<T> = T extends [string, ...infer Rest] ? Rest : never;
 
-const MAX_LIST_LIMIT = 10_000;
-const BULK_CHUNK = 1000;
-
 /** Enqueues workflows and looks them up. Inject it anywhere once `DedupQueueModule.forRoot()` is imported. */
 @Injectable()
 export class QueueService {
+  // NOTE: a facade: enqueue, look-up, workflow control and queue control each live in their own service.
   constructor(
-    private readonly config: DedupQueueConfig,
-    private readonly registry: WorkflowRegistry,
-    private readonly store: WorkflowStore,
-    private readonly completions: WorkflowCompletions,
-    private readonly settings: QueueSettings,
-    private readonly control: QueueControlStore,
-    private readonly inserter: WorkflowInserter,
-    private readonly enqueuer: WorkflowEnqueuer,
-    private readonly events: DeduplicationEvents,
-    private readonly scheduler: QueueScheduler,
-    private readonly lifecycle: WorkflowLifecycle,
-    private readonly tracer: WorkflowTracer,
+    private readonly enqueuing: EnqueueService,
+    private readonly lookup: WorkflowLookupService,
+    private readonly workflows: WorkflowControlService,
+    private readonly queues: QueueControlService,
   ) {}
 
   /**
@@ -96,11 +68,9 @@ export class QueueService {
   enqueue<R = unknown>(workflow: string, args: unknown[], options?: EnqueueOptions): Promise<EnqueuedWorkflowHandle<R>>;
   async enqueue(...call: EnqueueCall | WithoutQueue<EnqueueCall>): Promise<EnqueuedWorkflowHandle<unknown>> {
     const [queueName, workflow, args, options = {}] = Array.isArray(call[1])
-      ? ([this.registry.defaultQueue(call[0]), ...call] as EnqueueCall)
+      ? ([this.enqueuing.defaultQueue(call[0]), ...call] as EnqueueCall)
       : (call as EnqueueCall);
-    const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
-    const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
-    return this.handle(enqueued.workflowId, enqueued.created);
+    return this.enqueuing.enqueue(queueName, workflow, args, options);
   }
 
   /**
@@ -115,40 +85,12 @@ export class QueueService {
     items: BulkEnqueueItem[],
     options: { manager?: EntityManager } = {},
   ): Promise<BulkEnqueueResult[]> {
-    if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
-    const prepared = [];
-    for (const [index, item] of items.entries()) {
-      prepared.push(
-        await this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
-      );
-    }
-    const ids = new Set<string>();
-    prepared.forEach(({ row }, index) => {
-      if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
-      ids.add(row.workflowId);
-    });
-    const rows = prepared.map(({ row }) => row);
-    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, options.manager));
-  }
-
-  private async insertInChunks(rows: NewWorkflow[], manager?: EntityManager): Promise<BulkEnqueueResult[]> {
-    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
-    const results: BulkEnqueueResult[] = [];
-    for (let start = 0; start < rows.length; start += BULK_CHUNK) {
-      const chunk = rows.slice(start, start + BULK_CHUNK);
-      const inserted = await inserter.insertMany(chunk);
-      for (const [index, result] of inserted.entries()) {
-        results.push(await this.bulkOutcome(chunk[index], result, manager));
-      }
-    }
-    return results;
+    return this.enqueuing.enqueueMany(queueName, workflow, items, options);
   }
 
   /** A handle to the workflow that holds a deduplication ID in a queue now, or undefined when the ID is free. */
   async findByDeduplicationId<R = unknown>(queueName: string, deduplicationId: string): Promise<WorkflowHandle<R> | undefined> {
-    this.assertDeclared(queueName);
-    const holder = await this.inserter.findHolder(queueName, deduplicationId);
-    return holder && this.handle<R>(holder.workflowId);
+    return this.lookup.findByDeduplicationId<R>(queueName, deduplicationId);
   }
 
   /**
@@ -156,20 +98,17 @@ export class QueueService {
    * Returns a function that removes the listener.
    */
   onDeduplicated(listener: (event: DeduplicationEvent) => void): () => void {
-    return this.events.listen(listener);
+    return this.lookup.onDeduplicated(listener);
   }
 
   /** Deduplication hits per queue in this process since it started. */
   deduplicationCounts(): Record<string, number> {
-    return this.events.countsByQueue();
+    return this.lookup.deduplicationCounts();
   }
 
   /** A handle to an existing workflow. @throws WorkflowNotFoundError when no workflow has this ID. */
   async retrieve<R = unknown>(workflowId: string): Promise<WorkflowHandle<R>> {
-    if (!(await this.store.findRow(workflowId))) {
-      throw new WorkflowNotFoundError(workflowId);
-    }
-    return this.handle<R>(workflowId);
+    return this.lookup.retrieve<R>(workflowId);
   }
 
   /**
@@ -180,16 +119,7 @@ export class QueueService {
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
   async cancel(workflowId: string): Promise<WorkflowStatus> {
-    const cancelled = await this.store.cancel(workflowId);
-    if (cancelled === undefined) {
-      throw new WorkflowNotFoundError(workflowId);
-    }
-    if (cancelled.status === 'CANCELLED') {
-      this.scheduler.cancelled({ workflowId, reason: 'cancelled', attempt: cancelled.attempts });
-      this.completions.finished(workflowId);
-    }
-    if (cancelled.cancelled) this.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'cancelled' });
-    return cancelled.status;
+    return this.workflows.cancel(workflowId);
   }
 
   /**
@@ -197,7 +127,7 @@ export class QueueService {
    * (they ignore their signal). Each is reported once in the log after a second, then at growing intervals.
    */
   abandonedRuns(): AbandonedRunInfo[] {
-    return this.scheduler.abandonedRuns();
+    return this.workflows.abandonedRuns();
   }
 
   /**
@@ -205,12 +135,7 @@ export class QueueService {
    * apart from `ENQUEUED`: `{ [queueName]: { ENQUEUED: 3, DELAYED: 1, ... } }` (statuses with none are left out).
    */
   async countByStatus(queueName?: string): Promise<Record<string, Partial<Record<WorkflowStatus, number>>>> {
-    if (queueName !== undefined) this.assertDeclared(queueName);
-    const counts: Record<string, Partial<Record<WorkflowStatus, number>>> = {};
-    for (const row of await this.store.countByStatus(queueName)) {
-      (counts[row.queueName] ??= {})[row.status] = row.count;
-    }
-    return counts;
+    return this.lookup.countByStatus(queueName);
   }
 
   /**
@@ -224,23 +149,7 @@ export class QueueService {
    * @throws WorkflowNotFoundError when no workflow has this ID
    */
   async resume<R = unknown>(workflowId: string): Promise<WorkflowHandle<R>> {
-    let resumed;
-    try {
-      resumed = await this.store.resume(workflowId);
-    } catch (error) {
-      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
-        const row = await this.store.findRow(workflowId);
-        const key = row?.deduplication_id as string;
-        const holder = await this.inserter.findHolder(row?.queue_name as string, key);
-        throw new QueueDeduplicatedError(row?.queue_name as string, key, holder?.workflowId ?? '(finished meanwhile; try again)');
-      }
-      throw error;
-    }
-    if (!resumed) throw new WorkflowNotFoundError(workflowId);
-    if (resumed.before === 'SUCCESS' || resumed.before === 'ERROR') {
-      throw new InvalidArgumentError('workflowId', `names a workflow that ended with ${resumed.before}; only CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows can be resumed`);
-    }
-    return this.handle<R>(workflowId);
+    return this.workflows.resume<R>(workflowId);
   }
 
   /**
@@ -249,27 +158,16 @@ export class QueueService {
    * @throws WorkflowNotFoundError when no workflow has this ID
    */
   async reschedule(workflowId: string, change: Pick<EnqueueOptions, 'delayMs' | 'runAt' | 'priority'>): Promise<void> {
-    const valid = validateEnqueueOptions(change, '', false);
-    const status = await this.store.reschedule(workflowId, {
-      runAt: valid.runAt,
-      delayMs: valid.delayMs,
-      priority: change.priority === undefined ? null : valid.priority,
-    });
-    if (status === undefined) throw new WorkflowNotFoundError(workflowId);
-    if (status !== 'ENQUEUED') {
-      throw new InvalidArgumentError('workflowId', `names a workflow that is ${status}; only ENQUEUED workflows can be rescheduled`);
-    }
+    return this.workflows.reschedule(workflowId, change);
   }
 
   /** Stops every process from starting workflows of this queue (enqueues still succeed) until `resumeQueue`. */
   async pauseQueue(queueName: string): Promise<void> {
-    this.assertDeclared(queueName);
-    await this.control.setPaused(queueName, true);
+    return this.queues.pauseQueue(queueName);
   }
 
   async resumeQueue(queueName: string): Promise<void> {
-    this.assertDeclared(queueName);
-    await this.control.setPaused(queueName, false);
+    return this.queues.resumeQueue(queueName);
   }
 
   /**
@@ -277,107 +175,16 @@ export class QueueService {
    * notifications arrive). A limit given as `null` goes back to its declared value; limits left out stay as they are.
    */
   async setQueueLimits(queueName: string, limits: { [K in keyof QueueLimits]?: QueueLimits[K] | null }): Promise<void> {
-    this.assertDeclared(queueName);
-    const unknown = unknownKey(limits ?? {}, QUEUE_LIMIT_KEYS);
-    if (unknown) throw new InvalidArgumentError(`limits.${unknown.key}`, unknown.reason);
-    const given = Object.fromEntries(Object.entries(limits ?? {}).filter(([, value]) => value !== null && value !== undefined));
-    resolveLimits(queueName, given, 'limits.', (message) => {
-      throw new InvalidArgumentError('limits', message);
-    });
-    await this.control.setLimits(queueName, limits);
+    return this.queues.setQueueLimits(queueName, limits);
   }
 
   /** The limits that apply to a queue now (declared, with run-time changes), and whether it is paused. */
   async getQueueSettings(queueName: string): Promise<QueueLimits & { paused: boolean }> {
-    this.assertDeclared(queueName);
-    await this.settings.refresh();
-    const { name: _name, ...settings } = this.settings.effective(queueName);
-    return settings;
-  }
-
-  private assertDeclared(queueName: string): void {
-    if (!this.config.queues.has(queueName)) throw new UnknownQueueError(queueName, [...this.config.queues.keys()]);
+    return this.queues.getQueueSettings(queueName);
   }
 
   /** Lists workflows, newest first. */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
-    const limit = filter.limit ?? 100;
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
-      throw new InvalidArgumentError('filter.limit', `must be an integer from 1 to ${MAX_LIST_LIMIT}`);
-    }
-    return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
-  }
-
-  private async prepare(
-    queueName: string,
-    workflow: WorkflowFunction | string,
-    args: unknown,
-    options: EnqueueOptions,
-    optionsField: string,
-    argsField = 'args',
-  ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
-    this.assertDeclared(queueName);
-    const workflowName = this.registry.resolveName(workflow);
-    const workflowOptions = this.registry.runOptions(workflowName);
-    const inputsJson = serialiseArgs(args, argsField);
-    const valid = validateEnqueueOptions(options, queueName, await this.isPartitioned(queueName, options), optionsField);
-    const row: NewWorkflow = {
-      workflowId: valid.workflowId ?? randomUUID(),
-      queueName,
-      workflowName,
-      deduplicationId: valid.deduplicationId,
-      inputsJson,
-      timeoutMs: valid.timeoutMs,
-      maxAttempts: workflowOptions.maxAttempts,
-      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts,
-      partitionKey: valid.partitionKey,
-      priority: valid.priority,
-      runAt: valid.runAt,
-      delayMs: valid.delayMs,
-      deduplicationWindowMs: valid.deduplicationWindowMs,
-      releaseKeyOnError: valid.releaseKeyOnError,
-      traceContext: null,
-    };
-    return { valid, row };
-  }
-
-  /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */
-  private async isPartitioned(queueName: string, options: EnqueueOptions): Promise<boolean> {
-    if (options?.partitionKey !== undefined && !isPartitioned(this.settings.effective(queueName))) {
-      await this.settings.refresh();
-    }
-    return isPartitioned(this.settings.effective(queueName));
-  }
-
-  private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
-    if (result.outcome === 'inserted') {
-      this.enqueuer.inserted(row);
-      return { status: 'created', workflowId: row.workflowId };
-    }
-    if (result.outcome === 'deduplicated' && result.holderId) {
-      this.events.emit(
-        {
-          queueName: row.queueName,
-          deduplicationId: row.deduplicationId as string,
-          existingWorkflowId: result.holderId,
-          outcome: 'rejected',
-        },
-        row.workflowName,
-      );
-      return { status: 'duplicate', workflowId: result.holderId };
-    }
-    try {
-      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager, false);
-      return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
-    } catch (error) {
-      if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };
-      throw error;
-    }
-  }
-
-  private handle<R>(workflowId: string): WorkflowHandle<R>;
-  private handle<R>(workflowId: string, created: boolean): EnqueuedWorkflowHandle<R>;
-  private handle<R>(workflowId: string, created?: boolean): WorkflowHandle<R> {
-    return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions, created ?? false);
+    return this.lookup.list(filter);
   }
 }

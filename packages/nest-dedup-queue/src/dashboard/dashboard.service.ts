@@ -23,6 +23,7 @@ import type {
 } from './dashboard-api.interface';
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
+import { exceedsCharacters } from '../utils/character-length';
 
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
@@ -265,7 +266,7 @@ function isoOrNull(date: Date | null): string | null {
 function textParameter(value: unknown, name: string): string | undefined {
   if (value === undefined || value === '') return undefined;
   if (typeof value !== 'string') throw new InvalidArgumentError(name, 'must be given once, as text');
-  if (value.length > 255) throw new InvalidArgumentError(name, 'must be at most 255 characters');
+  if (exceedsCharacters(value, 255)) throw new InvalidArgumentError(name, 'must be at most 255 characters');
   return value;
 }
 

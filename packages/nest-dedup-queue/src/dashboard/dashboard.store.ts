@@ -2,6 +2,7 @@ import type { QueryOptions, QueueDatabase } from '../database/queue-database';
 import type { NewWorkflow } from '../database/workflow-inserter';
 import { REPORTED_STATUS_SQL } from '../database/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+import { DELAYED_SQL, READY_SQL } from '../database/workflow-status.sql';
 
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
 export interface ListCursor {
@@ -316,8 +317,8 @@ export class DashboardStore {
  * told apart by the start time; every other status is its stored value, read from the index alone.
  */
 function statusCondition(status: WorkflowStatus, param: (value: unknown) => string): string {
-  if (status === 'DELAYED') return `(status = 'ENQUEUED' AND not_before > now())`;
-  if (status === 'ENQUEUED') return `(status = 'ENQUEUED' AND (not_before IS NULL OR not_before <= now()))`;
+  if (status === 'DELAYED') return DELAYED_SQL;
+  if (status === 'ENQUEUED') return READY_SQL;
   return `status = ${param(status)}`;
 }
 

@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
+import { finishWorkflowSql } from './workflow-finish.sql';
+import { STATUS_SQL } from './workflow-status.sql';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
@@ -15,6 +17,9 @@ export interface NotOwnedWorkflow {
   reason: Extract<InterruptReason, 'cancelled' | 'timed-out' | 'ownership-lost'>;
   attempt?: number;
 }
+
+/** A recovered workflow past its recovery budget: it is dead-lettered instead of put back in its queue. */
+const DEAD_LETTERED = 'w.recovery_attempts >= w.max_recovery_attempts';
 
 /**
  * The SQL of executors and leases: each worker process keeps a row with a heartbeat; the PENDING workflows of an
@@ -69,7 +74,7 @@ export class ExecutorStore {
       `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
        FROM unnest($1::text[]) AS ids(id)
        LEFT JOIN ${this.workflows} AS w ON w.workflow_id = ids.id
-       WHERE w.workflow_id IS NULL OR w.status <> 'PENDING' OR w.executor_id IS DISTINCT FROM $2`,
+       WHERE w.workflow_id IS NULL OR w.status <> ${STATUS_SQL.PENDING} OR w.executor_id IS DISTINCT FROM $2`,
       [workflowIds, executorId],
       { idempotent: true },
     );
@@ -89,8 +94,8 @@ export class ExecutorStore {
     const rows = await this.database.query<{ workflow_id: string }>(
       `WITH released AS (
          UPDATE ${this.workflows}
-         SET status = 'ENQUEUED', executor_id = NULL, updated_at = now()
-         WHERE status = 'PENDING' AND executor_id = $1 AND workflow_id <> ALL($2::text[])
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now()
+         WHERE status = ${STATUS_SQL.PENDING} AND executor_id = $1 AND workflow_id <> ALL($2::text[])
          RETURNING workflow_id, queue_name
        ),
        woken AS (SELECT pg_notify($3, queue_name) FROM (SELECT DISTINCT queue_name FROM released) AS q)
@@ -106,7 +111,7 @@ export class ExecutorStore {
     return this.recover(
       '',
       `SELECT workflow_id FROM ${this.workflows}
-       WHERE status = 'PENDING' AND executor_id = $2
+       WHERE status = ${STATUS_SQL.PENDING} AND executor_id = $2
        FOR UPDATE SKIP LOCKED`,
       executorId,
     );
@@ -125,7 +130,7 @@ export class ExecutorStore {
          RETURNING executor_id
        ),`,
       `SELECT w.workflow_id FROM ${this.workflows} AS w
-       WHERE w.status = 'PENDING'
+       WHERE w.status = ${STATUS_SQL.PENDING}
          AND (w.executor_id IN (SELECT executor_id FROM expired)
               OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
        FOR UPDATE OF w SKIP LOCKED`,
@@ -138,14 +143,14 @@ export class ExecutorStore {
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
        recovered AS (
          UPDATE ${this.workflows} AS w
-         SET status = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts
-                           THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'ENQUEUED' END,
-             active_deduplication_id = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts
-                                            THEN NULL ELSE w.active_deduplication_id END,
-             completed_at = CASE WHEN w.recovery_attempts >= w.max_recovery_attempts THEN now() END,
+         SET ${finishWorkflowSql({
+               row: 'w.',
+               status: `CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+                             ELSE ${STATUS_SQL.ENQUEUED} END`,
+               endsWhen: DEAD_LETTERED,
+             })},
              recovery_attempts = w.recovery_attempts + 1,
-             executor_id = NULL,
-             updated_at = now()
+             executor_id = NULL
          FROM orphans WHERE w.workflow_id = orphans.workflow_id
          RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status
        ),

@@ -7,6 +7,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
 import { ConnectionMonitor, describeError } from './connection-monitor';
+import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database-endpoint';
 import { driverErrorOf, isConnectionFailure, isServerError } from './sql-errors';
 
@@ -103,17 +104,17 @@ export class QueueDatabase implements OnApplicationShutdown {
 
   /** The channel that wakes workers when work is enqueued into this schema; the payload is the queue name. */
   get wakeUpChannel(): string {
-    return `dedup_queue:${this.schema}`;
+    return `${WAKE_UP_CHANNEL_PREFIX}${this.schema}`;
   }
 
   /** The channel that tells every process a queue was paused, resumed or given new limits; the payload is its name. */
   get controlChannel(): string {
-    return `dedup_queue_control:${this.schema}`;
+    return `${CONTROL_CHANNEL_PREFIX}${this.schema}`;
   }
 
   /** The channel that tells workers to interrupt a workflow; the payload is its ID. */
   get cancelChannel(): string {
-    return `dedup_queue_cancel:${this.schema}`;
+    return `${CANCEL_CHANNEL_PREFIX}${this.schema}`;
   }
 
   /**

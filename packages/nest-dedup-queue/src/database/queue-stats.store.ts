@@ -2,6 +2,7 @@ import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { settleWithin } from '../utils/settle-within';
 import type { QueueDatabase } from './queue-database';
 import { REPORTED_STATUS_SQL } from './workflow-row';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -33,9 +34,10 @@ export class QueueStatsStore {
         `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::float8 AS n,
                 extract(epoch FROM now() - min(greatest(created_at, not_before))
                                    FILTER (WHERE not_before IS NULL OR not_before <= now()))::float8 AS oldest_wait
-         FROM ${this.table} WHERE status = 'ENQUEUED' GROUP BY queue_name, 2
+         FROM ${this.table} WHERE status = ${STATUS_SQL.ENQUEUED} GROUP BY queue_name, 2
          UNION ALL
-         SELECT queue_name, 'PENDING', count(*)::float8, NULL FROM ${this.table} WHERE status = 'PENDING'
+         SELECT queue_name, ${STATUS_SQL.PENDING}, count(*)::float8, NULL FROM ${this.table}
+         WHERE status = ${STATUS_SQL.PENDING}
          GROUP BY queue_name`,
       ),
     );
@@ -49,7 +51,7 @@ export class QueueStatsStore {
     const rows = await this.withTimeout(timeoutMs, (query) =>
       query<{ queue_name: string; status: WorkflowStatus; n: number }>(
         `SELECT queue_name, status, count(*)::float8 AS n FROM ${this.table}
-         WHERE status NOT IN ('ENQUEUED', 'PENDING') GROUP BY queue_name, status`,
+         WHERE status NOT IN ${ACTIVE_STATUSES_SQL} GROUP BY queue_name, status`,
       ),
     );
     return rows.map(toStatusCount);

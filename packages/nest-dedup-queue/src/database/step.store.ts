@@ -1,6 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { WorkflowErrorInfo } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
+import { STATUS_SQL } from './workflow-status.sql';
 
 /** A step outcome as checkpointed. */
 export interface RecordedStep {
@@ -56,7 +57,7 @@ export class StepStore {
     const rows = await this.database.query<{ owned: boolean }>(
       `WITH owned AS (
          SELECT 1 FROM ${this.workflows}
-         WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $7 AND attempts = $8
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = $7 AND attempts = $8
        ),
        recorded AS (
          INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at)
@@ -94,7 +95,7 @@ export class StepStore {
   async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
     const rows = await manager.query(
       `SELECT 1 FROM ${this.workflows}
-       WHERE workflow_id = $1 AND status = 'PENDING' AND executor_id = $2 AND attempts = $3 FOR SHARE`,
+       WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2 AND attempts = $3 FOR SHARE`,
       [workflowId, executorId, attempt],
     );
     return rows.length === 1;

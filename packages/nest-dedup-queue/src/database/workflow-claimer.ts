@@ -1,5 +1,6 @@
 import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.config';
 import type { QueueDatabase } from './queue-database';
+import { READY_SQL, STATUS_SQL } from './workflow-status.sql';
 
 export interface ClaimedWorkflow {
   workflowId: string;
@@ -96,7 +97,8 @@ export class WorkflowClaimer {
     if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
     const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
       `SELECT
-         (SELECT count(*)::int FROM ${this.workflows} WHERE queue_name = $1 AND status = 'PENDING') AS running,
+         (SELECT count(*)::int FROM ${this.workflows}
+          WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}) AS running,
          count(*)::int AS recent,
          (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
            AS frees_in_ms
@@ -132,21 +134,21 @@ export class WorkflowClaimer {
    * $6 per-partition rate limit and $7 its period (null/0 when unset).
    */
   private claimSql(partitioned: boolean): string {
-    const due = `status = 'ENQUEUED' AND workflow_name = ANY($3::text[]) AND (not_before IS NULL OR not_before <= now())`;
+    const due = `${READY_SQL} AND workflow_name = ANY($3::text[])`;
     const candidates = partitioned
       ? `WITH RECURSIVE partitions AS (
            (SELECT partition_key FROM ${this.workflows}
-            WHERE queue_name = $1 AND status = 'ENQUEUED' AND partition_key IS NOT NULL
+            WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
             ORDER BY partition_key LIMIT 1)
            UNION ALL
            SELECT (SELECT w.partition_key FROM ${this.workflows} AS w
-                   WHERE w.queue_name = $1 AND w.status = 'ENQUEUED' AND w.partition_key > p.partition_key
+                   WHERE w.queue_name = $1 AND w.status = ${STATUS_SQL.ENQUEUED} AND w.partition_key > p.partition_key
                    ORDER BY w.partition_key LIMIT 1)
            FROM partitions AS p WHERE p.partition_key IS NOT NULL
          ),
          running AS (
            SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
-           WHERE queue_name = $1 AND status = 'PENDING' AND partition_key IS NOT NULL GROUP BY partition_key
+           WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key
          ),
          recent AS (
            SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
@@ -187,12 +189,12 @@ export class WorkflowClaimer {
          )`;
     return `${candidates}
       UPDATE ${this.workflows} AS w
-      SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = clock_timestamp(),
+      SET status = ${STATUS_SQL.PENDING}, executor_id = $2, attempts = w.attempts + 1, started_at = clock_timestamp(),
           updated_at = now(),
           deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
                              THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
       FROM claimable
-      WHERE w.workflow_id = claimable.workflow_id AND w.status = 'ENQUEUED'
+      WHERE w.workflow_id = claimable.workflow_id AND w.status = ${STATUS_SQL.ENQUEUED}
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts, w.max_recovery_attempts,

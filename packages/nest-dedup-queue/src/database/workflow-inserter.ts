@@ -1,7 +1,10 @@
 import type { EntityManager } from 'typeorm';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
+import { InsertStatements, insertStatements } from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
+import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
+import { STATUS_SQL } from './workflow-status.sql';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
 export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
@@ -45,9 +48,7 @@ export interface Holder {
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
-const COLUMNS = `workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
-  timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority, not_before, dedup_window_ms,
-  release_key_on_error, trace_context`;
+const statementsByTable = new Map<string, InsertStatements>();
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),
@@ -84,18 +85,9 @@ export class WorkflowInserter {
 
   async insert(workflow: NewWorkflow): Promise<InsertResult> {
     try {
+      const { sql, params } = this.statements.one;
       const rows = await this.guarded(() =>
-        this.query(
-          `WITH inserted AS (
-             INSERT INTO ${this.table} (${COLUMNS})
-             VALUES ($1, $2, $3, 'ENQUEUED', $4, $4, $5::json, $7, $8, $9, $10, $11,
-                     coalesce($12::timestamptz, now() + $13::float8 * interval '1 millisecond'), $14, $15, $16)
-             ON CONFLICT (workflow_id) DO NOTHING
-             RETURNING queue_name
-           )
-           SELECT pg_notify($6, queue_name) FROM inserted`,
-          [...this.values(workflow).slice(0, 5), this.database.wakeUpChannel, ...this.values(workflow).slice(5)],
-        ),
+        this.query(sql, params.values({ workflow, channel: this.database.wakeUpChannel })),
       );
       if (rows.length === 1) return { outcome: 'inserted' };
     } catch (error) {
@@ -112,49 +104,14 @@ export class WorkflowInserter {
    * same order instead of deadlocking; a holder whose window expired is left to `findHolder` to clear.
    */
   async insertMany(workflows: NewWorkflow[]): Promise<InsertResult[]> {
-    const columns = workflows.map((workflow) => this.values(workflow));
-    const column = (index: number) => columns.map((values) => values[index]);
+    const { sql, params } = this.statements.many;
     const rows = await this.query<{
       inserted: boolean;
       existing_queue: string | null;
       existing_workflow: string | null;
       holder_id: string | null;
       deduplication_id: string | null;
-    }>(
-      `WITH input AS (
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[],
-                              $8::int[], $9::text[], $10::int[], $11::timestamptz[], $12::float8[], $13::int[],
-                              $14::bool[], $15::text[])
-           WITH ORDINALITY AS i(workflow_id, queue_name, workflow_name, deduplication_id, inputs, timeout_ms,
-                                max_attempts, max_recovery_attempts, partition_key, priority, run_at, delay_ms,
-                                dedup_window_ms, release_key_on_error, trace_context, ord)
-       ),
-       inserted AS (
-         INSERT INTO ${this.table} (${COLUMNS})
-         SELECT workflow_id, queue_name, workflow_name, 'ENQUEUED', deduplication_id, deduplication_id, inputs::json,
-                timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
-                coalesce(run_at, now() + delay_ms * interval '1 millisecond'), dedup_window_ms, release_key_on_error,
-                trace_context
-         FROM input ORDER BY queue_name, deduplication_id, ord
-         ON CONFLICT DO NOTHING
-         RETURNING workflow_id, queue_name, active_deduplication_id
-       ),
-       woken AS (SELECT pg_notify($16, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
-       SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
-              existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
-              coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,
-              (SELECT count(*) FROM woken) AS woken
-       FROM input AS i
-       LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
-       LEFT JOIN ${this.table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
-       LEFT JOIN ${this.table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
-         AND holder.active_deduplication_id = i.deduplication_id
-         AND (holder.dedup_expires_at IS NULL OR holder.dedup_expires_at > now())
-       LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
-         AND in_batch.active_deduplication_id = i.deduplication_id
-       ORDER BY i.ord`,
-      [...Array.from({ length: 15 }, (_, index) => column(index)), this.database.wakeUpChannel],
-    );
+    }>(sql, params.values({ workflows, channel: this.database.wakeUpChannel }));
     return rows.map((row): InsertResult => {
       if (row.inserted) return { outcome: 'inserted' };
       if (row.existing_queue !== null) {
@@ -178,14 +135,10 @@ export class WorkflowInserter {
 
   private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {
     const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number }>(
-      `WITH expired AS (
-         UPDATE ${this.table} SET active_deduplication_id = NULL, updated_at = now()
-         WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now()
-         RETURNING workflow_id
-       )
+      `WITH expired AS (${releaseExpiredKeySql(this.table)})
        SELECT workflow_id, status, attempts FROM ${this.table}
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)
-         AND (dedup_expires_at IS NULL OR dedup_expires_at > now())`,
+         AND ${windowOpenSql()}`,
       [queueName, deduplicationId],
     );
     return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status, started: rows[0].attempts > 0 };
@@ -198,7 +151,7 @@ export class WorkflowInserter {
        SET inputs = $3::json, workflow_name = $4, updated_at = now(),
            not_before = CASE WHEN $5::timestamptz IS NULL AND $6::float8 IS NULL THEN not_before
                              ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
-       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = 'ENQUEUED' AND attempts = 0
+       WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED} AND attempts = 0
        RETURNING workflow_id`,
       [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.runAt, workflow.delayMs],
     );
@@ -217,34 +170,14 @@ export class WorkflowInserter {
     for (let round = 0; round < 3; round++) {
       const updated = await this.query<{ workflow_id: string }>(
         `UPDATE ${this.table} SET inputs = $3::json, workflow_name = $4, updated_at = now()
-         WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = 'ENQUEUED'
+         WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED}
          RETURNING workflow_id`,
         [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName],
       );
       if (updated[0]) return { workflowId: updated[0].workflow_id, created: false };
+      const { sql, params } = this.statements.followUp;
       const inserted = await this.guarded(() =>
-        this.query<{ workflow_id: string | null; holder_running: boolean }>(
-          `WITH holder AS (
-             SELECT workflow_id FROM ${this.table}
-             WHERE queue_name = $2 AND active_deduplication_id = $4
-               AND (status = 'PENDING' OR (status = 'ENQUEUED' AND attempts > 0))
-             FOR SHARE
-           ),
-           inserted AS (
-             INSERT INTO ${this.table} (${COLUMNS}, next_deduplication_id)
-             SELECT $1, $2, $3, 'ENQUEUED', $4, NULL, $5::json, $6, $7, $8, $9, $10, 'infinity', $11, $12, $13, $4
-             WHERE EXISTS (SELECT 1 FROM holder)
-             ON CONFLICT DO NOTHING
-             RETURNING workflow_id
-           )
-           SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`,
-          [
-            ...this.values(workflow).slice(0, 10),
-            workflow.deduplicationWindowMs,
-            workflow.releaseKeyOnError,
-            workflow.traceContext,
-          ],
-        ),
+        this.query<{ workflow_id: string | null; holder_running: boolean }>(sql, params.values(workflow)),
       );
       if (!inserted[0].holder_running) return undefined;
       if (inserted[0].workflow_id) return { workflowId: inserted[0].workflow_id, created: true };
@@ -274,23 +207,9 @@ export class WorkflowInserter {
     }
   }
 
-  private values(workflow: NewWorkflow): unknown[] {
-    return [
-      workflow.workflowId,
-      workflow.queueName,
-      workflow.workflowName,
-      workflow.deduplicationId,
-      workflow.inputsJson,
-      workflow.timeoutMs,
-      workflow.maxAttempts,
-      workflow.maxRecoveryAttempts,
-      workflow.partitionKey,
-      workflow.priority,
-      workflow.runAt,
-      workflow.delayMs,
-      workflow.deduplicationWindowMs,
-      workflow.releaseKeyOnError,
-      workflow.traceContext,
-    ];
+  private get statements(): InsertStatements {
+    let statements = statementsByTable.get(this.table);
+    if (!statements) statementsByTable.set(this.table, (statements = insertStatements(this.table)));
+    return statements;
   }
 }

@@ -1,4 +1,5 @@
 import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
+import { DELAYED_SQL } from './workflow-status.sql';
 
 /** The columns of `workflows` that describe a workflow's state, as the queries select them. */
 export interface WorkflowRow {
@@ -22,8 +23,7 @@ export interface WorkflowRow {
  * The status a workflow is reported with. NOTE: DELAYED is not stored: an ENQUEUED row whose start time is still
  * ahead by the database's clock is DELAYED, so it turns ENQUEUED (ready) by itself, with no sweep to lag behind.
  */
-export const REPORTED_STATUS_SQL = `(CASE WHEN status = 'ENQUEUED' AND not_before > now() THEN 'DELAYED'
-  ELSE status END)`;
+export const REPORTED_STATUS_SQL = `(CASE WHEN ${DELAYED_SQL} THEN 'DELAYED' ELSE status END)`;
 
 /** The columns `WorkflowRow` is read from. */
 export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,

@@ -1,7 +1,15 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
+import { finishWorkflowSql, keepsKeyInWindowSql, keyFreeSql } from './workflow-finish.sql';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import {
+  ACTIVE_STATUSES_SQL,
+  PRUNED_STATUSES_SQL,
+  RESUMABLE_STATUSES,
+  STATUS_SQL,
+  statusListSql,
+} from './workflow-status.sql';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -54,17 +62,6 @@ export interface WorkflowResultRow {
   error: WorkflowErrorInfo | null;
 }
 
-/**
- * Whether a finished workflow keeps its key for its deduplication window: it has one, it did not fail with
- * `releaseKeyOnError`, and no `queue-next` follow-up waits for the key (the follow-up takes precedence).
- */
-function keepsKeyInWindow(table: string): string {
-  return `w.dedup_window_ms IS NOT NULL
-    AND NOT (o.status = 'ERROR' AND w.release_key_on_error)
-    AND NOT EXISTS (SELECT 1 FROM ${table} AS f
-                    WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
-}
-
 /** Which workflow a statement changed. */
 export interface WorkflowRef {
   workflowId: string;
@@ -82,7 +79,14 @@ export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
   return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
 }
 
-/** The SQL of the workflow lifecycle: enqueue, claim, record outcome, cancel and look-ups. */
+/**
+ * The SQL of a workflow after it was enqueued (`WorkflowInserter` enqueues, `WorkflowClaimer` claims): recording
+ * outcomes, cancel and timeouts, retention, resume, reschedule and look-ups. Each change is one statement that ends
+ * workflows through `finishWorkflowSql`. Locks: none beyond the rows a statement updates; a cancel waits for a step
+ * transaction that holds its row `FOR SHARE` (see `StepStore.lockIfOwned`), the timeout and retention sweeps skip
+ * such rows (`FOR UPDATE SKIP LOCKED`) until their next round, and an outcome changes only a row still PENDING under
+ * its executor in the same run (no lock is taken to check that: the UPDATE's condition decides).
+ */
 export class WorkflowStore {
   private readonly table: string;
   private readonly steps: string;
@@ -103,19 +107,20 @@ export class WorkflowStore {
     const rows = await this.database.query<{ workflow_id: string }>(
       `WITH finished AS (
          UPDATE ${this.table} AS w
-         SET status = CASE WHEN o.status = 'RETRY' THEN 'ENQUEUED' ELSE o.status END,
-             active_deduplication_id = CASE WHEN o.status = 'RETRY' OR (${keepsKeyInWindow(this.table)})
-                                            THEN w.active_deduplication_id END,
-             dedup_expires_at = CASE WHEN o.status <> 'RETRY' AND ${keepsKeyInWindow(this.table)}
-                                     THEN now() + w.dedup_window_ms * interval '1 millisecond' END,
+         SET ${finishWorkflowSql({
+               row: 'w.',
+               status: `CASE WHEN o.status = 'RETRY' THEN ${STATUS_SQL.ENQUEUED} ELSE o.status END`,
+               endsWhen: `o.status <> 'RETRY'`,
+               keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
+             })},
              executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
              not_before = now() + o.retry_delay_ms * interval '1 millisecond',
-             failed_attempts = w.failed_attempts + (o.status <> 'SUCCESS')::int,
-             output = o.output::json, error = o.error::json,
-             completed_at = CASE WHEN o.status = 'RETRY' THEN NULL ELSE now() END, updated_at = now()
+             failed_attempts = w.failed_attempts + (o.status <> ${STATUS_SQL.SUCCESS})::int,
+             output = o.output::json, error = o.error::json
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[])
               AS o(workflow_id, status, output, error, retry_delay_ms, attempt)
-         WHERE w.workflow_id = o.workflow_id AND w.status = 'PENDING' AND w.executor_id = $6 AND w.attempts = o.attempt
+         WHERE w.workflow_id = o.workflow_id AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6
+           AND w.attempts = o.attempt
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        ), forgotten AS (
          DELETE FROM ${this.steps} AS s
@@ -157,10 +162,9 @@ export class WorkflowStore {
     const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
       `WITH cancelled AS (
          UPDATE ${this.table}
-         SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
-             completed_at = now(), updated_at = now(),
+         SET ${finishWorkflowSql({ row: '', status: STATUS_SQL.CANCELLED })},
              error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
-         WHERE workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING')
+         WHERE workflow_id = $1 AND status IN ${ACTIVE_STATUSES_SQL}
          RETURNING workflow_id, attempts, queue_name, workflow_name
        )
        SELECT attempts, workflow_id, queue_name, workflow_name, pg_notify($3, $4::text || attempts || ':' || workflow_id)
@@ -183,13 +187,12 @@ export class WorkflowStore {
     const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
          SELECT workflow_id FROM ${this.table}
-         WHERE deadline_at <= now() AND status IN ('ENQUEUED', 'PENDING')
+         WHERE deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
          FOR UPDATE SKIP LOCKED
        ),
        timed_out AS (
          UPDATE ${this.table} AS w
-         SET status = 'CANCELLED', active_deduplication_id = NULL, next_deduplication_id = NULL,
-             completed_at = now(), updated_at = now(), error = ${TIMEOUT_ERROR_JSON}
+         SET ${finishWorkflowSql({ row: 'w.', status: STATUS_SQL.CANCELLED })}, error = ${TIMEOUT_ERROR_JSON}
          FROM due WHERE w.workflow_id = due.workflow_id
          RETURNING w.workflow_id, w.attempts, w.queue_name, w.workflow_name
        )
@@ -210,8 +213,8 @@ export class WorkflowStore {
       `DELETE FROM ${this.table} WHERE workflow_id IN (
          SELECT workflow_id FROM ${this.table}
          WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
-           AND status IN ('SUCCESS', 'ERROR', 'CANCELLED')
-           AND (active_deduplication_id IS NULL OR dedup_expires_at <= now())
+           AND status IN ${PRUNED_STATUSES_SQL}
+           AND ${keyFreeSql()}
          LIMIT $2
          FOR UPDATE SKIP LOCKED
        )
@@ -230,14 +233,14 @@ export class WorkflowStore {
   async resume(workflowId: string): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
     const row = await this.findRow(workflowId);
     if (!row) return undefined;
-    if (row.status === 'CANCELLED' || row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED') {
+    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
       await this.database.query(
         `WITH resumed AS (
            UPDATE ${this.table}
-           SET status = 'ENQUEUED', active_deduplication_id = deduplication_id, executor_id = NULL,
+           SET status = ${STATUS_SQL.ENQUEUED}, active_deduplication_id = deduplication_id, executor_id = NULL,
                recovery_attempts = 0, not_before = NULL, deadline_at = NULL, error = NULL, completed_at = NULL,
                updated_at = now()
-           WHERE workflow_id = $1 AND status IN ('CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           WHERE workflow_id = $1 AND status IN ${statusListSql(RESUMABLE_STATUSES)}
            RETURNING queue_name
          )
          SELECT pg_notify($2, queue_name) FROM resumed`,
@@ -261,7 +264,7 @@ export class WorkflowStore {
          SET not_before = CASE WHEN $2::timestamptz IS NULL AND $3::float8 IS NULL THEN not_before
                                ELSE coalesce($2::timestamptz, now() + $3::float8 * interval '1 millisecond') END,
              priority = coalesce($4::int, priority), updated_at = now()
-         WHERE workflow_id = $1 AND status = 'ENQUEUED'
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED}
          RETURNING queue_name
        )
        SELECT pg_notify($5, queue_name) FROM changed`,
@@ -338,7 +341,7 @@ export class WorkflowStore {
   ): Promise<void> {
     await this.database.query(
       `UPDATE ${this.table} SET max_attempts = $3, max_recovery_attempts = $4, updated_at = now()
-       WHERE workflow_id = $1 AND attempts = $2 AND status = 'PENDING'`,
+       WHERE workflow_id = $1 AND attempts = $2 AND status = ${STATUS_SQL.PENDING}`,
       [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts],
       { idempotent: true },
     );

@@ -20,12 +20,14 @@ export type WhenRunningPolicy = 'reject' | 'return-existing' | 'queue-next';
 export interface EnqueueOptions {
   /**
    * While a workflow with this ID is `ENQUEUED` or `PENDING` in the queue, another enqueue with the same ID into
-   * the same queue throws `QueueDeduplicatedError` and writes nothing. 1 to 255 characters.
+   * the same queue throws `QueueDeduplicatedError` and writes nothing. 1 to 255 characters (Unicode code points:
+   * `'😀'` is one).
    */
   deduplicationId?: string;
   /**
    * The workflow's ID (default: a random UUID). Enqueueing the same ID twice is idempotent: the second call returns
-   * a handle to the first workflow, whose body runs once. 1 to 255 characters.
+   * a handle to the first workflow, whose body runs once. 1 to 255 characters (Unicode code points: `'😀'` is
+   * one).
    */
   workflowId?: string;
   /**
@@ -36,7 +38,8 @@ export interface EnqueueOptions {
   timeoutMs?: number;
   /**
    * Workflows with the same partition key share the queue's `partitionConcurrency` (and a per-partition rate limit),
-   * and partitions are served round-robin, so a busy key never starves the others. 1 to 255 characters.
+   * and partitions are served round-robin, so a busy key never starves the others. 1 to 255 characters (Unicode
+   * code points: `'😀'` is one).
    */
   partitionKey?: string;
   /** Lower runs first; FIFO within a priority. An integer, default 0. */

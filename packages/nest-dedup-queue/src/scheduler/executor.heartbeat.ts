@@ -1,13 +1,13 @@
-import { Logger } from '@nestjs/common';
-import type { DedupQueueConfig } from '../dedup-queue.config';
-import type { ExecutorStore, RecoveredWorkflow } from '../database/executor.store';
-import type { WorkflowStore } from '../database/workflow.store';
+import { Injectable, Logger } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { ExecutorStore, type RecoveredWorkflow } from '../database/executor.store';
+import { WorkflowStore } from '../database/workflow.store';
 import { describeError } from '../database/connection-monitor';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 
 /** Retention deletes in batches at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
-import type { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
@@ -15,6 +15,7 @@ import type { WorkflowLifecycle } from '../observability/workflow-lifecycle.even
  * workflows past their retention. At start it
  * recovers what an earlier process with the same executor ID left PENDING.
  */
+@Injectable()
 export class ExecutorHeartbeat {
   private readonly logger = new Logger('DedupQueueScheduler');
   private renewTimer?: NodeJS.Timeout;
@@ -24,6 +25,8 @@ export class ExecutorHeartbeat {
   private lastPruneAt = 0;
   private readonly renewFailures = new FailureLog(this.logger);
   private readonly sweepFailures = new FailureLog(this.logger);
+  /** Called after the lease was found gone and registered again. */
+  private onLeaseLost: () => Promise<void> = async () => undefined;
   /** When the lease was last registered or renewed. */
   lastRenewedAt?: Date;
 
@@ -31,12 +34,12 @@ export class ExecutorHeartbeat {
     private readonly config: DedupQueueConfig,
     private readonly executors: ExecutorStore,
     private readonly workflows: WorkflowStore,
-    /** Called after the lease was found gone and registered again. */
-    private readonly onLeaseLost: () => Promise<void>,
     private readonly lifecycle: WorkflowLifecycle,
   ) {}
 
-  async start(): Promise<void> {
+  /** Registers the lease, recovers what this executor ID left, and starts beating; `onLeaseLost` as above. */
+  async start(onLeaseLost: () => Promise<void>): Promise<void> {
+    this.onLeaseLost = onLeaseLost;
     await this.executors.register(this.config.executorId);
     this.lastRenewedAt = new Date();
     this.report('left by an earlier process with this executor ID', await this.executors.recoverOwn(this.config.executorId));

@@ -1,8 +1,8 @@
-import { Logger } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import type { DedupQueueConfig } from '../dedup-queue.config';
+import { DedupQueueConfig } from '../dedup-queue.config';
 import { ConnectionMonitor } from '../database/connection-monitor';
-import type { DedicatedConnection, PgNotification, QueueDatabase } from '../database/queue-database';
+import { type DedicatedConnection, type PgNotification, QueueDatabase } from '../database/queue-database';
 import { backoffDelayMs } from '../utils/backoff';
 
 /** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
@@ -19,6 +19,7 @@ const SELF_TEST_TIMEOUT_MS = 3000;
  * since notifications sent meanwhile are lost; polling covers the gap. At start a NOTIFY sent through the pool
  * must come back on this connection within 3 s, or wake-ups are switched off (a pooler in between) and workers poll.
  */
+@Injectable()
 export class NotificationListener {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly monitor: ConnectionMonitor;
@@ -30,11 +31,11 @@ export class NotificationListener {
   private stopped = false;
   private disabled = false;
   private selfTestArrived?: () => void;
+  private handlers: ReadonlyMap<string, ChannelHandler> = new Map();
 
   constructor(
     private readonly database: QueueDatabase,
     private readonly config: DedupQueueConfig,
-    private readonly handlers: ReadonlyMap<string, ChannelHandler>,
   ) {
     this.monitor = new ConnectionMonitor(this.logger, {
       lost: (reason) =>
@@ -48,8 +49,12 @@ export class NotificationListener {
     return this.connection !== undefined;
   }
 
-  /** Starts listening and runs the self-test; a failure is logged and retried in the background, never thrown. */
-  async start(): Promise<void> {
+  /**
+   * Starts listening on the channels of `handlers` and runs the self-test; a failure is logged and retried in the
+   * background, never thrown.
+   */
+  async start(handlers: ReadonlyMap<string, ChannelHandler>): Promise<void> {
+    this.handlers = handlers;
     this.stopped = false;
     const listen = this.config.listen;
     if (listen.mode === 'off') {

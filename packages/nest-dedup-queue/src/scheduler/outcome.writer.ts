@@ -1,5 +1,7 @@
-import { Logger } from '@nestjs/common';
-import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import { Injectable, Logger } from '@nestjs/common';
+import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
+import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
@@ -15,8 +17,10 @@ interface QueuedOutcome {
  * Records workflow outcomes, combining those that finish while a write is in flight into one statement
  * (group commit): one round trip for many completions, no added delay for a lone one. A failed write is retried
  * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
- * never marked done.
+ * never marked done. A queue with global limits has its workers woken everywhere by the write (a freed slot there
+ * may let another process start work).
  */
+@Injectable()
 export class OutcomeWriter {
   private readonly logger = new Logger('DedupQueueScheduler');
   private queued: QueuedOutcome[] = [];
@@ -26,9 +30,8 @@ export class OutcomeWriter {
 
   constructor(
     private readonly store: WorkflowStore,
-    private readonly executorId: string,
-    /** Whether a slot freed in this queue may let another process start work (a queue with global limits). */
-    private readonly wakesOthers: (queueName: string) => boolean,
+    private readonly config: DedupQueueConfig,
+    private readonly settings: QueueSettings,
   ) {}
 
   /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
@@ -58,11 +61,13 @@ export class OutcomeWriter {
   }
 
   private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {
-    const wake = [...new Set(batch.map((item) => item.queueName))].filter(this.wakesOthers);
+    const wake = [...new Set(batch.map((item) => item.queueName))].filter((queueName) =>
+      hasGlobalLimits(this.settings.effective(queueName)),
+    );
     while (!this.closed) {
       try {
         const recorded = await this.store.recordOutcomes(
-          this.executorId,
+          this.config.executorId,
           batch.map((item) => item.outcome),
           wake,
         );

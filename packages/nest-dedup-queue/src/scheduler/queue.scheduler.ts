@@ -1,40 +1,34 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
-import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
-import { WorkflowClaimer } from '../database/workflow-claimer';
+import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
-import { StepStore } from '../database/step.store';
-import { InterruptPayload, WorkflowStore, parseInterruptPayload } from '../database/workflow.store';
-import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { InterruptPayload, parseInterruptPayload } from '../database/workflow.store';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
-import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
-import { WorkflowTracer } from '../observability/workflow.tracer';
-import { WorkflowCompletions } from '../workflow-completions';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
-import { QueueWorker } from './queue.worker';
+import type { QueueWorker } from './queue.worker';
+import { QueueWorkerFactory } from './queue-worker.factory';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
  * executor's lease, recovers what an earlier process with the same executor ID left, and starts one worker per
  * queue, woken by enqueue notifications and a polling timer. At shutdown it stops claiming, waits for running
  * workflows up to `shutdownGraceMs`, interrupts the rest (they stay PENDING) and gives up its lease so that the
- * other executors recover them at once.
+ * other executors recover them at once. Its collaborators (outcome writer, lease heartbeat, notification listener,
+ * executor store, worker factory) are providers of the module, so a test can replace any of them.
  */
 @Injectable()
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
   private readonly pollFailures = new FailureLog(this.logger);
-  private outcomes?: OutcomeWriter;
-  private listener?: NotificationListener;
-  private heartbeat?: ExecutorHeartbeat;
-  private executors?: ExecutorStore;
+  /** From bootstrap to the end of shutdown, in a worker process. */
+  private started = false;
   private pollTimer?: NodeJS.Timeout;
   /** Claims wait while the scheduler puts back what a claim with a lost answer took. */
   private claimsHeld = false;
@@ -44,55 +38,30 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   constructor(
     private readonly config: DedupQueueConfig,
     private readonly database: QueueDatabase,
-    private readonly store: WorkflowStore,
-    private readonly registry: WorkflowRegistry,
-    private readonly completions: WorkflowCompletions,
     private readonly settings: QueueSettings,
-    private readonly lifecycle: WorkflowLifecycle,
-    private readonly tracer: WorkflowTracer,
+    private readonly outcomes: OutcomeWriter,
+    private readonly executors: ExecutorStore,
+    private readonly heartbeat: ExecutorHeartbeat,
+    private readonly listener: NotificationListener,
+    private readonly workerFactory: QueueWorkerFactory,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
-    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, (queueName) =>
-      hasGlobalLimits(this.settings.effective(queueName)),
-    );
-    const steps = new StepStore(this.database, this.config.leaseMs);
-    const claimer = new WorkflowClaimer(this.database);
     for (const queueName of queues) {
       this.workers.set(
         queueName,
-        new QueueWorker(queueName, {
-          store: this.store,
-          claimer,
-          settings: this.settings,
-          steps,
-          registry: this.registry,
-          outcomes: this.outcomes,
-          completions: this.completions,
-          executorId: this.config.executorId,
+        this.workerFactory.create(queueName, {
           claimsAllowed: () => !this.claimsHeld,
           claimMayHaveBeenLost: () => this.reconcileLostClaims(),
-          lifecycle: this.lifecycle,
-          tracer: this.tracer,
         }),
       );
     }
-    const executors = new ExecutorStore(this.database);
-    this.executors = executors;
+    this.started = true;
     this.stopping = false;
-    this.heartbeat = new ExecutorHeartbeat(
-      this.config,
-      executors,
-      this.store,
-      () => this.interruptNotOwned(),
-      this.lifecycle,
-    );
-    await this.heartbeat.start();
-    this.listener = new NotificationListener(
-      this.database,
-      this.config,
+    await this.heartbeat.start(() => this.interruptNotOwned());
+    await this.listener.start(
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
         [
@@ -102,7 +71,6 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
-    await this.listener.start();
     this.pollTimer = setInterval(() => void this.poll(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);
@@ -112,11 +80,11 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    if (!this.outcomes) return;
+    if (!this.started) return;
     this.stopping = true;
     clearInterval(this.pollTimer);
     for (const worker of this.workers.values()) worker.stop();
-    await this.listener?.stop();
+    await this.listener.stop();
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
@@ -129,8 +97,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     }
     this.outcomes.close();
     await this.outcomes.drained();
-    await this.heartbeat?.stop(true);
-    this.outcomes = undefined;
+    await this.heartbeat.stop(true);
+    this.started = false;
   }
 
   /**
@@ -140,9 +108,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   workerHealth(): { running: boolean; queues: string[]; lastHeartbeatAt?: Date } | undefined {
     if (!this.config.worker) return undefined;
     return {
-      running: this.outcomes !== undefined && !this.stopping,
+      running: this.started && !this.stopping,
       queues: [...this.workers.keys()],
-      lastHeartbeatAt: this.heartbeat?.lastRenewedAt,
+      lastHeartbeatAt: this.heartbeat.lastRenewedAt,
     };
   }
 
@@ -152,7 +120,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
    */
   private async poll(): Promise<void> {
     await this.refreshSettings();
-    if (this.listener && !this.listener.listening) await this.interruptNotOwned();
+    if (!this.listener.listening) await this.interruptNotOwned();
   }
 
   /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */
@@ -192,7 +160,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
    * owned run on and record normally.
    */
   private async interruptNotOwned(): Promise<void> {
-    if (!this.executors) return;
+    if (!this.started) return;
     try {
       for (const { workflowId, reason, attempt } of await this.executors.notOwned(this.config.executorId, this.runningIds())) {
         if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
@@ -217,7 +185,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   private async releaseUnknownClaims(): Promise<void> {
-    for (let attempt = 1; this.executors && !this.stopping; attempt++) {
+    for (let attempt = 1; this.started && !this.stopping; attempt++) {
       await Promise.all([...this.workers.values()].map((worker) => worker.claimSettled()));
       try {
         const released = await this.executors.releaseUnknown(this.config.executorId, this.runningIds());

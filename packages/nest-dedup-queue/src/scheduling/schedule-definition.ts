@@ -1,5 +1,6 @@
 import type { ScheduleCatchUp } from '../interfaces/schedule-options.interface';
 import { TickCalculator } from './tick.calculator';
+import { exceedsCharacters } from '../utils/character-length';
 
 export const DEFAULT_CATCH_UP_LIMIT = 100;
 const MAX_CATCH_UP_LIMIT = 10_000;
@@ -41,7 +42,7 @@ export function validateSchedule(
   ticks: TickCalculator;
 } {
   const { name, cron, timezone, catchUp = 'none', catchUpLimit = DEFAULT_CATCH_UP_LIMIT, overlap = true } = input;
-  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+  if (typeof name !== 'string' || name.length === 0 || exceedsCharacters(name, MAX_NAME_LENGTH)) {
     fail('name', `must be a string of 1 to ${MAX_NAME_LENGTH} characters`);
   }
   if ((name as string).includes(':')) {

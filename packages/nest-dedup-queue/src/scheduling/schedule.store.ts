@@ -1,6 +1,7 @@
 import type { QueueDatabase } from '../database/queue-database';
 import type { ScheduleCatchUp } from '../interfaces/schedule-options.interface';
 import type { ScheduleDefinition } from './schedule-definition';
+import { DELAYED_SQL } from '../database/workflow-status.sql';
 
 /** One row of `schedules`. */
 export interface ScheduleRow {
@@ -136,7 +137,7 @@ export class ScheduleStore {
   async futureTicks(name: string): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
       `SELECT workflow_id FROM ${this.workflows}
-       WHERE starts_with(workflow_id, $1) AND status = 'ENQUEUED' AND attempts = 0 AND not_before > now()`,
+       WHERE starts_with(workflow_id, $1) AND ${DELAYED_SQL} AND attempts = 0`,
       [tickWorkflowIdPrefix(name)],
       { idempotent: true },
     );

@@ -4,6 +4,7 @@ import type { EntityManager } from 'typeorm';
 import type { DuplicatePolicy, EnqueueOptions, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
 import { unknownKey } from './known-keys';
 import { UnstorableValueError, toStoredJson } from './stored-json';
+import { characterLength, exceedsCharacters } from './character-length';
 
 /** Enqueue options checked and normalised; nothing is written before this succeeds. */
 export interface ValidEnqueueOptions {
@@ -111,14 +112,15 @@ export function validateEnqueueOptions(
   };
 }
 
-/** A deduplication ID, workflow ID or partition key: 1 to 255 characters, no NUL. */
+/** A deduplication ID, workflow ID or partition key: 1 to 255 characters (Unicode code points), no NUL. */
 export function optionalKey(value: unknown, field: string): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string') throw new InvalidArgumentError(field, `must be a string, got ${typeof value}`);
   if (value.length === 0) throw new InvalidArgumentError(field, 'must not be empty');
   if (value.includes('\u0000')) throw new InvalidArgumentError(field, 'must not contain the NUL character');
-  if (value.length > MAX_KEY_LENGTH) {
-    throw new InvalidArgumentError(field, `must be at most ${MAX_KEY_LENGTH} characters, got ${value.length}`);
+  if (exceedsCharacters(value, MAX_KEY_LENGTH)) {
+    const got = characterLength(value);
+    throw new InvalidArgumentError(field, `must be at most ${MAX_KEY_LENGTH} characters, got ${got}`);
   }
   return value;
 }

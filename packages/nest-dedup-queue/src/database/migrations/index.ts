@@ -8,6 +8,7 @@ import { autovacuum } from './007-autovacuum.migration';
 import { traceContext } from './008-trace-context.migration';
 import { schedules } from './009-schedules.migration';
 import { dashboard } from './010-dashboard.migration';
+import { followUpHandOver } from './011-follow-up-hand-over.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -22,6 +23,7 @@ export const MIGRATIONS: readonly Migration[] = [
   traceContext,
   schedules,
   dashboard,
+  followUpHandOver,
 ];
 
 export type { Migration } from './migration.interface';

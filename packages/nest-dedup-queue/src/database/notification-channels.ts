@@ -1,0 +1,12 @@
+/**
+ * The LISTEN/NOTIFY channels of a schema, named once: the code and the SQL functions created by migrations build
+ * them from these prefixes and the schema's name. NOTE: a trigger function has the wake-up channel compiled in;
+ * changing a prefix needs a migration that creates the function again (see `promoteFollowUpFunctionSql`).
+ */
+
+/** Wakes workers when work is ready in a queue of the schema; the payload is the queue name. */
+export const WAKE_UP_CHANNEL_PREFIX = 'dedup_queue:';
+/** Tells every process a queue was paused, resumed or given new limits; the payload is its name. */
+export const CONTROL_CHANNEL_PREFIX = 'dedup_queue_control:';
+/** Tells workers to interrupt a workflow; the payload is described by `interruptPayloadPrefix`. */
+export const CANCEL_CHANNEL_PREFIX = 'dedup_queue_cancel:';

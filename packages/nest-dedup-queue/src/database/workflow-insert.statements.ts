@@ -1,0 +1,113 @@
+import {
+  NEW_WORKFLOW_INPUTS,
+  NEW_WORKFLOW_INPUT_NAMES,
+  type NewWorkflowInputName,
+  newWorkflowColumns,
+} from './new-workflow.columns';
+import { SqlParameters } from './sql-parameters';
+import { windowOpenSql } from './workflow-finish.sql';
+import type { NewWorkflow } from './workflow-inserter';
+import { STATUS_SQL } from './workflow-status.sql';
+
+interface Statement<C> {
+  sql: string;
+  params: SqlParameters<C>;
+}
+
+/** The statements that insert new rows, built once per table from `newWorkflowColumns`. */
+export interface InsertStatements {
+  one: Statement<{ workflow: NewWorkflow; channel: string }>;
+  many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  followUp: Statement<NewWorkflow>;
+}
+
+/**
+ * The statements that insert new workflow rows (one, a batch, a follow-up), their column lists and values made from
+ * `newWorkflowColumns` and `NEW_WORKFLOW_INPUTS`, so that a column and its value cannot drift apart. One row names
+ * its inputs as parameters, a batch as `unnest` columns of one array parameter each.
+ */
+export function insertStatements(table: string): InsertStatements {
+  return { one: insertOneStatement(table), many: insertManyStatement(table), followUp: insertFollowUpStatement(table) };
+}
+
+function parameterOf<C>(params: SqlParameters<C>, value: (context: C) => NewWorkflow) {
+  return (name: NewWorkflowInputName) =>
+    params.ref(name, NEW_WORKFLOW_INPUTS[name].type, (context) => NEW_WORKFLOW_INPUTS[name].value(value(context)));
+}
+
+function insertOneStatement(table: string): InsertStatements['one'] {
+  const params = new SqlParameters<{ workflow: NewWorkflow; channel: string }>();
+  const columns = newWorkflowColumns(parameterOf(params, (context) => context.workflow));
+  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const sql = `WITH inserted AS (
+       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+       VALUES (${Object.values(columns).join(', ')})
+       ON CONFLICT (workflow_id) DO NOTHING
+       RETURNING queue_name
+     )
+     SELECT pg_notify(${channel}, queue_name) FROM inserted`;
+  return { sql, params };
+}
+
+/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
+function insertManyStatement(table: string): InsertStatements['many'] {
+  const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
+  const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
+    params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
+      context.workflows.map((workflow) => NEW_WORKFLOW_INPUTS[name].value(workflow)),
+    ),
+  );
+  const columns = newWorkflowColumns((name) => name);
+  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const sql = `WITH input AS (
+       SELECT * FROM unnest(${arrays.join(', ')})
+         WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
+     ),
+     inserted AS (
+       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+       SELECT ${Object.values(columns).join(', ')}
+       FROM input ORDER BY queue_name, deduplication_id, ord
+       ON CONFLICT DO NOTHING
+       RETURNING workflow_id, queue_name, active_deduplication_id
+     ),
+     woken AS (SELECT pg_notify(${channel}, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
+     SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
+            existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
+            coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,
+            (SELECT count(*) FROM woken) AS woken
+     FROM input AS i
+     LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
+     LEFT JOIN ${table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
+     LEFT JOIN ${table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
+       AND holder.active_deduplication_id = i.deduplication_id AND ${windowOpenSql('holder.')}
+     LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
+       AND in_batch.active_deduplication_id = i.deduplication_id
+     ORDER BY i.ord`;
+  return { sql, params };
+}
+
+/** A follow-up: holds the key's "next" slot instead of the key, and is not due until the hand-over. */
+function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
+  const params = new SqlParameters<NewWorkflow>();
+  const input = parameterOf(params, (workflow) => workflow);
+  const columns = newWorkflowColumns(input, {
+    active_deduplication_id: 'NULL',
+    not_before: "'infinity'",
+    next_deduplication_id: input('deduplication_id'),
+  });
+  const sql = `WITH holder AS (
+       SELECT workflow_id FROM ${table}
+       WHERE queue_name = ${input('queue_name')} AND active_deduplication_id = ${input('deduplication_id')}
+         AND (status = ${STATUS_SQL.PENDING} OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
+       FOR SHARE
+     ),
+     inserted AS (
+       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+       SELECT ${Object.values(columns).join(', ')}
+       WHERE EXISTS (SELECT 1 FROM holder)
+       ON CONFLICT DO NOTHING
+       RETURNING workflow_id
+     )
+     SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`;
+  return { sql, params };
+}

@@ -1,0 +1,43 @@
+import {
+  ACTIVE_WORKFLOW_STATUSES,
+  FINISHED_WORKFLOW_STATUSES,
+  WORKFLOW_STATUSES,
+  type WorkflowStatus,
+} from '../interfaces/workflow-status.interface';
+
+/** The statuses a row of `workflows` can hold: `DELAYED` is reported, never stored (see `REPORTED_STATUS_SQL`). */
+export type StoredWorkflowStatus = Exclude<WorkflowStatus, 'DELAYED'>;
+
+function isStored(status: WorkflowStatus): status is StoredWorkflowStatus {
+  return status !== 'DELAYED';
+}
+
+/** A list of statuses as SQL, for `status IN ...`: `('ENQUEUED', 'PENDING')`. */
+export function statusListSql(statuses: readonly WorkflowStatus[]): string {
+  return `(${statuses.filter(isStored).map((status) => `'${status}'`).join(', ')})`;
+}
+
+/**
+ * Every stored status as an SQL literal, so that the SQL names statuses from `WORKFLOW_STATUSES` and a misspelt one
+ * does not compile: `status = ${STATUS_SQL.PENDING}`.
+ */
+export const STATUS_SQL = Object.fromEntries(
+  WORKFLOW_STATUSES.filter(isStored).map((status) => [status, `'${status}'`]),
+) as Readonly<Record<StoredWorkflowStatus, string>>;
+
+/** The stored statuses that hold a deduplication ID (`ENQUEUED`, which covers `DELAYED`, and `PENDING`). */
+export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
+
+/** The statuses `resume` puts back in the queue. */
+export const RESUMABLE_STATUSES: readonly StoredWorkflowStatus[] = ['CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];
+
+/** The finished statuses that retention deletes: every one but the dead letter, which is kept for `resume`. */
+export const PRUNED_STATUSES_SQL = statusListSql(
+  FINISHED_WORKFLOW_STATUSES.filter((status) => status !== 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'),
+);
+
+/** An ENQUEUED row whose start time is still ahead by the database's clock: reported as `DELAYED`. */
+export const DELAYED_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND not_before > now())`;
+
+/** An ENQUEUED row that is due (no start time, or one that has come): reported as `ENQUEUED`, and claimable. */
+export const READY_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND (not_before IS NULL OR not_before <= now()))`;

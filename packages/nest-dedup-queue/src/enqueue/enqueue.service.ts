@@ -1,0 +1,159 @@
+import { Injectable } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import type { EntityManager } from 'typeorm';
+import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
+import { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
+import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
+import type { BulkEnqueueItem, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
+import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
+import type { EnqueuedWorkflowHandle } from '../interfaces/workflow-handle.interface';
+import { WorkflowTracer } from '../observability/workflow.tracer';
+import { QueueSettings } from '../queue-settings';
+import type { WorkflowFunction } from '../queue.service';
+import { assertQueueDeclared } from '../utils/declared-queue';
+import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from '../utils/enqueue-options.validation';
+import { WorkflowHandleFactory } from '../workflow-handle.factory';
+import { DeduplicationEvents } from './deduplication-events';
+import { WorkflowEnqueuer } from './workflow-enqueuer';
+
+const BULK_CHUNK = 1000;
+
+/**
+ * Enqueues workflows, one or many: validates everything first, builds the rows and hands them to the enqueuer (one)
+ * or the inserter (many, in chunks). `QueueService.enqueue` and `enqueueMany` delegate here.
+ */
+@Injectable()
+export class EnqueueService {
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly registry: WorkflowRegistry,
+    private readonly settings: QueueSettings,
+    private readonly inserter: WorkflowInserter,
+    private readonly enqueuer: WorkflowEnqueuer,
+    private readonly events: DeduplicationEvents,
+    private readonly tracer: WorkflowTracer,
+    private readonly handles: WorkflowHandleFactory,
+  ) {}
+
+  /** See `QueueService.enqueue`. */
+  async enqueue(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    args: unknown[],
+    options: EnqueueOptions = {},
+  ): Promise<EnqueuedWorkflowHandle<unknown>> {
+    const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
+    const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
+    return this.handles.handle(enqueued.workflowId, enqueued.created);
+  }
+
+  /** The default queue of a workflow, `@Workflow({ queue })`. @throws InvalidArgumentError when it has none */
+  defaultQueue(workflow: WorkflowFunction | string): string {
+    return this.registry.defaultQueue(workflow);
+  }
+
+  /** See `QueueService.enqueueMany`. */
+  async enqueueMany(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    items: BulkEnqueueItem[],
+    options: { manager?: EntityManager } = {},
+  ): Promise<BulkEnqueueResult[]> {
+    if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
+    const prepared = [];
+    for (const [index, item] of items.entries()) {
+      prepared.push(
+        await this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
+      );
+    }
+    const ids = new Set<string>();
+    prepared.forEach(({ row }, index) => {
+      if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
+      ids.add(row.workflowId);
+    });
+    const rows = prepared.map(({ row }) => row);
+    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, options.manager));
+  }
+
+  private async insertInChunks(rows: NewWorkflow[], manager?: EntityManager): Promise<BulkEnqueueResult[]> {
+    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
+    const results: BulkEnqueueResult[] = [];
+    for (let start = 0; start < rows.length; start += BULK_CHUNK) {
+      const chunk = rows.slice(start, start + BULK_CHUNK);
+      const inserted = await inserter.insertMany(chunk);
+      for (const [index, result] of inserted.entries()) {
+        results.push(await this.bulkOutcome(chunk[index], result, manager));
+      }
+    }
+    return results;
+  }
+
+  private async prepare(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    args: unknown,
+    options: EnqueueOptions,
+    optionsField: string,
+    argsField = 'args',
+  ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
+    assertQueueDeclared(this.config, queueName);
+    const workflowName = this.registry.resolveName(workflow);
+    const workflowOptions = this.registry.runOptions(workflowName);
+    const inputsJson = serialiseArgs(args, argsField);
+    const valid = validateEnqueueOptions(options, queueName, await this.isPartitioned(queueName, options), optionsField);
+    const row: NewWorkflow = {
+      workflowId: valid.workflowId ?? randomUUID(),
+      queueName,
+      workflowName,
+      deduplicationId: valid.deduplicationId,
+      inputsJson,
+      timeoutMs: valid.timeoutMs,
+      maxAttempts: workflowOptions.maxAttempts,
+      maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts,
+      partitionKey: valid.partitionKey,
+      priority: valid.priority,
+      runAt: valid.runAt,
+      delayMs: valid.delayMs,
+      deduplicationWindowMs: valid.deduplicationWindowMs,
+      releaseKeyOnError: valid.releaseKeyOnError,
+      traceContext: null,
+    };
+    return { valid, row };
+  }
+
+  /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */
+  private async isPartitioned(queueName: string, options: EnqueueOptions): Promise<boolean> {
+    if (options?.partitionKey !== undefined && !isPartitioned(this.settings.effective(queueName))) {
+      await this.settings.refresh();
+    }
+    return isPartitioned(this.settings.effective(queueName));
+  }
+
+  private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
+    if (result.outcome === 'inserted') {
+      this.enqueuer.inserted(row);
+      return { status: 'created', workflowId: row.workflowId };
+    }
+    if (result.outcome === 'deduplicated' && result.holderId) {
+      this.events.emit(
+        {
+          queueName: row.queueName,
+          deduplicationId: row.deduplicationId as string,
+          existingWorkflowId: result.holderId,
+          outcome: 'rejected',
+        },
+        row.workflowName,
+      );
+      return { status: 'duplicate', workflowId: result.holderId };
+    }
+    try {
+      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager, false);
+      return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
+    } catch (error) {
+      if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };
+      throw error;
+    }
+  }
+}

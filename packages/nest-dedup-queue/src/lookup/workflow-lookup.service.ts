@@ -1,0 +1,75 @@
+import { Injectable } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { WorkflowInserter } from '../database/workflow-inserter';
+import { toStatusInfo } from '../database/workflow-row';
+import { WorkflowStore } from '../database/workflow.store';
+import { DeduplicationEvents } from '../enqueue/deduplication-events';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
+import type { DeduplicationEvent } from '../interfaces/deduplication-event.interface';
+import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
+import type { WorkflowHandle } from '../interfaces/workflow-handle.interface';
+import type { WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
+import { assertQueueDeclared } from '../utils/declared-queue';
+import { WorkflowHandleFactory } from '../workflow-handle.factory';
+
+const MAX_LIST_LIMIT = 10_000;
+
+/**
+ * Looks workflows up (by ID, by deduplication ID, by filter, counts per status) and reports deduplication hits.
+ * Reads only. `QueueService`'s look-up methods delegate here.
+ */
+@Injectable()
+export class WorkflowLookupService {
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly store: WorkflowStore,
+    private readonly inserter: WorkflowInserter,
+    private readonly events: DeduplicationEvents,
+    private readonly handles: WorkflowHandleFactory,
+  ) {}
+
+  /** See `QueueService.retrieve`. */
+  async retrieve<R = unknown>(workflowId: string): Promise<WorkflowHandle<R>> {
+    if (!(await this.store.findRow(workflowId))) {
+      throw new WorkflowNotFoundError(workflowId);
+    }
+    return this.handles.handle<R>(workflowId);
+  }
+
+  /** See `QueueService.findByDeduplicationId`. */
+  async findByDeduplicationId<R = unknown>(queueName: string, deduplicationId: string): Promise<WorkflowHandle<R> | undefined> {
+    assertQueueDeclared(this.config, queueName);
+    const holder = await this.inserter.findHolder(queueName, deduplicationId);
+    return holder && this.handles.handle<R>(holder.workflowId);
+  }
+
+  /** See `QueueService.list`. */
+  async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
+    const limit = filter.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+      throw new InvalidArgumentError('filter.limit', `must be an integer from 1 to ${MAX_LIST_LIMIT}`);
+    }
+    return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
+  }
+
+  /** See `QueueService.countByStatus`. */
+  async countByStatus(queueName?: string): Promise<Record<string, Partial<Record<WorkflowStatus, number>>>> {
+    if (queueName !== undefined) assertQueueDeclared(this.config, queueName);
+    const counts: Record<string, Partial<Record<WorkflowStatus, number>>> = {};
+    for (const row of await this.store.countByStatus(queueName)) {
+      (counts[row.queueName] ??= {})[row.status] = row.count;
+    }
+    return counts;
+  }
+
+  /** See `QueueService.onDeduplicated`. */
+  onDeduplicated(listener: (event: DeduplicationEvent) => void): () => void {
+    return this.events.listen(listener);
+  }
+
+  /** See `QueueService.deduplicationCounts`. */
+  deduplicationCounts(): Record<string, number> {
+    return this.events.countsByQueue();
+  }
+}

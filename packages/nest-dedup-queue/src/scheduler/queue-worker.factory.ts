@@ -1,0 +1,48 @@
+import { Injectable } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { StepStore } from '../database/step.store';
+import { WorkflowClaimer } from '../database/workflow-claimer';
+import { WorkflowStore } from '../database/workflow.store';
+import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { WorkflowTracer } from '../observability/workflow.tracer';
+import { QueueSettings } from '../queue-settings';
+import { WorkflowCompletions } from '../workflow-completions';
+import { OutcomeWriter } from './outcome.writer';
+import { QueueWorker, QueueWorkerDependencies } from './queue.worker';
+
+/** What the scheduler tells every worker it makes: when claims must wait, and what to do after a lost claim. */
+export type QueueWorkerHooks = Pick<QueueWorkerDependencies, 'claimsAllowed' | 'claimMayHaveBeenLost'>;
+
+/** Makes the per-queue workers of the scheduler, wired to the module's (replaceable) collaborators. */
+@Injectable()
+export class QueueWorkerFactory {
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly store: WorkflowStore,
+    private readonly claimer: WorkflowClaimer,
+    private readonly settings: QueueSettings,
+    private readonly steps: StepStore,
+    private readonly registry: WorkflowRegistry,
+    private readonly outcomes: OutcomeWriter,
+    private readonly completions: WorkflowCompletions,
+    private readonly lifecycle: WorkflowLifecycle,
+    private readonly tracer: WorkflowTracer,
+  ) {}
+
+  create(queueName: string, hooks: QueueWorkerHooks): QueueWorker {
+    return new QueueWorker(queueName, {
+      store: this.store,
+      claimer: this.claimer,
+      settings: this.settings,
+      steps: this.steps,
+      registry: this.registry,
+      outcomes: this.outcomes,
+      completions: this.completions,
+      executorId: this.config.executorId,
+      lifecycle: this.lifecycle,
+      tracer: this.tracer,
+      ...hooks,
+    });
+  }
+}
