@@ -130,6 +130,10 @@ export class WorkflowClaimer {
   /**
    * $1 queue, $2 executor, $3 registered workflow names, $4 how many; partitioned: $5 per-partition concurrency,
    * $6 per-partition rate limit and $7 its period (null/0 when unset).
+   *
+   * NOTE: the UPDATE joins the locked candidates by primary key only. A `w.status = 'ENQUEUED'` there would be
+   * redundant (the lock rechecked it and holds it) and lets the planner scan `workflows_ready` for every candidate
+   * when statistics say the queue is empty (ANALYZE ran on a drained table): 400 ms instead of 1 ms per claim.
    */
   private claimSql(partitioned: boolean): string {
     const due = `status = 'ENQUEUED' AND workflow_name = ANY($3::text[]) AND (not_before IS NULL OR not_before <= now())`;
@@ -192,7 +196,7 @@ export class WorkflowClaimer {
           deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
                              THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
       FROM claimable
-      WHERE w.workflow_id = claimable.workflow_id AND w.status = 'ENQUEUED'
+      WHERE w.workflow_id = claimable.workflow_id
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts, w.max_recovery_attempts,

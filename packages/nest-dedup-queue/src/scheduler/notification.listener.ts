@@ -49,7 +49,10 @@ export class NotificationListener {
     return this.connection !== undefined;
   }
 
-  /** Starts listening and runs the self-test; a failure is logged and retried in the background, never thrown. */
+  /**
+   * Starts listening; resolves once LISTEN is in place (or failed: logged and retried in the background, never
+   * thrown). The self-test runs on in the background, so that workers start claiming without waiting for it.
+   */
   async start(): Promise<void> {
     this.stopped = false;
     const listen = this.config.listen;
@@ -57,7 +60,7 @@ export class NotificationListener {
       this.disable(`${listen.reason}`);
       return;
     }
-    if (await this.connect()) await this.selfTest();
+    if (await this.connect()) void this.selfTest();
   }
 
   async stop(): Promise<void> {

@@ -38,6 +38,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private pollTimer?: NodeJS.Timeout;
   /** Claims wait while the scheduler puts back what a claim with a lost answer took. */
   private claimsHeld = false;
+  /** No claim before this executor's lease is registered and what it left earlier is recovered. */
+  private leaseReady = false;
   private reconciling?: Promise<void>;
   private stopping = false;
 
@@ -72,7 +74,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
           outcomes: this.outcomes,
           completions: this.completions,
           executorId: this.config.executorId,
-          claimsAllowed: () => !this.claimsHeld,
+          claimsAllowed: () => this.leaseReady && !this.claimsHeld,
           claimMayHaveBeenLost: () => this.reconcileLostClaims(),
           lifecycle: this.lifecycle,
           tracer: this.tracer,
@@ -89,7 +91,6 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       () => this.interruptNotOwned(),
       this.lifecycle,
     );
-    await this.heartbeat.start();
     this.listener = new NotificationListener(
       this.database,
       this.config,
@@ -102,7 +103,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
-    await this.listener.start();
+    // NOTE: LISTEN is set up while the lease registers; the first claim follows both, so no wake-up is missed.
+    await Promise.all([this.heartbeat.start(), this.listener.start()]);
+    this.leaseReady = true;
     this.pollTimer = setInterval(() => void this.poll(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);
