@@ -73,8 +73,6 @@ interface AbandonedRun {
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
-  /** Runs whose body returned and whose outcome is being written: in a queue without global limits, no slot. */
-  private readonly writing = new Set<RunningWorkflow>();
   private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
   private claiming?: Promise<void>;
   private claimAgain = false;
@@ -187,7 +185,7 @@ export class QueueWorker {
       do {
         this.claimAgain = false;
         const queue = this.deps.settings.effective(this.queueName);
-        const free = queue.workerConcurrency - this.running.size + this.writing.size;
+        const free = queue.workerConcurrency - this.running.size;
         if (free <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const { workflows, retryInMs } = await this.deps.claimer.claim({
           queue,
@@ -239,7 +237,6 @@ export class QueueWorker {
 
   private finished(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) === run) this.running.delete(run.workflowId);
-    this.writing.delete(run);
     run.free();
     const abandoned = this.abandoned.get(run);
     if (abandoned) {
@@ -257,7 +254,6 @@ export class QueueWorker {
   private abandon(run: RunningWorkflow, reason: 'cancelled' | 'timed-out'): void {
     abort(run, reason);
     this.running.delete(run.workflowId);
-    this.writing.delete(run);
     run.free();
     const abandoned: AbandonedRun = { run, reason, abandonedAt: Date.now(), warned: false };
     this.abandoned.set(run, abandoned);
@@ -305,12 +301,6 @@ export class QueueWorker {
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
-      }
-      // NOTE: the next claim need not wait for this write (its commit is the slowest part of a short job) unless the
-      // queue has global limits, whose counts take the workflow as running until its outcome is recorded.
-      if (!hasGlobalLimits(this.deps.settings.effective(this.queueName))) {
-        this.writing.add(run);
-        this.claimSoon();
       }
       if (await this.deps.outcomes.write(outcome, this.queueName)) {
         this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
