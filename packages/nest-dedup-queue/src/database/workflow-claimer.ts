@@ -27,6 +27,15 @@ export interface ClaimRequest {
   workflowNames: string[];
 }
 
+/**
+ * A claim to run in the statement that records outcomes (see `WorkflowStore.recordOutcomes`): its CTEs (`claimable`,
+ * then `claimed`, the UPDATE returning the claimed rows) with parameters numbered from `firstParam`.
+ */
+export interface AttachedClaim {
+  ctes(firstParam: number): string;
+  params: unknown[];
+}
+
 export interface ClaimResult {
   workflows: ClaimedWorkflow[];
   /** When a rate limit stopped the claim: how long until a start slot frees. */
@@ -90,6 +99,16 @@ export class WorkflowClaimer {
     });
   }
 
+  /** The claim of a queue without global limits, to attach to another statement (`claimedRows` reads its rows). */
+  attachable(request: ClaimRequest): AttachedClaim {
+    const { candidates, update } = this.claimParts(false);
+    const sql = `${candidates.replace(/^\s*WITH /, '')}, claimed AS (${update})`;
+    return {
+      ctes: (firstParam) => sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + firstParam - 1}`),
+      params: this.params(request, request.limit),
+    };
+  }
+
   private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
     const { concurrency, rateLimit } = request.queue;
     const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
@@ -136,6 +155,11 @@ export class WorkflowClaimer {
    * when statistics say the queue is empty (ANALYZE ran on a drained table): 400 ms instead of 1 ms per claim.
    */
   private claimSql(partitioned: boolean): string {
+    const { candidates, update } = this.claimParts(partitioned);
+    return `${candidates}\n${update}`;
+  }
+
+  private claimParts(partitioned: boolean): { candidates: string; update: string } {
     const due = `status = 'ENQUEUED' AND workflow_name = ANY($3::text[]) AND (not_before IS NULL OR not_before <= now())`;
     const candidates = partitioned
       ? `WITH RECURSIVE partitions AS (
@@ -189,7 +213,7 @@ export class WorkflowClaimer {
            LIMIT $4
            FOR UPDATE SKIP LOCKED
          )`;
-    return `${candidates}
+    const update = `
       UPDATE ${this.workflows} AS w
       SET status = 'PENDING', executor_id = $2, attempts = w.attempts + 1, started_at = clock_timestamp(),
           updated_at = now(),
@@ -204,7 +228,13 @@ export class WorkflowClaimer {
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
                   AS wait_seconds`;
+    return { candidates, update };
   }
+}
+
+/** The workflows of an attached claim, from the JSON text of its `claimed` rows. */
+export function claimedRows(rowsJson: string[]): ClaimedWorkflow[] {
+  return toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow));
 }
 
 function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {

@@ -1,9 +1,16 @@
 import { Logger } from '@nestjs/common';
+import type { AttachedClaim } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
 const RETRY_DELAY_MS = 500;
+
+/** A worker's next claim, made in the statement that records its finished workflows. */
+export interface ClaimWithOutcomes extends AttachedClaim {
+  /** Called with the claimed rows (JSON text) before the outcomes settle, or with the error of the statement. */
+  deliver(claimedJson: string[] | undefined, error?: unknown): void;
+}
 
 interface QueuedOutcome {
   outcome: WorkflowOutcome;
@@ -13,7 +20,9 @@ interface QueuedOutcome {
 
 /**
  * Records workflow outcomes, combining those that finish while a write is in flight into one statement
- * (group commit): one round trip for many completions, no added delay for a lone one. A failed write is retried
+ * (group commit): one round trip for many completions, no added delay for a lone one. The worker of the batch's
+ * first queue may attach its next claim to the statement (`claimWith`), so that finishing and claiming take one round
+ * trip and one commit. A failed write is retried
  * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
  * never marked done.
  */
@@ -29,6 +38,9 @@ export class OutcomeWriter {
     private readonly executorId: string,
     /** Whether a slot freed in this queue may let another process start work (a queue with global limits). */
     private readonly wakesOthers: (queueName: string) => boolean,
+    /** The claim a queue's worker attaches to the write of these outcomes, if it claims now. */
+    private readonly claimWith: (queueName: string, outcomes: WorkflowOutcome[]) => ClaimWithOutcomes | undefined = () =>
+      undefined,
   ) {}
 
   /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
@@ -59,16 +71,20 @@ export class OutcomeWriter {
 
   private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {
     const wake = [...new Set(batch.map((item) => item.queueName))].filter(this.wakesOthers);
+    const firstQueue = batch[0].queueName;
+    let claim = this.closed
+      ? undefined
+      : this.claimWith(firstQueue, batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome));
     while (!this.closed) {
       try {
-        const recorded = await this.store.recordOutcomes(
-          this.executorId,
-          batch.map((item) => item.outcome),
-          wake,
-        );
+        const outcomes = batch.map((item) => item.outcome);
+        const { recorded, claimedJson } = await this.store.recordOutcomes(this.executorId, outcomes, wake, claim);
+        claim?.deliver(claimedJson);
         this.failures.succeeded();
         return new Set(recorded);
       } catch (error) {
+        claim?.deliver(undefined, error);
+        claim = undefined;
         this.failures.failed(`Recording ${batch.length} workflow outcome(s)`, error);
         await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
       }

@@ -57,8 +57,11 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
-    this.outcomes = new OutcomeWriter(this.store, this.config.executorId, (queueName) =>
-      hasGlobalLimits(this.settings.effective(queueName)),
+    this.outcomes = new OutcomeWriter(
+      this.store,
+      this.config.executorId,
+      (queueName) => hasGlobalLimits(this.settings.effective(queueName)),
+      (queueName, outcomes) => this.workers.get(queueName)?.claimWithOutcomes(outcomes),
     );
     const steps = new StepStore(this.database, this.config.leaseMs);
     const claimer = new WorkflowClaimer(this.database);
