@@ -12,6 +12,8 @@ export interface ClaimWithOutcomes extends AttachedClaim {
   deliver(claimedJson: string[] | undefined, error?: unknown): void;
 }
 
+type ClaimWithOutcomesHook = (queueName: string, outcomes: WorkflowOutcome[]) => ClaimWithOutcomes | undefined;
+
 interface QueuedOutcome {
   outcome: WorkflowOutcome;
   queueName: string;
@@ -39,8 +41,7 @@ export class OutcomeWriter {
     /** Whether a slot freed in this queue may let another process start work (a queue with global limits). */
     private readonly wakesOthers: (queueName: string) => boolean,
     /** The claim a queue's worker attaches to the write of these outcomes, if it claims now. */
-    private readonly claimWith: (queueName: string, outcomes: WorkflowOutcome[]) => ClaimWithOutcomes | undefined = () =>
-      undefined,
+    private readonly claimWith: ClaimWithOutcomesHook = () => undefined,
   ) {}
 
   /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
