@@ -1,10 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
 import { DedupQueueModule, QueueService, Workflow } from 'nest-dedup-queue';
-import { WorkflowClaimer, type ClaimRequest, type ClaimResult } from 'nest-dedup-queue/dist/database/workflow-claimer';
-import type { WorkflowOutcome } from 'nest-dedup-queue/dist/database/workflow.store';
-import { QueueDatabase } from 'nest-dedup-queue/dist/database/queue-database';
-import { OutcomeWriter } from 'nest-dedup-queue/dist/scheduler/outcome.writer';
+import {
+  OutcomeWriter,
+  QueueDatabase,
+  WorkflowClaimer,
+  type ClaimRequest,
+  type ClaimResult,
+  type WorkflowOutcome,
+} from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 

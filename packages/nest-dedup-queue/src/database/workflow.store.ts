@@ -2,6 +2,7 @@ import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { finishWorkflowSql, keepsKeyInWindowSql, keyFreeSql } from './workflow-finish.sql';
+import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import {
   ACTIVE_STATUSES_SQL,
@@ -101,10 +102,17 @@ export class WorkflowStore {
    * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
    * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
    * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the
-   * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take).
+   * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take). With `claim`,
+   * claims in the same statement and commit (one round trip for a worker's finished and next workflows) and returns
+   * the claimed rows as JSON text.
    */
-  async recordOutcomes(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): Promise<string[]> {
-    const rows = await this.database.query<{ workflow_id: string }>(
+  async recordOutcomes(
+    executorId: string,
+    outcomes: WorkflowOutcome[],
+    wakeQueues: string[],
+    claim?: AttachedClaim,
+  ): Promise<{ recorded: string[]; claimedJson: string[] }> {
+    const rows = await this.database.query<{ workflow_id: string | null; claimed: string | null }>(
       `WITH finished AS (
          UPDATE ${this.table} AS w
          SET ${finishWorkflowSql({
@@ -132,7 +140,9 @@ export class WorkflowStore {
          SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
        )
-       SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM finished`,
+       ${claim ? `, ${claim.ctes(10)}` : ''}
+       SELECT workflow_id, NULL::text AS claimed, (SELECT count(*) FROM woken) AS woken FROM finished
+       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL FROM claimed AS c' : ''}`,
       [
         outcomes.map((o) => o.workflowId),
         outcomes.map((o) => o.status),
@@ -143,10 +153,18 @@ export class WorkflowStore {
         this.database.wakeUpChannel,
         wakeQueues,
         outcomes.map((o) => o.attempt),
+        ...(claim?.params ?? []),
       ],
-      { prepared: true, idempotent: true },
+      // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
+      { prepared: true, idempotent: !claim },
     );
-    return rows.map((row) => row.workflow_id);
+    const recorded: string[] = [];
+    const claimedJson: string[] = [];
+    for (const row of rows) {
+      if (row.claimed !== null) claimedJson.push(row.claimed);
+      else if (row.workflow_id !== null) recorded.push(row.workflow_id);
+    }
+    return { recorded, claimedJson };
   }
 
   /**

@@ -50,8 +50,9 @@ export class NotificationListener {
   }
 
   /**
-   * Starts listening on the channels of `handlers` and runs the self-test; a failure is logged and retried in the
-   * background, never thrown.
+   * Starts listening on the channels of `handlers`; resolves once LISTEN is in place (or failed: logged and retried
+   * in the background, never thrown). The self-test runs on in the background, so that workers start claiming
+   * without waiting for it.
    */
   async start(handlers: ReadonlyMap<string, ChannelHandler>): Promise<void> {
     this.handlers = handlers;
@@ -61,7 +62,7 @@ export class NotificationListener {
       this.disable(`${listen.reason}`);
       return;
     }
-    if (await this.connect()) await this.selfTest();
+    if (await this.connect()) void this.selfTest();
   }
 
   async stop(): Promise<void> {

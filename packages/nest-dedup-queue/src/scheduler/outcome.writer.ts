@@ -1,11 +1,20 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
+import type { AttachedClaim } from '../database/workflow-claimer';
 import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
 const RETRY_DELAY_MS = 500;
+
+/** A worker's next claim, made in the statement that records its finished workflows. */
+export interface ClaimWithOutcomes extends AttachedClaim {
+  /** Called with the claimed rows (JSON text) before the outcomes settle, or with the error of the statement. */
+  deliver(claimedJson: string[] | undefined, error?: unknown): void;
+}
+
+type ClaimWithOutcomesHook = (queueName: string, outcomes: WorkflowOutcome[]) => ClaimWithOutcomes | undefined;
 
 interface QueuedOutcome {
   outcome: WorkflowOutcome;
@@ -15,7 +24,9 @@ interface QueuedOutcome {
 
 /**
  * Records workflow outcomes, combining those that finish while a write is in flight into one statement
- * (group commit): one round trip for many completions, no added delay for a lone one. A failed write is retried
+ * (group commit): one round trip for many completions, no added delay for a lone one. The worker of the batch's
+ * first queue may attach its next claim to the statement (`attachClaims`), so that finishing and claiming take one round
+ * trip and one commit. A failed write is retried
  * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
  * never marked done. A queue with global limits has its workers woken everywhere by the write (a freed slot there
  * may let another process start work).
@@ -26,6 +37,7 @@ export class OutcomeWriter {
   private queued: QueuedOutcome[] = [];
   private flushing?: Promise<void>;
   private closed = false;
+  private claimWith: ClaimWithOutcomesHook = () => undefined;
   private readonly failures = new FailureLog(this.logger);
 
   constructor(
@@ -33,6 +45,11 @@ export class OutcomeWriter {
     private readonly config: DedupQueueConfig,
     private readonly settings: QueueSettings,
   ) {}
+
+  /** Lets the workers attach their next claim to the write of their queue's outcomes (see the class doc). */
+  attachClaims(hook: ClaimWithOutcomesHook): void {
+    this.claimWith = hook;
+  }
 
   /** Resolves with whether the outcome was recorded (false: the workflow was no longer PENDING under this executor). */
   write(outcome: WorkflowOutcome, queueName: string): Promise<boolean> {
@@ -64,16 +81,20 @@ export class OutcomeWriter {
     const wake = [...new Set(batch.map((item) => item.queueName))].filter((queueName) =>
       hasGlobalLimits(this.settings.effective(queueName)),
     );
+    const firstQueue = batch[0].queueName;
+    let claim = this.closed
+      ? undefined
+      : this.claimWith(firstQueue, batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome));
     while (!this.closed) {
       try {
-        const recorded = await this.store.recordOutcomes(
-          this.config.executorId,
-          batch.map((item) => item.outcome),
-          wake,
-        );
+        const outcomes = batch.map((item) => item.outcome);
+        const { recorded, claimedJson } = await this.store.recordOutcomes(this.config.executorId, outcomes, wake, claim);
+        claim?.deliver(claimedJson);
         this.failures.succeeded();
         return new Set(recorded);
       } catch (error) {
+        claim?.deliver(undefined, error);
+        claim = undefined;
         this.failures.failed(`Recording ${batch.length} workflow outcome(s)`, error);
         await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
       }

@@ -32,6 +32,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private pollTimer?: NodeJS.Timeout;
   /** Claims wait while the scheduler puts back what a claim with a lost answer took. */
   private claimsHeld = false;
+  /** No claim before this executor's lease is registered and what it left earlier is recovered. */
+  private leaseReady = false;
   private reconciling?: Promise<void>;
   private stopping = false;
 
@@ -49,19 +51,19 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
+    this.outcomes.attachClaims((queueName, outcomes) => this.workers.get(queueName)?.claimWithOutcomes(outcomes));
     for (const queueName of queues) {
       this.workers.set(
         queueName,
         this.workerFactory.create(queueName, {
-          claimsAllowed: () => !this.claimsHeld,
+          claimsAllowed: () => this.leaseReady && !this.claimsHeld,
           claimMayHaveBeenLost: () => this.reconcileLostClaims(),
         }),
       );
     }
     this.started = true;
     this.stopping = false;
-    await this.heartbeat.start(() => this.interruptNotOwned());
-    await this.listener.start(
+    const listening = this.listener.start(
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
         [
@@ -71,6 +73,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
+    // NOTE: LISTEN is set up while the lease registers; the first claim follows both, so no wake-up is missed.
+    await Promise.all([this.heartbeat.start(() => this.interruptNotOwned()), listening]);
+    this.leaseReady = true;
     this.pollTimer = setInterval(() => void this.poll(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);

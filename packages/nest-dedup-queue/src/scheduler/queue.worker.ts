@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
-import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
+import { type ClaimedWorkflow, type WorkflowClaimer, claimedRows } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import type { RegisteredWorkflow, WorkflowRegistry, WorkflowRunOptions } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection-monitor';
@@ -18,7 +18,7 @@ import { toStoredJson } from '../utils/stored-json';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
-import type { OutcomeWriter } from './outcome.writer';
+import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
@@ -67,8 +67,9 @@ interface AbandonedRun {
 /**
  * Drains one queue in this process: claims as many workflows as it has free slots (`workerConcurrency`, and the
  * queue's global `concurrency` as counted in Postgres), runs each on its provider with its recorded steps, records
- * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. At most one claim is
- * in flight per queue and process.
+ * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. In a queue without
+ * global limits, the claim for the slots that recorded outcomes free is made in the statement that records them. At
+ * most one claim is in flight per queue and process.
  */
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
@@ -178,6 +179,38 @@ export class QueueWorker {
 
   get runningCount(): number {
     return this.running.size;
+  }
+
+  /**
+   * The claim to make in the statement that records `outcomes` of this queue: as many as the slots free once they
+   * are recorded. None while a claim is in flight, claims are held or the queue has global limits or is paused.
+   */
+  claimWithOutcomes(outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
+    if (this.stopped || this.claiming || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
+    const queue = this.deps.settings.effective(this.queueName);
+    if (queue.paused || hasGlobalLimits(queue)) return undefined;
+    const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
+    const limit = queue.workerConcurrency - this.running.size + freeing.length;
+    if (limit <= 0) return undefined;
+    let settle = () => undefined as void;
+    this.claiming = new Promise<void>((resolve) => (settle = resolve));
+    this.claimAgain = false;
+    const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
+    return {
+      ...this.deps.claimer.attachable(request),
+      deliver: (claimedJson, error) => {
+        this.claiming = undefined;
+        settle();
+        if (claimedJson) {
+          const workflows = claimedRows(claimedJson);
+          for (const workflow of workflows) this.start(workflow);
+          if (workflows.length < limit) this.mayHaveWork = this.claimAgain;
+        } else if (error instanceof DatabaseUnavailableError) {
+          this.deps.claimMayHaveBeenLost();
+        }
+        if (this.claimAgain) this.claimSoon();
+      },
+    };
   }
 
   private async claimLoop(): Promise<void> {
