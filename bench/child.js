@@ -51,6 +51,7 @@ async function storm({ calls, keys, producers, maxSeconds }) {
   let accepted = 0;
   let errors = 0;
   let firstError;
+  const cpu0 = process.cpuUsage();
   const t0 = nowNs();
   const deadline = Date.now() + maxSeconds * 1000;
   await Promise.all(
@@ -67,9 +68,11 @@ async function storm({ calls, keys, producers, maxSeconds }) {
     }),
   );
   const elapsedNs = Number(nowNs() - t0);
+  const cpu = process.cpuUsage(cpu0);
   await producer.close();
   // `next` calls were made (all of them unless the time cap cut the storm short).
-  return { calls: next, accepted, errors, firstError, elapsedNs, perSecond: next / (elapsedNs / 1e9) };
+  const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+  return { calls: next, accepted, errors, firstError, elapsedNs, perSecond: next / (elapsedNs / 1e9), cpuSeconds };
 }
 
 /** Prefill through the public enqueue API: n distinct keys, `producers` concurrent loops. */
@@ -150,14 +153,19 @@ async function worker({ mode, expect, concurrency }) {
   };
 
   const handle = await adapter.worker(ctx, { concurrency, onJob });
-  send({ type: 'ready' });
+  // The worker is started (its boot has ended); `firstClaim` when the adapter can tell when it first asked for work.
+  const tReady = nowNs();
+  const firstClaim = handle.firstClaimNs ? handle.firstClaimNs() : null;
+  send({ type: 'ready', tReady: tReady.toString(), tFirstClaim: firstClaim === null ? null : firstClaim.toString() });
   process.on('message', async (message) => {
     if (message && message.type === 'stop') {
       const closing = Promise.resolve()
         .then(() => handle.close())
         .catch(() => {});
       await Promise.race([closing, sleep(10_000)]);
-      send({ type: 'stopped', count });
+      const claim = handle.firstClaimNs ? handle.firstClaimNs() : null;
+      const statements = handle.statements ? handle.statements() : null;
+      send({ type: 'stopped', count, statements, tFirstClaim: claim === null ? null : claim.toString() });
       setTimeout(() => process.exit(0), 50);
     }
   });

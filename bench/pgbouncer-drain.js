@@ -8,61 +8,12 @@
  *
  *   node bench/pgbouncer-drain.js    (needs /usr/sbin/pgbouncer; BENCH_DATABASE_URL or DATABASE_URL for the server)
  */
-const fs = require('node:fs');
-const os = require('node:os');
-const path = require('node:path');
-const net = require('node:net');
-const { execFileSync } = require('node:child_process');
 const { DATABASE_URL, Pool, median, startApp } = require('./observability/common');
+const { startPgBouncer } = require('./lib/pgbouncer');
 
 const JOBS = Number(process.env.BENCH_JOBS ?? 20_000);
 const REPS = Number(process.env.BENCH_REPS ?? 3);
 const SCHEMA = 'bench_pgbouncer_drain';
-
-function freePort() {
-  return new Promise((resolve) => {
-    const server = net.createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function startPgBouncer(serverPort) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-pgbouncer-'));
-  const port = await freePort();
-  fs.writeFileSync(path.join(dir, 'userlist.txt'), '"postgres" ""\n');
-  fs.writeFileSync(
-    path.join(dir, 'pgbouncer.ini'),
-    [
-      '[databases]',
-      `* = host=127.0.0.1 port=${serverPort}`,
-      '[pgbouncer]',
-      'listen_addr = 127.0.0.1',
-      `listen_port = ${port}`,
-      'unix_socket_dir =',
-      'auth_type = trust',
-      `auth_file = ${dir}/userlist.txt`,
-      'pool_mode = transaction',
-      'max_client_conn = 500',
-      'default_pool_size = 20',
-      'ignore_startup_parameters = extra_float_digits,options',
-      `logfile = ${dir}/pgbouncer.log`,
-      `pidfile = ${dir}/pgbouncer.pid`,
-    ].join('\n'),
-  );
-  execFileSync('chown', ['-R', 'postgres:postgres', dir]);
-  execFileSync('runuser', ['-u', 'postgres', '--', '/usr/sbin/pgbouncer', '-d', path.join(dir, 'pgbouncer.ini')]);
-  await new Promise((resolve) => setTimeout(resolve, 500));
-  return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    stop() {
-      const pid = Number(fs.readFileSync(path.join(dir, 'pgbouncer.pid'), 'utf8'));
-      process.kill(pid, 'SIGTERM');
-      fs.rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 async function drainOnce(pool, options) {
   await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`);
@@ -89,13 +40,12 @@ async function drainOnce(pool, options) {
 }
 
 async function main() {
-  const server = new URL(DATABASE_URL);
-  const bouncer = await startPgBouncer(Number(server.port || 5432));
+  const bouncer = await startPgBouncer(DATABASE_URL);
   const pool = new Pool({ connectionString: DATABASE_URL, max: 2 });
   pool.on('error', () => undefined);
   const modes = {
     direct: { connection: { url: DATABASE_URL } },
-    pgbouncer: { connection: { url: bouncer.url }, pooler: 'transaction', listen: { url: DATABASE_URL } },
+    pgbouncer: { connection: { url: bouncer.url(new URL(DATABASE_URL).pathname.slice(1) || 'postgres') }, pooler: 'transaction', listen: { url: DATABASE_URL } },
   };
   const results = { direct: [], pgbouncer: [] };
   try {

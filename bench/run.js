@@ -45,8 +45,10 @@ async function main() {
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);
-  const { recreateDatabase, withClient, query, closePools } = require('./lib/pg');
+  const { recreateDatabase, withClient, closePools } = require('./lib/pg');
   const { runRole } = require('./lib/proc');
+  const { pidsNamed } = require('./lib/usage');
+  const { startPgBouncer } = require('./lib/pgbouncer');
   const report = require('./lib/report');
   const { machineInfo } = require('./lib/machine');
   const { NoiseMonitor } = require('./lib/noise');
@@ -125,7 +127,15 @@ async function main() {
       if (!databases.has(system.db)) databases.set(system.db, recreateDatabase(adminUrl, system.db));
       url = await databases.get(system.db);
     }
-    system.ctx = { databaseUrl: url, queueName: config.queueName, redis: config.redis, options: system.options || {} };
+    system.ctx = {
+      databaseUrl: url,
+      adminUrl,
+      queueName: config.queueName,
+      redis: config.redis,
+      options: system.options || {},
+      // BullMQ-Redis's store is the redis-server process.
+      storePids: system.redis ? pidsNamed('redis-server') : [],
+    };
   }
   const installed = new Set();
   for (const system of systems) {
@@ -139,11 +149,17 @@ async function main() {
   const checkpoint = () => withClient(adminUrl, (client) => client.query('CHECKPOINT')).catch(() => {});
   const noise = new NoiseMonitor(adminUrl);
   await noise.start();
-  const runs = { w1: {}, w2: {}, w3: {}, w4: {}, w5: {} };
+  // w2: fresh statistics (ANALYZE after the prefill); w2stale: none. The rest are nest-dedup-queue's W2 variants.
+  const runs = { w1: {}, w2: {}, w2stale: {}, w3: {}, w4: {}, w5: {}, w2direct: {}, w2pgbouncer: {}, w2x1: {}, w2x2: {}, w2x4: {} };
   const record = (workload, system, result) => {
     (runs[workload][system.id] ||= []).push(result);
     const detail =
-      workload === 'w3'
+      workload.startsWith('w2') && result.cpu
+        ? `${Math.round(result.perSecond ?? NaN)}/s, CPU ${Math.round(result.cpu.workerUsPerJob)} + ${Math.round(result.cpu.storeUsPerJob)} µs/job` +
+          (result.commitsPerJob !== null ? `, ${result.commitsPerJob.toFixed(3)} commits/job` : '') +
+          (result.statementsPerJob !== null && result.statementsPerJob !== undefined ? `, ${result.statementsPerJob.toFixed(3)} statements/job` : '') +
+          (result.startup ? `, start-up ${fmt(result.startup.readyToFirstClaimMs)} / ${fmt(result.startup.readyToFirstJobMs)} ms` : '')
+        : workload === 'w3'
         ? `p50 ${result.p50?.toFixed(2)} ms, p95 ${result.p95?.toFixed(2)} ms, p99 ${result.p99?.toFixed(2)} ms`
         : workload === 'w5'
           ? `peak RSS ${result.peakRssMiB?.toFixed(0)} MiB, ${result.processed} processed`
@@ -164,6 +180,7 @@ async function main() {
     result.noise = { ...noise.since(from), waitedForQuietMs: waitedMs };
     record(workload, system, result);
   };
+  const fmt = (v) => (v === null || v === undefined ? '—' : v.toFixed(0));
   const withWorkload = (w) => systems.filter((s) => s.workloads.includes(w));
   // Rotate the order each repetition so no system always runs first (or right after the same neighbour).
   const rotated = (list, rep) => list.map((_, i) => list[(i + rep) % list.length]);
@@ -172,10 +189,40 @@ async function main() {
   for (let rep = 0; rep < config.reps; rep++) {
     log(`repetition ${rep + 1} of ${config.reps}`);
     for (const system of rotated(withWorkload('w1'), rep)) await attempt('w1', system, () => dedupStorm(system, system.ctx, config));
+    // Stale statistics at most twice (the time budget), before the fresh drain of the same repetition.
+    if (rep < config.staleReps) {
+      for (const system of rotated(withWorkload('w2'), rep)) {
+        await attempt('w2stale', system, () => drain(system, system.ctx, config, { jobs: config.w2.jobs, analyze: false }));
+      }
+    }
     for (const system of rotated(withWorkload('w2'), rep)) {
       await attempt('w2', system, () => drain(system, system.ctx, config, { jobs: config.w2.jobs }));
     }
     for (const system of rotated(withWorkload('w3'), rep)) await attempt('w3', system, () => latency(system, system.ctx, config));
+  }
+
+  // ---- nest-dedup-queue's W2 variants: behind PgBouncer next to direct, and 1, 2 and 4 worker processes ----
+  const nest = systems.find((s) => s.id === 'nest-dedup-queue' && s.workloads.includes('w2'));
+  if (nest && config.variants) {
+    let bouncer = null;
+    try {
+      bouncer = await startPgBouncer(adminUrl);
+    } catch (error) {
+      notes.push(`W2 through PgBouncer skipped: ${error.message}`);
+    }
+    const w2 = ({ ctx = nest.ctx, workers = 1 } = {}) => () => drain(nest, ctx, config, { jobs: config.w2.jobs, workers });
+    if (bouncer) {
+      const database = new URL(nest.ctx.databaseUrl).pathname.slice(1);
+      const pooledCtx = { ...nest.ctx, pooledUrl: bouncer.url(database), storePids: [bouncer.pid] };
+      for (let rep = 0; rep < config.variantReps; rep++) {
+        await attempt('w2direct', nest, w2({}));
+        await attempt('w2pgbouncer', nest, w2({ ctx: pooledCtx }));
+      }
+      bouncer.stop();
+    }
+    for (let rep = 0; rep < config.variantReps; rep++) {
+      for (const workers of [1, 2, 4]) await attempt(`w2x${workers}`, nest, w2({ workers }));
+    }
   }
 
   // ---- W4: the drain again on 1,000,000 finished jobs ----
@@ -226,7 +273,7 @@ async function main() {
     startedAt: startedAt.toISOString(),
     durationS,
     machine,
-    config: { reps: config.reps, w1: config.w1, w2: config.w2, w3: config.w3, w4: config.w4, w5: config.w5 },
+    config: { reps: config.reps, staleReps: config.staleReps, variantReps: config.variantReps, w1: config.w1, w2: config.w2, w3: config.w3, w4: config.w4, w5: config.w5 },
     systems: systems.map((s) => ({ id: s.id, label: s.label, settings: s.settings, workloads: s.workloads })),
     summary,
     targets,
@@ -262,6 +309,17 @@ async function main() {
       if (text.includes(start) && text.includes(end)) {
         const body = report.markdownReport(reportArgs).replace(/^# .*\n\n/, '').replace(/^## /gm, '### ');
         fs.writeFileSync(readme, `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n![chart](results/latest.svg)\n${text.slice(text.indexOf(end))}`);
+      }
+    }
+    // So does the repository's README, in its performance section (the tables and the targets).
+    const rootReadme = path.join(config.REPO_DIR, 'README.md');
+    if (fs.existsSync(rootReadme)) {
+      const text = fs.readFileSync(rootReadme, 'utf8');
+      const start = '<!-- bench-latest:start -->';
+      const end = '<!-- bench-latest:end -->';
+      if (text.includes(start) && text.includes(end)) {
+        const body = report.readmeSection(reportArgs);
+        fs.writeFileSync(rootReadme, `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n${text.slice(text.indexOf(end))}`);
       }
     }
   }

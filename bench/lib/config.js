@@ -16,7 +16,7 @@ const REPO_DIR = path.resolve(BENCH_DIR, '..');
 // A run with a subset of systems or workloads, other sizes or fewer repetitions is "partial": it writes
 // results/partial-<time>.json only, and leaves latest.* and the README's table alone.
 const partial = Object.keys(process.env).some(
-  (name) => /^BENCH_(SYSTEMS|WORKLOADS|REPS|W\d_)/.test(name) && process.env[name] !== '',
+  (name) => /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|W\d_)/.test(name) && process.env[name] !== '',
 );
 
 module.exports = {
@@ -41,6 +41,11 @@ module.exports = {
   workloads: process.env.BENCH_WORKLOADS ? process.env.BENCH_WORKLOADS.split(',').map((s) => s.trim().toLowerCase()) : null,
 
   reps: int('BENCH_REPS', 3),
+  // W2 with stale statistics runs in the first `staleReps` repetitions; nest-dedup-queue's W2 variants (PgBouncer,
+  // 1/2/4 worker processes) `variantReps` times each (the time budget). BENCH_VARIANTS=0 skips the variants.
+  staleReps: Math.min(int('BENCH_REPS', 3), int('BENCH_STALE_REPS', 2)),
+  variantReps: int('BENCH_VARIANT_REPS', 1),
+  variants: int('BENCH_VARIANTS', 1) > 0,
   queueName: 'bench',
   // A W1 storm still running after maxSeconds is cut short (rate over the calls made; see workloads/w1-dedup-storm.js).
   w1: { calls: int('BENCH_W1_CALLS', 20_000), keys: int('BENCH_W1_KEYS', 2_000), producers: 16, maxSeconds: int('BENCH_W1_MAX_SECONDS', 30) },

@@ -39,12 +39,23 @@ function pool(url) {
   }
   return p;
 }
+const sent = new Map();
 async function query(url, sql, params) {
+  sent.set(url, (sent.get(url) || 0) + 1);
   return (await pool(url).query(sql, params)).rows;
+}
+/** How many statements the orchestrator sent to a database (each its own transaction). */
+const queriesSent = (url) => sent.get(url) || 0;
+/** Ends the orchestrator's pool for a database (its backends exit, which flushes their statistics). */
+async function closePool(url) {
+  const p = pools.get(url);
+  if (!p) return;
+  pools.delete(url);
+  await p.end().catch(() => {});
 }
 async function closePools() {
   await Promise.all([...pools.values()].map((p) => p.end().catch(() => {})));
   pools.clear();
 }
 
-module.exports = { withDatabase, withClient, recreateDatabase, query, pool, closePools };
+module.exports = { withDatabase, withClient, recreateDatabase, query, pool, closePool, closePools, queriesSent };

@@ -4,6 +4,31 @@ const { median } = require('./stats');
 
 const NEST = 'nest-dedup-queue';
 
+/** Medians of what a drain cost and how its worker started (see workloads/w2-drain.js). */
+function costOf(list) {
+  const pick = (fn) => median(list.map((r) => { try { return fn(r); } catch { return null; } }));
+  return {
+    workerUsPerJob: pick((r) => r.cpu.workerUsPerJob),
+    storeUsPerJob: pick((r) => r.cpu.storeUsPerJob),
+    commitsPerJob: pick((r) => r.commitsPerJob),
+    statementsPerJob: pick((r) => r.statementsPerJob),
+    readyToFirstClaimMs: pick((r) => r.startup.readyToFirstClaimMs),
+    readyToFirstJobMs: pick((r) => r.startup.readyToFirstJobMs),
+    forkToReadyMs: pick((r) => r.startup.forkToReadyMs),
+  };
+}
+
+function drainSummary(list) {
+  if (!list.length) return null;
+  return {
+    perSecond: median(list.map((r) => r.perSecond)),
+    reps: list.map((r) => r.perSecond),
+    ...costOf(list),
+    ok: list.every((r) => r.ok),
+    problems: [...new Set(list.flatMap((r) => r.problems || []))],
+  };
+}
+
 function summarize(systems, runs) {
   const summary = {};
   for (const system of systems) {
@@ -19,6 +44,8 @@ function summarize(systems, runs) {
       w1: w1.length
         ? {
             perSecond: median(w1.map((r) => r.perSecond)),
+            producerUsPerCall: median(w1.map((r) => r.producerUsPerCall)),
+            commitsPerCall: median(w1.map((r) => r.commitsPerCall)),
             reps: w1.map((r) => r.perSecond),
             capped: w1.some((r) => r.capped),
             ok: okAll(w1),
@@ -30,10 +57,19 @@ function summarize(systems, runs) {
             perSecond: median(w2.map((r) => r.perSecond)),
             reps: w2.map((r) => r.perSecond),
             peakRssMiB: Math.max(...w2.map((r) => r.peakRssMiB).filter(Number.isFinite)),
+            ...costOf(w2),
             ok: okAll(w2),
             problems: problems(w2),
           }
         : null,
+      w2stale: drainSummary(of('w2stale')),
+      variants: {
+        direct: drainSummary(of('w2direct')),
+        pgbouncer: drainSummary(of('w2pgbouncer')),
+        workers1: drainSummary(of('w2x1')),
+        workers2: drainSummary(of('w2x2')),
+        workers4: drainSummary(of('w2x4')),
+      },
       w3: w3.length
         ? {
             p50: median(w3.map((r) => r.p50)),
@@ -71,33 +107,44 @@ function summarize(systems, runs) {
   return summary;
 }
 
-/** The issue's targets for nest-dedup-queue, as ratios measured in this run. */
+/** Issue 14's targets for nest-dedup-queue, as ratios measured in this run. */
 function evaluateTargets(summary) {
   const nest = summary[NEST];
-  const raw1 = summary['raw-sql-1'];
-  const raw32 = summary['raw-sql-32'];
+  const graphile = summary['graphile-worker'];
   const redis = summary['bullmq-redis'];
   const targets = [];
   const add = (name, value, goal, met, detail) => targets.push({ name, value, goal, met, detail });
   const ratio = (a, b) => (a && b ? a / b : null);
+  const atLeast = (name, value, goal = 1) => add(name, value, goal, value === null ? null : value >= goal, 'ratio');
+  const rate = (s, w) => (s && s[w] ? s[w].perSecond : null);
   if (!nest) return targets;
-  if (nest.w1) {
-    const r = ratio(nest.w1.perSecond, raw1 && raw1.w1 && raw1.w1.perSecond);
-    add('W1 ≥ 2× raw single-row INSERT loop', r, 2, r === null ? null : r >= 2, 'ratio');
-    const b = ratio(nest.w1.perSecond, redis && redis.w1 && redis.w1.perSecond);
-    add('W1 ≥ BullMQ-Redis', b, 1, b === null ? null : b >= 1, 'ratio');
-  }
+  if (nest.w1) atLeast('W1 ≥ BullMQ-Redis', ratio(rate(nest, 'w1'), rate(redis, 'w1')));
   if (nest.w2) {
-    const r = ratio(nest.w2.perSecond, raw32 && raw32.w2 && raw32.w2.perSecond);
-    add('W2 ≥ raw batched (32) claim loop', r, 1, r === null ? null : r >= 1, 'ratio');
-    const b = ratio(nest.w2.perSecond, redis && redis.w2 && redis.w2.perSecond);
-    add('W2 ≥ BullMQ-Redis', b, 1, b === null ? null : b >= 1, 'ratio');
+    atLeast('W2 (fresh statistics) ≥ graphile-worker', ratio(rate(nest, 'w2'), rate(graphile, 'w2')));
+    atLeast('W2 (fresh statistics) ≥ BullMQ-Redis', ratio(rate(nest, 'w2'), rate(redis, 'w2')));
+  }
+  if (nest.w2stale) {
+    atLeast('W2 (stale statistics) ≥ graphile-worker', ratio(rate(nest, 'w2stale'), rate(graphile, 'w2stale')));
+    atLeast('W2 (stale statistics) ≥ BullMQ-Redis', ratio(rate(nest, 'w2stale'), rate(redis, 'w2stale')));
   }
   if (nest.w3) {
-    add('W3 p50 ≤ 1.2 ms', nest.w3.p50, 1.2, nest.w3.p50 <= 1.2, 'ms');
-    add('W3 p99 ≤ 5 ms', nest.w3.p99, 5, nest.w3.p99 <= 5, 'ms');
+    const r = redis && redis.w3 ? redis.w3.p50 : null;
+    add('W3 p50 ≤ BullMQ-Redis', nest.w3.p50, r, r === null ? null : nest.w3.p50 <= r, `ms vs ${fmtMs(r)} ms`);
+    add('W3 p99 ≤ 2.5 ms', nest.w3.p99, 2.5, nest.w3.p99 <= 2.5, 'ms');
   }
-  if (nest.w4) add('W4 ≥ 0.8 of W2', nest.w4.ratio, 0.8, nest.w4.ratio === null ? null : nest.w4.ratio >= 0.8, 'ratio');
+  if (nest.w2) {
+    const claim = nest.w2.readyToFirstClaimMs;
+    const job = nest.w2.readyToFirstJobMs;
+    add('start-up: claiming < 30 ms after app.init()', claim, 30, claim === null ? null : claim < 30, 'ms');
+    add('start-up: first job < 100 ms after app.init()', job, 100, job === null ? null : job < 100, 'ms');
+    const cpu = (s) => (s && s.w2 && s.w2.workerUsPerJob !== null && s.w2.storeUsPerJob !== null ? s.w2.workerUsPerJob + s.w2.storeUsPerJob : null);
+    const ours = cpu(nest);
+    const theirs = cpu(graphile);
+    add('CPU per job (worker + Postgres) ≤ graphile-worker', ours, theirs, ours === null || theirs === null ? null : ours <= theirs, `µs vs ${fmtInt(theirs)} µs`);
+    const st = nest.w2.statementsPerJob ?? nest.w2.commitsPerJob;
+    add('statements per job < 0.2', st, 0.2, st === null ? null : st < 0.2, `statements (commits ${fmtRatio3(nest.w2.commitsPerJob)})`);
+  }
+  if (nest.w4) atLeast('W4 ≥ 0.9 of W2', nest.w4.ratio, 0.9);
   if (nest.w5) {
     add('W5 worker RSS flat under a backlog', nest.w5.peakRssMiB, nest.w5.w2PeakRssMiB, nest.w5.flat, 'MiB (backlog peak vs W2 peak)');
   }
@@ -106,6 +153,7 @@ function evaluateTargets(summary) {
 
 const fmtInt = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : Math.round(v).toLocaleString('en-US'));
 const fmtMs = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v < 10 ? v.toFixed(2) : v.toFixed(1));
+const fmtRatio3 = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v.toFixed(3));
 const fmtRatio = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v.toFixed(2));
 
 function rows(systems, summary) {
@@ -121,16 +169,58 @@ function rows(systems, summary) {
       system.label,
       s.w1 ? fmtInt(s.w1.perSecond) + (s.w1.capped ? '†' : '') + flag(s.w1) : '—',
       s.w2 ? fmtInt(s.w2.perSecond) + flag(s.w2) : '—',
+      s.w2stale ? fmtInt(s.w2stale.perSecond) + flag(s.w2stale) : '—',
       s.w3 ? fmtMs(s.w3.p50) + flag(s.w3) : '—',
       s.w3 ? fmtMs(s.w3.p95) : '—',
       s.w3 ? fmtMs(s.w3.p99) : '—',
+      s.w2 ? `${s.w2.readyToFirstClaimMs === null ? '' : `${fmtInt(s.w2.readyToFirstClaimMs)} / `}${fmtInt(s.w2.readyToFirstJobMs)}` : '—',
       s.w4 ? `${fmtRatio(s.w4.ratio)} (${fmtInt(s.w4.perSecond)}/s)${flag(s.w4)}` : '—',
       w5,
     ];
   });
 }
 
-const HEADER = ['system', 'W1 calls/s', 'W2 jobs/s', 'W3 p50 ms', 'W3 p95 ms', 'W3 p99 ms', 'W4 ratio to W2', 'W5 RSS MiB (W2 / backlog)'];
+const HEADER = [
+  'system', 'W1 calls/s', 'W2 jobs/s (fresh stats)', 'W2 jobs/s (stale stats)', 'W3 p50 ms', 'W3 p95 ms', 'W3 p99 ms',
+  'start-up ms (claim / first job)', 'W4 ratio to W2', 'W5 RSS MiB (W2 / backlog)',
+];
+
+const COST_HEADER = [
+  'system', 'W1 producer CPU µs/call', 'W1 commits/call', 'W2 CPU µs/job (worker + store)', 'W2 commits/job', 'W2 statements/job',
+];
+
+function costRows(systems, summary) {
+  return systems.map((system) => {
+    const s = summary[system.id];
+    return [
+      system.label,
+      s.w1 ? fmtInt(s.w1.producerUsPerCall) : '—',
+      s.w1 ? fmtRatio3(s.w1.commitsPerCall) : '—',
+      s.w2 && s.w2.workerUsPerJob !== null ? `${fmtInt(s.w2.workerUsPerJob)} + ${fmtInt(s.w2.storeUsPerJob)}` : '—',
+      s.w2 ? fmtRatio3(s.w2.commitsPerJob) : '—',
+      s.w2 ? fmtRatio3(s.w2.statementsPerJob) : '—',
+    ];
+  });
+}
+
+/** nest-dedup-queue's W2 variants: direct next to PgBouncer, and 1, 2 and 4 worker processes. */
+function variantRows(summary) {
+  const v = summary[NEST] && summary[NEST].variants;
+  if (!v || !Object.values(v).some(Boolean)) return null;
+  const cell = (d) => (d ? fmtInt(d.perSecond) + (d.ok === false ? ' ✗' : '') : '—');
+  const cpu = (d) => (d && d.workerUsPerJob !== null ? `${fmtInt(d.workerUsPerJob)} + ${fmtInt(d.storeUsPerJob)}` : '—');
+  const header = ['', 'direct', 'through PgBouncer (transaction pooling)', '1 worker process', '2 worker processes', '4 worker processes'];
+  const order = [v.direct, v.pgbouncer, v.workers1, v.workers2, v.workers4];
+  return [header, ['W2 jobs/s', ...order.map(cell)], ['CPU µs/job (worker + store)', ...order.map(cpu)]];
+}
+
+function markdownRows([header, ...body]) {
+  return [
+    `| ${header.join(' | ')} |`,
+    `|${header.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
+    ...body.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
+}
 
 function textTable(systems, summary) {
   const body = rows(systems, summary);
@@ -140,22 +230,64 @@ function textTable(systems, summary) {
 }
 
 function markdownTable(systems, summary) {
-  const body = rows(systems, summary);
-  return [
-    `| ${HEADER.join(' | ')} |`,
-    `|${HEADER.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
-    ...body.map((r) => `| ${r.join(' | ')} |`),
-  ].join('\n');
+  return markdownRows([HEADER, ...rows(systems, summary)]);
+}
+
+function costTable(systems, summary) {
+  return markdownRows([COST_HEADER, ...costRows(systems, summary)]);
 }
 
 function targetsText(targets) {
   return targets
     .map((t) => {
-      const value = t.detail === 'ms' ? `${fmtMs(t.value)} ms` : t.detail === 'ratio' ? `${fmtRatio(t.value)}×` : `${fmtInt(t.value)} vs ${fmtInt(t.goal)} ${t.detail}`;
+      const value =
+        t.detail === 'ms'
+          ? `${fmtMs(t.value)} ms`
+          : t.detail === 'ratio'
+            ? `${fmtRatio(t.value)}×`
+            : t.detail.startsWith('ms vs') || t.detail.startsWith('µs vs')
+              ? `${t.detail.startsWith('ms') ? fmtMs(t.value) : fmtInt(t.value)} ${t.detail}`
+              : t.detail.startsWith('statements')
+                ? `${fmtRatio3(t.value)} ${t.detail}`
+                : `${fmtInt(t.value)} vs ${fmtInt(t.goal)} ${t.detail}`;
       const verdict = t.met === null ? 'n/a' : t.met ? 'MET' : 'MISSED';
       return `${verdict.padEnd(6)} ${t.name}: ${value}`;
     })
     .join('\n');
+}
+
+/** The tables of a run: throughput and latency, cost, and nest-dedup-queue's W2 variants. */
+function resultTables({ systems, summary, config }) {
+  const lines = [markdownTable(systems, summary), '', costTable(systems, summary)];
+  const variants = variantRows(summary);
+  if (variants) {
+    lines.push('');
+    lines.push(
+      `nest-dedup-queue, W2 (fresh statistics) variants, ${config.variantReps === 1 ? 'one run each' : `medians of ${config.variantReps}`}, ` +
+        'direct and PgBouncer interleaved:',
+    );
+    lines.push('');
+    lines.push(markdownRows(variants));
+  }
+  return lines;
+}
+
+/** The root README's performance section: the tables and the targets of the latest run. */
+function readmeSection({ systems, summary, targets, machine, startedAt, durationS, config }) {
+  return [
+    `Latest full run: ${startedAt.slice(0, 10)}, ${Math.round(durationS)} s, medians of ${config.reps} ` +
+      `(stale statistics: ${config.staleReps}); ${machine.cpuModel}, ${machine.cores} cores shared by every process; ` +
+      `PostgreSQL ${machine.postgres} (synchronous_commit ${machine.postgresSettings.synchronous_commit}); ` +
+      `repository at ${machine.repoCommit}. Definitions and notes: [bench/README.md](bench/README.md#latest-results).`,
+    '',
+    ...resultTables({ systems, summary, config }),
+    '',
+    'Against the targets (issue 14; ratios within this run):',
+    '',
+    '```',
+    targetsText(targets),
+    '```',
+  ].join('\n');
 }
 
 function markdownReport({ systems, summary, targets, machine, startedAt, durationS, notes, config }) {
@@ -171,11 +303,20 @@ function markdownReport({ systems, summary, targets, machine, startedAt, duratio
       `Repository at ${machine.repoCommit}${machine.librarySourceUncommittedChanges ? ` with ${machine.librarySourceUncommittedChanges} uncommitted library source change(s)` : ''}.`,
   );
   lines.push('');
-  lines.push(markdownTable(systems, summary));
+  lines.push(...resultTables({ systems, summary, config }));
   lines.push('');
   lines.push(
     'W1: enqueue calls/s, 20,000 calls over 2,000 keys, 16 producers, no workers (exactly 2,000 accepted, checked). ' +
-      'W2: jobs/s draining 20,000 no-op jobs, one worker process, concurrency 32 (all recorded complete, checked). ' +
+      'W2: jobs/s draining 20,000 no-op jobs, one worker process, concurrency 32 (all recorded complete, checked), ' +
+      `with fresh statistics (ANALYZE after the prefill, as autovacuum gives a running system; medians of ${config.reps}) ` +
+      `and stale ones (no ANALYZE: whatever the table's earlier use left; medians of ${config.staleReps}). ` +
+      'Start-up: from the worker\'s boot resolving (for nest-dedup-queue `createApplicationContext`, i.e. `app.init()`) ' +
+      'to its first claim statement (where the adapter can see it) / to the first job\'s start, jobs waiting (W2, fresh). ' +
+      'CPU: utime + stime from /proc over the drain, of the worker process and of the store (the database\'s client ' +
+      'backends other than the orchestrator\'s; redis-server for BullMQ-Redis; plus PgBouncer behind it). Commits: ' +
+      'pg_stat_database xact_commit + xact_rollback deltas less the orchestrator\'s own statements (W1: the producer\'s ' +
+      'boot included). Statements: every statement the worker sent, boot to shutdown (counted on its pg client; ' +
+      'nest-dedup-queue only). ' +
       'W3: enqueue-to-start latency, 2,000 jobs at 200/s. W4: W2 with 1,000,000 finished jobs in the table, as a ratio to W2. ' +
       'W5: the worker\'s peak RSS during W2 and on a 100,000-job backlog (* = ran for ' +
       `${config.w5.maxSeconds} s without draining it). † = the storm was cut short at ${config.w1.maxSeconds} s ` +
@@ -285,4 +426,4 @@ function svgChart(systems, summary, { title, subtitle }) {
   ].join('\n');
 }
 
-module.exports = { summarize, evaluateTargets, textTable, markdownTable, markdownReport, targetsText, svgChart };
+module.exports = { summarize, evaluateTargets, textTable, markdownTable, markdownReport, readmeSection, targetsText, svgChart };

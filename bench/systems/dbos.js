@@ -65,7 +65,6 @@ module.exports = {
     await cloneTemplateRow(ctx.databaseUrl, 'dbos.workflow_input', 't.workflow_uuid = $1', [template.workflow_uuid], n, {
       workflow_uuid: id,
     });
-    await query(ctx.databaseUrl, `ANALYZE ${STATUS}`);
   },
 
   async pending(ctx) {

@@ -48,7 +48,6 @@ module.exports = {
     } finally {
       await utils.release();
     }
-    await query(ctx.databaseUrl, `ANALYZE ${JOBS}`);
   },
 
   async pending(ctx) {

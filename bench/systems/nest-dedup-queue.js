@@ -52,7 +52,10 @@ async function createApp(ctx, { worker }) {
   common.Module({
     imports: [
       lib.DedupQueueModule.forRoot({
-        connection: { url: ctx.databaseUrl },
+        // Behind PgBouncer (transaction pooling): statements through the pooler, wake-ups on a direct connection.
+        ...(ctx.pooledUrl
+          ? { connection: { url: ctx.pooledUrl }, pooler: 'transaction', listen: { url: ctx.databaseUrl } }
+          : { connection: { url: ctx.databaseUrl } }),
         schema: SCHEMA,
         queues: [{ name: ctx.queueName, workerConcurrency: ctx.concurrency ?? 32 }],
         worker,
@@ -63,6 +66,26 @@ async function createApp(ctx, { worker }) {
 
   const app = await core.NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
   return { app, lib, tasks: app.get(BenchTasks), queueService: app.get(lib.QueueService) };
+}
+
+/**
+ * Counts the statements the library sends (on its own `pg`) and notes when the worker first sent a claim (a statement
+ * with SKIP LOCKED): start-up is measured from the end of `createApplicationContext` to it.
+ */
+function watchStatements() {
+  const pg = require(require.resolve('pg', { paths: [LIBRARY_DIST] }));
+  const original = pg.Client.prototype.query;
+  let firstClaim = null;
+  let statements = 0;
+  pg.Client.prototype.query = function query(config, ...rest) {
+    statements++;
+    if (firstClaim === null) {
+      const text = typeof config === 'string' ? config : config && config.text;
+      if (typeof text === 'string' && text.includes('SKIP LOCKED')) firstClaim = process.hrtime.bigint();
+    }
+    return original.call(this, config, ...rest);
+  };
+  return { firstClaimNs: () => firstClaim, statements: () => statements };
 }
 
 module.exports = {
@@ -91,7 +114,6 @@ module.exports = {
        FROM generate_series(1, $3::int) AS i`,
       [ctx.queueName, WORKFLOW_NAME, n],
     );
-    await query(ctx.databaseUrl, `ANALYZE ${TABLE}`);
   },
 
   /** W4: n finished workflows, as a recorded outcome leaves them. */
@@ -151,7 +173,8 @@ module.exports = {
 
   async worker(ctx, hooks) {
     onJob = hooks.onJob;
+    const watch = watchStatements();
     const { app } = await createApp({ ...ctx, concurrency: hooks.concurrency }, { worker: true });
-    return { close: () => app.close() };
+    return { close: () => app.close(), ...watch };
   },
 };

@@ -54,7 +54,6 @@ module.exports = {
     } finally {
       await b.stop({ graceful: false, wait: true });
     }
-    await query(ctx.databaseUrl, `ANALYZE ${JOB}`);
   },
 
   /** W4: n completed jobs of the queue, as pg-boss keeps them until `deleteAfterSeconds` (7 days). */

@@ -58,7 +58,6 @@ module.exports = {
        SELECT $1, 'p' || i, 'p' || i, json_build_object('i', i) FROM generate_series(1, $2::int) AS i`,
       [ctx.queueName, n],
     );
-    await query(ctx.databaseUrl, 'ANALYZE jobs');
   },
 
   async seedFinished(ctx, n) {

@@ -4,6 +4,7 @@
 // and by what the system stored.
 const { runRole } = require('../lib/proc');
 const { shuffle } = require('../lib/stats');
+const { Transactions } = require('../lib/usage');
 
 /** How many distinct keys the first `made` calls of the storm's (deterministic) sequence use. */
 function distinctKeys(calls, keys, made) {
@@ -16,10 +17,13 @@ function distinctKeys(calls, keys, made) {
 module.exports = async function dedupStorm(system, ctx, config) {
   await system.adapter.reset(ctx);
   const { calls, keys, producers, maxSeconds } = config.w1;
+  const transactions = ctx.databaseUrl ? new Transactions({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl }) : null;
+  if (transactions) await transactions.start();
   const result = await runRole(
     { module: system.module, ctx, role: 'storm', args: { calls, keys, producers, maxSeconds } },
     (maxSeconds + 120) * 1000,
   );
+  const xacts = transactions ? await transactions.stop() : null;
   const stored = await system.adapter.stored(ctx);
   const problems = [];
   const capped = result.calls < calls;
@@ -35,6 +39,9 @@ module.exports = async function dedupStorm(system, ctx, config) {
     accepted: result.accepted,
     stored,
     elapsedMs: result.elapsedNs / 1e6,
+    // The producer process's CPU per call, and the database's transactions per call (the producer's boot included).
+    producerUsPerCall: (result.cpuSeconds * 1e6) / result.calls,
+    commitsPerCall: xacts ? xacts.transactions / result.calls : null,
     ok: problems.length === 0,
     problems,
   };

@@ -1,7 +1,11 @@
 import { driverErrorOf, isConnectionFailure } from '../database/sql-errors';
 import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
 
-const MAX_IN_FLIGHT = 4;
+/**
+ * Statements in flight at once: one being answered while the next gathers the calls that arrive meanwhile. Under
+ * W1 (16 producers) 2 combines about 5 calls per commit; 4 combined about 3 and cost more CPU per call, 8 was slower.
+ */
+const MAX_IN_FLIGHT = 2;
 const MAX_BATCH = 500;
 const MAX_DEADLOCK_RETRIES = 5;
 
@@ -18,7 +22,8 @@ interface PendingInsert {
 
 /**
  * Combines concurrent enqueue calls into one statement and one commit (group commit): a lone call is sent at
- * once; calls that arrive while statements are in flight go together in the next one. The database still decides
+ * once; calls that arrive while statements are in flight go together in the next one (one statement, ON CONFLICT DO
+ * NOTHING, that reports each duplicate's holder). The database still decides
  * every duplicate, and each caller gets its own outcome: a row that makes the combined statement fail fails only
  * its own call.
  */
@@ -66,10 +71,9 @@ export class EnqueueBatcher {
   private async send(batch: PendingInsert[]): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const results =
-          batch.length === 1
-            ? [await this.inserter.insert(batch[0].workflow)]
-            : await this.inserter.insertMany(batch.map((pending) => pending.workflow));
+        // NOTE: a lone call goes through the multi-row statement too: a duplicate comes back with its holder's ID
+        // in the same round trip instead of as a unique violation followed by a look-up.
+        const results = await this.inserter.insertMany(batch.map((pending) => pending.workflow));
         batch.forEach((pending, index) => pending.settle(results[index]));
         return;
       } catch (error) {
