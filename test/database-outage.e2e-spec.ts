@@ -22,14 +22,14 @@ class CapturingLogger extends ConsoleLogger {
   override warn(message: unknown): void {
     this.lines.push({ level: 'warn', message: String(message) });
   }
-  override error(message: unknown, stack?: unknown): void {
+  override error(message: unknown, stack?: string): void {
     this.lines.push({ level: 'error', message: `${String(message)}${stack ? `\n${String(stack)}` : ''}` });
   }
 }
 
 async function boot(options: Partial<DedupQueueModuleOptions>, logger = new CapturingLogger()): Promise<TestingModule> {
   const module = await Test.createTestingModule({
-    imports: [DedupQueueModule.forRoot({ queues: [{ name: 'tasks' }], retryAttempts: 0, ...options } as DedupQueueModuleOptions)],
+    imports: [DedupQueueModule.forRoot({ queues: [{ name: 'tasks' }], retryAttempts: 0, ...options })],
     providers: [RecordingTasks],
   })
     .setLogger(logger)

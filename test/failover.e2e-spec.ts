@@ -77,7 +77,6 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
         latencies.push((await startOf([worker], probe.workflowId)) - probe.calledAt);
       }
       const figures = { ...counts, readOnlyFailures: readOnlyFailures().length, resumedMs, latencies };
-      // eslint-disable-next-line no-console
       console.log(`[failover] ${JSON.stringify(figures)}`);
       expect(Math.max(...latencies)).toBeLessThan(2000);
       await stopLoadProcesses([prober, worker]);

@@ -77,7 +77,7 @@ describe('rate limits across 2 worker processes', () => {
       maxStartsPerWindowOfStartedAt: maxStartsPerWindow(claims.startedAt, PERIOD_MS * MS),
       maxClaimsPer995msOfClaimUpdate: maxStartsPerWindow(claims.claimUpdates, CLAIM_WINDOW_US),
       maxStartsPerWindowOfBodyStart: maxStartsPerWindow(claims.bodies, PERIOD_MS * MS),
-      startedAtBeforeClaimUpdateMs: Math.round(Math.max(...pending.map((i, n) => i.start - (columns.find((c) => c.workflowId === i.workflowId) as Interval).start)) / 100) / 10,
+      startedAtBeforeClaimUpdateMs: Math.round(Math.max(...pending.map((i) => i.start - (columns.find((c) => c.workflowId === i.workflowId) as Interval).start)) / 100) / 10,
       startsPerExecutor,
       spanMs: Math.round((columns[columns.length - 1].start - columns[0].start) / MS),
     };

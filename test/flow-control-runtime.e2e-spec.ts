@@ -11,7 +11,6 @@ import type { QueueOptions } from 'nest-dedup-queue';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { FlowTasks } from './fixtures/child-flow-tasks';
 import {
-  MS,
   callChild,
   countByStatus,
   dbNow,

@@ -103,7 +103,6 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
     expect(await doomed.ended).toEqual({ code: null, signal: 'SIGKILL' });
     const killedAt = Date.now();
     const doneAt = await completionOf(pool, schema, enqueued.workflowId, 60_000);
-    // eslint-disable-next-line no-console
     console.log(`[pgbouncer] recovery after SIGKILL at default lease settings: ${doneAt - killedAt} ms`);
     expect(doneAt - killedAt).toBeLessThan(10_000);
     expect(await statusOf(schema, enqueued.workflowId)).toBe('SUCCESS');
@@ -127,7 +126,6 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
     const worker = await startLoadProcess('worker', 'listen-worker', options);
     const app = await startLoadProcess('enqueuer', 'listen-app', options);
     const latencies = await wakeUpLatencies(app, worker, 5);
-    // eslint-disable-next-line no-console
     console.log(`[pgbouncer] wake-up latencies with listen: ${latencies.join(', ')} ms`);
     expect(Math.max(...latencies)).toBeLessThan(2000);
     await stopLoadProcesses([app, worker]);

@@ -65,7 +65,6 @@ describe('a PostgreSQL restart under load', () => {
     await stopLoadProcesses([enqueuer]);
     const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(own.pool(), schema, enqueueResults(enqueuer));
     await stopLoadProcesses([worker]);
-    // eslint-disable-next-line no-console
     console.log(`[postgres-restart] ${JSON.stringify({ ...counts, measured })}`);
 
     for (const child of children) {

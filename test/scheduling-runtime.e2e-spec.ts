@@ -240,7 +240,7 @@ describe('ScheduleService across two processes', () => {
       expect.objectContaining({ name: 'pausable', source: 'decorator', paused: true, nextRunAt: null }),
     ]);
 
-    const { workflowId } = await callSchedules(second, 'trigger', 'pausable');
+    const { workflowId } = await callSchedules<{ workflowId: string }>(second, 'trigger', 'pausable');
     expect(workflowId).toMatch(/^sched:pausable:trigger:/);
     const triggered = await waitFor(async () => {
       const { rows } = await pool.query(`SELECT status, output FROM "${schema}".workflows WHERE workflow_id = $1`, [
@@ -276,21 +276,24 @@ describe('ScheduleService across two processes', () => {
       args: ['acme', 3],
     });
     expect(created).toMatchObject({ name: 'report-acme', source: 'runtime', paused: false, lastRunAt: null });
-    const seenByOther = await callSchedules(second, 'list');
+    const seenByOther = await callSchedules<Array<{ name: string }>>(second, 'list');
     expect(seenByOther.map((schedule: { name: string }) => schedule.name)).toEqual(['pausable', 'report-acme']);
     const reports = await waitFor(async () => {
       const found = await succeeded('report-acme');
       return found.length >= 2 && found;
     }, { what: 'two runs of the run-time schedule' });
     expect(reports.map((run) => run.output)).toEqual(reports.map(() => ['acme', 3]));
-    const [, report] = await callSchedules(second, 'list');
+    const [, report] = await callSchedules<Array<Record<'lastRunAt' | 'lastWorkflowId' | 'nextRunAt', string>>>(
+      second,
+      'list',
+    );
     expect(new Date(report.lastRunAt).getTime()).toBeGreaterThanOrEqual(reports[reports.length - 1].tick);
     expect(report.lastWorkflowId).toMatch(/^sched:report-acme:/);
     expect(new Date(report.nextRunAt).getTime()).toBeGreaterThan(new Date(report.lastRunAt).getTime());
 
     await callSchedules(second, 'remove', 'report-acme');
     const removedAt = await databaseNow(pool);
-    const names = (await callSchedules(first, 'list')).map((schedule: { name: string }) => schedule.name);
+    const names = (await callSchedules<Array<{ name: string }>>(first, 'list')).map((schedule) => schedule.name);
     expect(names).toEqual(['pausable']);
     await waitFor(async () => (await succeeded('pausable', removedAt + 1000)).length >= 1, {
       what: 'a tick after the removal',

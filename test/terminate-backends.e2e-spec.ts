@@ -36,7 +36,6 @@ describe('a pg_terminate_backend storm under load', () => {
     await stopLoadProcesses([enqueuer]);
     const counts = await expectEveryAcknowledgedEnqueueSucceededOnce(own.pool(), schema, enqueueResults(enqueuer));
     await stopLoadProcesses([worker]);
-    // eslint-disable-next-line no-console
     console.log(`[terminate-backends] ${JSON.stringify({ ...counts, terminated, resumedMs })}`);
     expect(terminated).toBeGreaterThan(10);
 

@@ -89,7 +89,6 @@ describe('throwaway-postgres cleanup', () => {
     await waitFor(() => child.signalCode === signal, { what: `the demo to die of ${signal}` });
     const killedAt = Date.now();
     await expectNothingLeft(server, `the server of the demo killed with ${signal} to be gone`);
-    // eslint-disable-next-line no-console
     console.log(`[throwaway-cleanup] ${signal}: server and data directory gone ${Date.now() - killedAt} ms after the kill`);
   });
 

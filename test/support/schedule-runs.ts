@@ -71,12 +71,16 @@ export async function stopSchedulers(processes: FixtureProcess[]): Promise<void>
 let callId = 0;
 
 /** Calls a ScheduleService method in a scheduler process; rejects with the error it threw there. */
-export async function callSchedules(child: FixtureProcess, method: string, ...args: unknown[]): Promise<any> {
+export async function callSchedules<T = unknown>(
+  child: FixtureProcess,
+  method: string,
+  ...args: unknown[]
+): Promise<T> {
   const id = ++callId;
   child.send({ type: 'call', id, method, args });
-  const result = await child.message('result', { id });
-  if (result.error) throw new Error(String(result.error));
-  return result.value;
+  const result = await child.message<{ type: 'result'; id: number; value?: unknown; error?: string }>('result', { id });
+  if (result.error) throw new Error(result.error);
+  return result.value as T;
 }
 
 /** The p-th percentile (0..100) of some values, nearest rank. */

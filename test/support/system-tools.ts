@@ -65,7 +65,6 @@ function describeUnavailable(name: string, message: string, body: () => void): v
     });
     return;
   }
-  // eslint-disable-next-line no-console
   console.warn(`[skip] ${message}`);
   describe.skip(name, body);
 }

@@ -8,11 +8,12 @@ export async function waitFor<T>(
   for (;;) {
     try {
       const value = await check();
-      if (value !== undefined && value !== false) return value as T;
+      if (value !== undefined && value !== false) return value;
     } catch (error) {
       last = error;
     }
     if (Date.now() > deadline) {
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever check threw, as String() shows it
       throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));

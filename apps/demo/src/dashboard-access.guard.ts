@@ -13,7 +13,7 @@ export class DashboardAccessGuard implements CanActivate {
     const password = demoConfig().dashboardPassword;
     if (password === undefined) return true;
     const http = context.switchToHttp();
-    const header: string = http.getRequest().headers.authorization ?? '';
+    const header: string = http.getRequest<{ headers: { authorization?: string } }>().headers.authorization ?? '';
     const given = Buffer.from(
       Buffer.from(header.replace(/^Basic /, ''), 'base64')
         .toString('utf8')
@@ -22,7 +22,8 @@ export class DashboardAccessGuard implements CanActivate {
     const expected = Buffer.from(password);
     if (header.startsWith('Basic ') && given.length === expected.length && timingSafeEqual(given, expected))
       return true;
-    http.getResponse().setHeader('WWW-Authenticate', 'Basic realm="queues"');
+    const response = http.getResponse<{ setHeader(name: string, value: string): void }>();
+    response.setHeader('WWW-Authenticate', 'Basic realm="queues"');
     throw new UnauthorizedException('The dashboard needs the demo password (DEMO_DASHBOARD_PASSWORD)');
   }
 }

@@ -14,7 +14,7 @@ import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-s
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 
 /** A `@Workflow()` method, as passed to `enqueue` by reference. */
-export type WorkflowFunction = (...args: any[]) => unknown;
+export type WorkflowFunction = (...args: never[]) => unknown;
 
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
 type WithoutQueue<T> = T extends [string, ...infer Rest] ? Rest : never;

@@ -16,7 +16,7 @@ export interface DatabaseUrl {
  */
 export async function databaseUrlOrThrowaway(options?: ThrowawayPostgresOptions): Promise<DatabaseUrl> {
   const configured = process.env.DATABASE_URL;
-  if (configured) return { url: configured, stop: async () => undefined, throwaway: false };
+  if (configured) return { url: configured, stop: () => Promise.resolve(), throwaway: false };
   const server = await startThrowawayPostgres(options);
   return { url: server.url, stop: () => server.stop(), throwaway: true };
 }

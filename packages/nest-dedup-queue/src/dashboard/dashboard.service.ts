@@ -297,7 +297,7 @@ function cursorParameter(value: unknown): ListCursor | undefined {
 }
 
 /** A JSON object body holding only `fields`, at least one of them. */
-function plainObject(body: unknown, fields: string[]): Record<string, any> {
+function plainObject(body: unknown, fields: string[]): Record<string, unknown> {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new InvalidArgumentError('body', `must be a JSON object with ${fields.join(', ')}`);
   }

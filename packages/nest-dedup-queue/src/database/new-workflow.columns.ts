@@ -59,6 +59,6 @@ export function newWorkflowColumns(
     trace_context: () => input('trace_context'),
   };
   // NOTE: an overridden column never asks for its inputs, so a statement has no parameter it does not use.
-  const sql = Object.entries(columns).map(([column, value]) => [column, overrides[column] ?? value()]);
+  const sql = Object.entries(columns).map(([column, value]) => [column, overrides[column] ?? value()] as const);
   return { ...Object.fromEntries(sql), ...overrides };
 }

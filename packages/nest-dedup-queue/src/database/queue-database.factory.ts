@@ -63,7 +63,7 @@ function ownDataSource(options: DedupQueueModuleOptions, config: DedupQueueConfi
     applicationName: 'nest-dedup-queue',
     ...connection,
     connectTimeoutMS: config.connectTimeoutMs,
-    extra: { keepAlive: true, ...connection.extra },
+    extra: { keepAlive: true, ...(connection.extra as Record<string, unknown> | undefined) },
     poolErrorHandler: () => undefined,
     type: 'postgres',
     entities: [],

@@ -76,5 +76,5 @@ export function driverErrorOf(error: unknown): unknown {
 
 function postgresFields(error: unknown): PostgresErrorFields | undefined {
   const inner = driverErrorOf(error);
-  return inner !== null && typeof inner === 'object' ? (inner as PostgresErrorFields) : undefined;
+  return inner !== null && typeof inner === 'object' ? inner : undefined;
 }

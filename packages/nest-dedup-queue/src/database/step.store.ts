@@ -93,7 +93,7 @@ export class StepStore {
    * step's commit, so the step's writes never land after its workflow was taken away.
    */
   async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
-    const rows = await manager.query(
+    const rows: unknown[] = await manager.query(
       `SELECT 1 FROM ${this.workflows}
        WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2 AND attempts = $3 FOR SHARE`,
       [workflowId, executorId, attempt],

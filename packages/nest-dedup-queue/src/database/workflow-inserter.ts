@@ -73,9 +73,9 @@ export class WorkflowInserter {
     const runner = manager.queryRunner;
     if (!runner) throw new Error('the EntityManager has no query runner');
     // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-    const query: Query = async (sql, params) => {
+    const query: Query = async <R>(sql: string, params?: unknown[]) => {
       try {
-        return (await runner.query(sql, params, true)).records;
+        return (await runner.query(sql, params, true)).records as R[];
       } catch (error) {
         throw this.database.classify(error);
       }

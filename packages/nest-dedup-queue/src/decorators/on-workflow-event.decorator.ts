@@ -21,7 +21,7 @@ import type { WorkflowEventName } from '../interfaces/workflow-event.interface';
 export function OnWorkflowEvent(event: WorkflowEventName): MethodDecorator {
   return (_target, _propertyKey, descriptor) => {
     const method = descriptor.value as object;
-    const events: WorkflowEventName[] = Reflect.getMetadata(WORKFLOW_EVENT_METADATA, method) ?? [];
+    const events = (Reflect.getMetadata(WORKFLOW_EVENT_METADATA, method) as WorkflowEventName[] | undefined) ?? [];
     Reflect.defineMetadata(WORKFLOW_EVENT_METADATA, [...events, event], method);
     return descriptor;
   };

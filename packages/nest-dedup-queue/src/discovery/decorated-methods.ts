@@ -40,7 +40,7 @@ export function findDecoratedMethods<M>(
     if (!prototype || prototype === Object.prototype) continue;
     const methods = scanner.getAllMethodNames(prototype).flatMap((methodName) => {
       const method = prototype[methodName];
-      const metadata: M | undefined = typeof method === 'function' ? Reflect.getMetadata(key, method) : undefined;
+      const metadata = typeof method === 'function' ? (Reflect.getMetadata(key, method) as M | undefined) : undefined;
       return metadata === undefined ? [] : [{ methodName, metadata }];
     });
     if (methods.length === 0) continue;

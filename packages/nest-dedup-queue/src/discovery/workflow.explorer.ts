@@ -34,7 +34,7 @@ export class WorkflowExplorer implements OnModuleInit {
           name: metadata.name,
           options: metadata.options,
           declaredAt,
-          run: async (args) => method.apply(instance, args),
+          run: async (args) => await method.apply(instance, args),
         });
       }
     } catch (error) {

@@ -7,6 +7,7 @@ import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { UnknownWorkflowError } from '../errors/unknown-workflow.error';
 import type { BackoffOptions } from '../interfaces/backoff-options.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
+import type { WorkflowFunction } from '../queue.service';
 
 /** A `@Workflow()` method bound to the provider instance that runs it. */
 export interface RegisteredWorkflow {
@@ -85,7 +86,7 @@ export class WorkflowRegistry {
    * The queue of an enqueue that names none: the workflow's `@Workflow({ queue })`.
    * @throws InvalidArgumentError when the workflow has no default queue
    */
-  defaultQueue(workflow: Function | string): string {
+  defaultQueue(workflow: WorkflowFunction | string): string {
     const name = this.resolveName(workflow);
     const queue = this.workflows.get(name)?.options.queue;
     if (queue === undefined) {
@@ -102,7 +103,7 @@ export class WorkflowRegistry {
    * The registered name of a workflow given as a method reference or as a name (a local workflow's, or one listed in
    * `externalWorkflows`); throws if there is none.
    */
-  resolveName(workflow: Function | string): string {
+  resolveName(workflow: WorkflowFunction | string): string {
     if (typeof workflow === 'string') {
       if (!this.workflows.has(workflow) && !this.config.externalWorkflows.has(workflow)) {
         throw new UnknownWorkflowError(
@@ -113,8 +114,10 @@ export class WorkflowRegistry {
       }
       return workflow;
     }
-    const metadata: WorkflowMetadata | undefined =
-      typeof workflow === 'function' ? Reflect.getMetadata(WORKFLOW_METADATA, workflow) : undefined;
+    const metadata =
+      typeof workflow === 'function'
+        ? (Reflect.getMetadata(WORKFLOW_METADATA, workflow) as WorkflowMetadata | undefined)
+        : undefined;
     if (!metadata) {
       const shown = typeof workflow === 'function' ? workflow.name || '(anonymous function)' : String(workflow);
       throw new UnknownWorkflowError(

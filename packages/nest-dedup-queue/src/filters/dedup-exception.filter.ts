@@ -66,7 +66,7 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
   ) {}
 
   catch(error: DedupQueueError, host: ArgumentsHost): void {
-    const response = host.switchToHttp().getResponse();
+    const response = host.switchToHttp().getResponse<HttpResponse>();
     if (error instanceof QueueDeduplicatedError) {
       const body: DeduplicatedResponseBody = {
         statusCode: HttpStatus.CONFLICT,
@@ -104,11 +104,11 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
     this.reply(response, { statusCode: HttpStatus.INTERNAL_SERVER_ERROR, error: 'Internal Server Error', message: 'Internal server error' });
   }
 
-  private reply(response: any, body: DeduplicatedResponseBody | DedupQueueErrorResponseBody): void {
+  private reply(response: HttpResponse, body: DeduplicatedResponseBody | DedupQueueErrorResponseBody): void {
     const adapter = this.adapterHost?.httpAdapter;
     if (adapter) {
       adapter.reply(response, body, body.statusCode);
-    } else if (typeof response.status === 'function' && typeof response.json === 'function') {
+    } else if (isExpressResponse(response)) {
       response.status(body.statusCode).json(body);
     } else {
       response.code(body.statusCode).header('content-type', 'application/json; charset=utf-8').send(body);
@@ -116,7 +116,32 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
   }
 }
 
-function setHeader(response: any, name: string, value: string): void {
-  if (typeof response.setHeader === 'function') response.setHeader(name, value);
-  else if (typeof response.header === 'function') response.header(name, value);
+/** The parts of an Express response that the filter uses. */
+interface ExpressResponse {
+  status(code: number): { json(body: unknown): unknown };
+  json(body: unknown): unknown;
+  setHeader(name: string, value: string): unknown;
+}
+
+/** The parts of a Fastify reply that the filter uses. */
+interface FastifyReply {
+  code(code: number): FastifyReply;
+  header(name: string, value: string): FastifyReply;
+  send(body: unknown): unknown;
+}
+
+type HttpResponse = ExpressResponse | FastifyReply;
+
+function isExpressResponse(response: HttpResponse): response is ExpressResponse {
+  return (
+    'status' in response &&
+    typeof response.status === 'function' &&
+    'json' in response &&
+    typeof response.json === 'function'
+  );
+}
+
+function setHeader(response: HttpResponse, name: string, value: string): void {
+  if ('setHeader' in response && typeof response.setHeader === 'function') response.setHeader(name, value);
+  else if ('header' in response && typeof response.header === 'function') response.header(name, value);
 }

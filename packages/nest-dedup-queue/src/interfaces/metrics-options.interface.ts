@@ -1,6 +1,6 @@
 /** A prom-client `Registry` (or anything with the same methods). */
 export interface MetricsRegistry {
-  registerMetric(metric: any): void;
+  registerMetric(metric: unknown): void;
   getSingleMetric(name: string): unknown;
   removeSingleMetric(name: string): void;
 }

@@ -36,7 +36,7 @@ export interface CreateScheduleOptions extends Omit<ScheduledOptions, 'name' | '
   /** A cron expression in 5 fields, or 6 with seconds first, as `@nestjs/schedule` (the `cron` package) reads it. */
   cron: string;
   /** The `@Workflow()` method (`this.reports.send`) or its registered name (`'Reports.send'`). */
-  workflow: ((...args: any[]) => unknown) | string;
+  workflow: ((...args: never[]) => unknown) | string;
   /** The queue its runs go to. Default: the workflow's `@Workflow({ queue })`, else the only declared queue. */
   queue?: string;
   /** The arguments each run gets, stored as JSON. Default `[]`. */

@@ -84,7 +84,7 @@ export class DedupQueueHealthIndicator {
     const failed = (Object.keys(checks) as CheckName[]).filter((name) => checks[name]?.status === 'down');
     const session = new terminus.HealthIndicatorService().check(key);
     const result = failed.length === 0 ? session.up({ ...checks }) : session.down({ failed, ...checks });
-    return result as unknown as DedupQueueHealthResult<Key>;
+    return result;
   }
 
   private async checkDatabase(timeoutMs = DEFAULT_TIMEOUT_MS): Promise<DedupQueueCheck> {

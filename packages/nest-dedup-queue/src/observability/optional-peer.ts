@@ -7,7 +7,7 @@ const loaded = new Map<string, unknown>();
 export function optionalPeer<T>(name: string): T | undefined {
   if (!loaded.has(name)) {
     try {
-      // NOTE: required here, not imported at the top, so that loading the library never needs the peer.
+      // eslint-disable-next-line @typescript-eslint/no-require-imports -- lazy, so loading the library never needs it
       loaded.set(name, require(name));
     } catch (error) {
       if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;

@@ -117,7 +117,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
   onModuleDestroy(): void {
     this.unlisten?.();
     if (!this.metrics || !this.registry) return;
-    for (const metric of Object.values(this.metrics)) this.registry.removeSingleMetric(metricName(metric));
+    const metrics = Object.values(this.metrics) as Metrics[keyof Metrics][];
+    for (const metric of metrics) this.registry.removeSingleMetric(metricName(metric));
     this.metrics = undefined;
   }
 
@@ -282,7 +283,7 @@ interface Snapshot {
   oldestWaits: Map<string, number>;
 }
 
-function metricName(metric: { name?: string }): string {
+function metricName(metric: object): string {
   return (metric as unknown as { name: string }).name;
 }
 

@@ -38,7 +38,7 @@ export class WorkflowTracer implements OnModuleDestroy {
 
   constructor(lifecycle: WorkflowLifecycle) {
     this.unlisten = lifecycle.listen((event) => {
-      if (event.event === 'deduplicated') this.markDeduplicated(event as WorkflowEvent);
+      if (event.event === 'deduplicated') this.markDeduplicated(event);
     });
   }
 

@@ -26,7 +26,7 @@ export class ExecutorHeartbeat {
   private readonly renewFailures = new FailureLog(this.logger);
   private readonly sweepFailures = new FailureLog(this.logger);
   /** Called after the lease was found gone and registered again. */
-  private onLeaseLost: () => Promise<void> = async () => undefined;
+  private onLeaseLost: () => Promise<void> = () => Promise.resolve();
   /** When the lease was last registered or renewed. */
   lastRenewedAt?: Date;
 

@@ -45,8 +45,8 @@ export function validateSchedule(
   if (typeof name !== 'string' || name.length === 0 || exceedsCharacters(name, MAX_NAME_LENGTH)) {
     fail('name', `must be a string of 1 to ${MAX_NAME_LENGTH} characters`);
   }
-  if ((name as string).includes(':')) {
-    fail('name', `"${name as string}" must not contain ":" (it separates the parts of run IDs)`);
+  if (name.includes(':')) {
+    fail('name', `"${name}" must not contain ":" (it separates the parts of run IDs)`);
   }
   if (typeof cron !== 'string' || cron.trim().length === 0) {
     fail('cron', 'must be a cron expression in 5 or 6 fields (or a preset such as "@daily")');
@@ -60,13 +60,13 @@ export function validateSchedule(
     fail('catchUpLimit', `must be an integer from 1 to ${MAX_CATCH_UP_LIMIT}`);
   }
   if (typeof overlap !== 'boolean') fail('overlap', 'must be true or false');
-  const fields = (cron as string).trim().split(/\s+/).length;
-  if (!(cron as string).trim().startsWith('@') && fields !== 5 && fields !== 6) {
+  const fields = cron.trim().split(/\s+/).length;
+  if (!cron.trim().startsWith('@') && fields !== 5 && fields !== 6) {
     fail('cron', `"${String(cron)}" has ${fields} fields; give 5, or 6 with seconds first`);
   }
   let ticks: TickCalculator;
   try {
-    ticks = new TickCalculator((cron as string).trim(), (timezone as string | undefined) ?? null);
+    ticks = new TickCalculator(cron.trim(), (timezone as string | undefined) ?? null);
   } catch (error) {
     const reason = (error as Error).message;
     if (/time ?zone/i.test(reason)) {
@@ -76,12 +76,12 @@ export function validateSchedule(
   }
   if (!ticks.nextAfter(new Date())) fail('cron', `"${String(cron)}" has no tick in the next 8 years`);
   return {
-    name: name as string,
+    name,
     cron: ticks.cron,
     timezone: ticks.timezone,
     catchUp: catchUp as ScheduleCatchUp,
     catchUpLimit: catchUpLimit as number,
-    overlap: overlap as boolean,
+    overlap,
     ticks,
   };
 }
@@ -107,5 +107,5 @@ export function scheduleQueue(
   if (typeof given !== 'string' || !names.includes(given)) {
     fail('queue', `${JSON.stringify(given)} is not a declared queue (declared: ${shown})`);
   }
-  return given as string;
+  return given;
 }

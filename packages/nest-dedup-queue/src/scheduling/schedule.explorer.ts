@@ -61,7 +61,7 @@ export class ScheduleExplorer implements OnModuleInit {
       'schedules run outside any request',
     );
     return methods.map(({ instance, methodName, metadata, declaredAt }) => {
-      const workflow: WorkflowMetadata = Reflect.getMetadata(WORKFLOW_METADATA, instance[methodName]);
+      const workflow = Reflect.getMetadata(WORKFLOW_METADATA, instance[methodName]) as WorkflowMetadata;
       return { declaredAt, metadata, workflowName: workflow.name, workflowQueue: workflow.options.queue };
     });
   }

@@ -128,7 +128,9 @@ export class TickEnqueuer {
         const runner = manager.queryRunner;
         if (!runner) throw new Error('the EntityManager has no query runner');
         // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-        return work(manager, async (sql, params) => (await runner.query(sql, params, true)).records);
+        return work(manager, async <R>(sql: string, params?: unknown[]) => {
+          return (await runner.query(sql, params, true)).records as R[];
+        });
       });
     } catch (error) {
       throw this.database.classify(error);

@@ -10,10 +10,10 @@ export function backoffDelayMs(attempt: number, options: BackoffOptions = {}): n
 /** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */
 export function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
+    if (signal.aborted) return reject(signal.reason as Error);
     const onAbort = () => {
       clearTimeout(timer);
-      reject(signal.reason);
+      reject(signal.reason as Error);
     };
     const timer = setTimeout(() => {
       signal.removeEventListener('abort', onAbort);

@@ -42,7 +42,7 @@ export function toErrorInfo(thrown: unknown): WorkflowErrorInfo {
  */
 export function reviveError(info: WorkflowErrorInfo): Error {
   const errorClass = REVIVABLE.get(info.name) ?? Error;
-  const error = Object.create(errorClass.prototype) as Error;
+  const error = Object.create(errorClass.prototype as object) as Error;
   Object.defineProperty(error, 'message', { value: info.message, writable: true, configurable: true });
   if (info.stack !== undefined) {
     Object.defineProperty(error, 'stack', { value: info.stack, writable: true, configurable: true });
@@ -56,7 +56,7 @@ function primitiveFields(error: Error): WorkflowErrorInfo['fields'] {
   const fields = Object.entries(error).filter(
     ([key, value]) => !RECORDED_APART.includes(key) && (value === null || PRIMITIVES.includes(typeof value)),
   );
-  return fields.length ? (Object.fromEntries(fields) as WorkflowErrorInfo['fields']) : undefined;
+  return fields.length ? Object.fromEntries(fields) : undefined;
 }
 
 function safeStringify(value: unknown): string {
