@@ -12,6 +12,7 @@ export default tseslint.config(
     files: ['**/*.js', '**/*.mjs'],
     extends: [js.configs.recommended],
     languageOptions: { sourceType: 'commonjs', globals: { ...globals.node } },
+    rules: { 'no-unused-vars': ['error', { argsIgnorePattern: '^_', ignoreRestSiblings: true }] },
   },
   { files: ['**/*.mjs'], languageOptions: { sourceType: 'module' } },
   {

@@ -117,8 +117,12 @@ async function latencyProducer({ jobs, ratePerSecond }) {
     const t0 = nowNs();
     inFlight.push(
       producer.enqueue(`lat-${i}`, { i, t0: t0.toString() }).then(
-        (ok) => { if (!ok) errors++; },
-        () => { errors++; },
+        (ok) => {
+          if (!ok) errors++;
+        },
+        () => {
+          errors++;
+        },
       ),
     );
   }

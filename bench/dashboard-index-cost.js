@@ -14,7 +14,12 @@ const { median } = require('./lib/stats');
 const dedupStorm = require('./workloads/w1-dedup-storm');
 const { drain } = require('./workloads/w2-drain');
 
-const INDEXES = ['workflows_by_queue_status', 'workflows_by_workflow_name', 'workflows_by_deduplication_id', 'workflows_by_partition_key'];
+const INDEXES = [
+  'workflows_by_queue_status',
+  'workflows_by_workflow_name',
+  'workflows_by_deduplication_id',
+  'workflows_by_partition_key',
+];
 const REPS = Number(process.env.BENCH_REPS || 2);
 
 async function main() {
@@ -29,7 +34,10 @@ async function main() {
   );
   if (definitions.length !== INDEXES.length) throw new Error(`expected the ${INDEXES.length} indexes of migration 010`);
   const variants = {
-    present: () => Promise.all(definitions.map((d) => query(databaseUrl, d.indexdef.replace('CREATE INDEX', 'CREATE INDEX IF NOT EXISTS')))),
+    present: () =>
+      Promise.all(
+        definitions.map((d) => query(databaseUrl, d.indexdef.replace('CREATE INDEX', 'CREATE INDEX IF NOT EXISTS'))),
+      ),
     dropped: () => Promise.all(INDEXES.map((name) => query(databaseUrl, `DROP INDEX IF EXISTS dedup_queue.${name}`))),
   };
   const results = { present: { w1: [], w2: [] }, dropped: { w1: [], w2: [] } };
@@ -40,7 +48,9 @@ async function main() {
       const w2 = await drain(system, ctx, config, { jobs: config.w2.jobs });
       results[variant].w1.push(w1.perSecond);
       results[variant].w2.push(w2.perSecond);
-      console.log(`rep ${rep + 1}, indexes ${variant}: W1 ${Math.round(w1.perSecond)} calls/s, W2 ${Math.round(w2.perSecond)} jobs/s`);
+      console.log(
+        `rep ${rep + 1}, indexes ${variant}: W1 ${Math.round(w1.perSecond)} calls/s, W2 ${Math.round(w2.perSecond)} jobs/s`,
+      );
     }
   }
   await variants.present();

@@ -45,7 +45,11 @@ async function main() {
   pool.on('error', () => undefined);
   const modes = {
     direct: { connection: { url: DATABASE_URL } },
-    pgbouncer: { connection: { url: bouncer.url(new URL(DATABASE_URL).pathname.slice(1) || 'postgres') }, pooler: 'transaction', listen: { url: DATABASE_URL } },
+    pgbouncer: {
+      connection: { url: bouncer.url(new URL(DATABASE_URL).pathname.slice(1) || 'postgres') },
+      pooler: 'transaction',
+      listen: { url: DATABASE_URL },
+    },
   };
   const results = { direct: [], pgbouncer: [] };
   try {
@@ -63,7 +67,9 @@ async function main() {
   }
   const direct = median(results.direct);
   const pooled = median(results.pgbouncer);
-  console.log(`W2 drain of ${JOBS}: direct ${direct.toFixed(0)} jobs/s, through PgBouncer ${pooled.toFixed(0)} jobs/s (${((pooled / direct) * 100).toFixed(0)}%)`);
+  console.log(
+    `W2 drain of ${JOBS}: direct ${direct.toFixed(0)} jobs/s, through PgBouncer ${pooled.toFixed(0)} jobs/s (${((pooled / direct) * 100).toFixed(0)}%)`,
+  );
 }
 
 main().catch((error) => {

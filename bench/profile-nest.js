@@ -25,8 +25,13 @@ let connections = 0;
 const timeline = { notifications: [], claims: [] };
 
 function keyOf(text) {
-  const flat = String(text || '').replace(/\s+/g, ' ').trim();
-  const ctes = [...flat.matchAll(/(\w+) AS \(\s*(\w+)/g)].map((m) => `${m[1]}:${m[2]}`).slice(0, 4).join(',');
+  const flat = String(text || '')
+    .replace(/\s+/g, ' ')
+    .trim();
+  const ctes = [...flat.matchAll(/(\w+) AS \(\s*(\w+)/g)]
+    .map((m) => `${m[1]}:${m[2]}`)
+    .slice(0, 4)
+    .join(',');
   const main = flat.replace(/^WITH( RECURSIVE)? .*?\)\s*(SELECT|UPDATE|INSERT|DELETE)/, '$2').slice(0, 48);
   return ctes ? `WITH[${ctes}] ${main}` : flat.slice(0, 70);
 }
@@ -44,12 +49,18 @@ pg.Client.prototype.query = function query(configOrText, values, callback) {
     s.ns += end - start;
     if (error) s.errors++;
     else if (result && typeof result.rowCount === 'number') s.rows += result.rowCount;
-    if (/status = 'PENDING', executor_id/.test(text || '')) timeline.claims.push({ start, end, rows: result ? result.rowCount : 0 });
+    if (/status = 'PENDING', executor_id/.test(text || ''))
+      timeline.claims.push({ start, end, rows: result ? result.rowCount : 0 });
   };
   if (typeof values === 'function') return originalQuery.call(this, configOrText, (e, r) => (done(e, r), values(e, r)));
-  if (typeof callback === 'function') return originalQuery.call(this, configOrText, values, (e, r) => (done(e, r), callback(e, r)));
+  if (typeof callback === 'function')
+    return originalQuery.call(this, configOrText, values, (e, r) => (done(e, r), callback(e, r)));
   const result = originalQuery.call(this, configOrText, values);
-  if (result && typeof result.then === 'function') result.then((r) => done(null, r), (e) => done(e));
+  if (result && typeof result.then === 'function')
+    result.then(
+      (r) => done(null, r),
+      (e) => done(e),
+    );
   return result;
 };
 const originalConnect = pg.Client.prototype.connect;
@@ -73,7 +84,9 @@ function resetCounters() {
 function printStatements(per, unit) {
   const rows = [...statements.entries()].sort((a, b) => Number(b[1].ns - a[1].ns));
   console.log(`  connections opened: ${connections}`);
-  console.log(`  ${'statement'.padEnd(74)} ${'count'.padStart(7)} ${`per ${unit}`.padStart(9)} ${'rows/stmt'.padStart(9)} ${'errors'.padStart(7)} ${'mean ms'.padStart(8)}`);
+  console.log(
+    `  ${'statement'.padEnd(74)} ${'count'.padStart(7)} ${`per ${unit}`.padStart(9)} ${'rows/stmt'.padStart(9)} ${'errors'.padStart(7)} ${'mean ms'.padStart(8)}`,
+  );
   for (const [key, s] of rows) {
     console.log(
       `  ${key.slice(0, 74).padEnd(74)} ${String(s.count).padStart(7)} ${(s.count / per).toFixed(3).padStart(9)} ` +
@@ -87,7 +100,8 @@ function printStatements(per, unit) {
 // ---- CPU profile through the inspector ----
 const session = new inspector.Session();
 session.connect();
-const post = (method, params) => new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))));
+const post = (method, params) =>
+  new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))));
 async function profile(work) {
   await post('Profiler.enable');
   await post('Profiler.setSamplingInterval', { interval: 200 });
@@ -99,7 +113,8 @@ async function profile(work) {
 function printProfile(cpu) {
   const byId = new Map(cpu.nodes.map((n) => [n.id, n]));
   const self = new Map();
-  for (let i = 0; i < cpu.samples.length; i++) self.set(cpu.samples[i], (self.get(cpu.samples[i]) || 0) + (cpu.timeDeltas[i] || 0));
+  for (let i = 0; i < cpu.samples.length; i++)
+    self.set(cpu.samples[i], (self.get(cpu.samples[i]) || 0) + (cpu.timeDeltas[i] || 0));
   const total = [...self.values()].reduce((a, b) => a + b, 0);
   const byPackage = new Map();
   const byFunction = new Map();
@@ -115,11 +130,17 @@ function printProfile(cpu) {
     else if (url.includes('/bench/')) pkg = 'bench harness';
     else pkg = frame.functionName ? `(${frame.functionName})` : '(native)';
     byPackage.set(pkg, (byPackage.get(pkg) || 0) + us);
-    const fn = `${frame.functionName || '(anonymous)'} ${url.replace(/^.*node_modules\//, '').replace(/^.*\/packages\//, '').replace('file://', '')}:${frame.lineNumber + 1}`;
+    const fn = `${frame.functionName || '(anonymous)'} ${url
+      .replace(/^.*node_modules\//, '')
+      .replace(/^.*\/packages\//, '')
+      .replace('file://', '')}:${frame.lineNumber + 1}`;
     byFunction.set(fn, (byFunction.get(fn) || 0) + us);
   }
   const show = (map, n) =>
-    [...map].sort((a, b) => b[1] - a[1]).slice(0, n).forEach(([name, us]) => console.log(`  ${((100 * us) / total).toFixed(1).padStart(5)}%  ${name}`));
+    [...map]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .forEach(([name, us]) => console.log(`  ${((100 * us) / total).toFixed(1).padStart(5)}%  ${name}`));
   console.log(`  CPU profile, ${(total / 1000).toFixed(0)} ms sampled, by package:`);
   show(byPackage, 12);
   console.log('  by function (self time):');
@@ -163,14 +184,19 @@ async function w2(ctx, { seeded = false } = {}) {
   const allRan = new Promise((resolve) => (resolveDone = resolve));
   const { result: elapsed, cpu } = await profile(async () => {
     const t0 = nowNs();
-    const worker = await nest.worker(ctx, { concurrency: config.w2.concurrency, onJob: () => ++count === jobs && resolveDone() });
+    const worker = await nest.worker(ctx, {
+      concurrency: config.w2.concurrency,
+      onJob: () => ++count === jobs && resolveDone(),
+    });
     await allRan;
     while ((await nest.pending(ctx)) > 0) await sleep(2);
     const seconds = Number(nowNs() - t0) / 1e9;
     worker.closing = worker.close();
     return seconds;
   });
-  console.log(`\n${seeded ? 'W4' : 'W2'}: ${jobs} jobs drained in ${elapsed.toFixed(2)} s, ${Math.round(jobs / elapsed)} jobs/s (in-process, boot included)`);
+  console.log(
+    `\n${seeded ? 'W4' : 'W2'}: ${jobs} jobs drained in ${elapsed.toFixed(2)} s, ${Math.round(jobs / elapsed)} jobs/s (in-process, boot included)`,
+  );
   printStatements(jobs, 'job');
   printProfile(cpu);
 }
@@ -179,7 +205,10 @@ async function w3(ctx) {
   const { jobs, ratePerSecond } = config.w3;
   await nest.reset(ctx);
   const starts = new Map();
-  const worker = await nest.worker(ctx, { concurrency: config.w3.concurrency, onJob: (p) => p && p.i !== undefined && starts.set(p.i, nowNs()) });
+  const worker = await nest.worker(ctx, {
+    concurrency: config.w3.concurrency,
+    onJob: (p) => p && p.i !== undefined && starts.set(p.i, nowNs()),
+  });
   const producer = await nest.producer(ctx, { mode: 'latency' });
   await sleep(500);
   resetCounters();
@@ -215,7 +244,9 @@ async function w3(ctx) {
   }
   console.log(`\nW3: ${jobs} enqueues at ${ratePerSecond}/s, producer and worker in one process`);
   const line = (name, xs, what) =>
-    console.log(`  ${name.padEnd(34)} p50 ${median(xs)?.toFixed(2).padStart(6)} ms  p99 ${percentile(xs, 99)?.toFixed(2).padStart(6)} ms   ${what}`);
+    console.log(
+      `  ${name.padEnd(34)} p50 ${median(xs)?.toFixed(2).padStart(6)} ms  p99 ${percentile(xs, 99)?.toFixed(2).padStart(6)} ms   ${what}`,
+    );
   line('enqueue call (insert round trip)', phases.insert, 'enqueue() called -> resolved');
   line('NOTIFY delivered to the listener', phases.notify, 'enqueue() called -> notification event');
   line('notification -> claim sent', phases.claimIssued, '');

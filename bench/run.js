@@ -18,14 +18,16 @@ const log = (message) => process.stderr.write(`[bench ${new Date().toISOString()
 
 function ensureInstalled() {
   if (fs.existsSync(path.join(BENCH_DIR, 'node_modules', '.package-lock.json'))) return;
-  log('installing the benchmark\'s own dependencies (npm ci --prefix bench) ...');
+  log("installing the benchmark's own dependencies (npm ci --prefix bench) ...");
   execSync('npm ci --no-audit --no-fund', { cwd: BENCH_DIR, stdio: ['ignore', 'inherit', 'inherit'] });
 }
 
 function ensureBuilt(config) {
   const entry = path.join(config.LIBRARY_DIST, 'index.js');
   if (!fs.existsSync(entry)) {
-    console.error(`nest-dedup-queue is not built (${path.relative(process.cwd(), entry)} is missing): run \`npm run build\` at the repository root first.`);
+    console.error(
+      `nest-dedup-queue is not built (${path.relative(process.cwd(), entry)} is missing): run \`npm run build\` at the repository root first.`,
+    );
     process.exit(2);
   }
   // Warn when the build is older than the source it came from.
@@ -36,7 +38,9 @@ function ensureBuilt(config) {
     }, 0);
   const src = path.join(config.LIBRARY_DIST, '..', 'src');
   if (fs.existsSync(src) && newest(src) > fs.statSync(entry).mtimeMs + 1000) {
-    log('WARNING: packages/nest-dedup-queue/src is newer than its dist/: run `npm run build` to measure the current source');
+    log(
+      'WARNING: packages/nest-dedup-queue/src is newer than its dist/: run `npm run build` to measure the current source',
+    );
   }
 }
 
@@ -68,7 +72,8 @@ async function main() {
   try {
     await withClient(adminUrl, (client) => client.query('SELECT 1'));
   } catch (error) {
-    if (config.databaseUrlExplicit) throw new Error(`cannot reach PostgreSQL at ${adminUrl}: ${error.message}`);
+    if (config.databaseUrlExplicit)
+      throw new Error(`cannot reach PostgreSQL at ${adminUrl}: ${error.message}`, { cause: error });
     log(`no PostgreSQL at ${adminUrl} (${error.message}); starting a throwaway server`);
     const { databaseUrlOrThrowaway } = require(path.join(config.REPO_DIR, 'packages', 'throwaway-postgres'));
     throwaway = await databaseUrlOrThrowaway();
@@ -95,15 +100,46 @@ async function main() {
   const ALL = ['w1', 'w2', 'w3', 'w4', 'w5'];
   const catalog = [
     { id: 'nest-dedup-queue', module: 'nest-dedup-queue', db: 'nest_dedup_queue', workloads: ALL },
-    { id: 'raw-sql-1', module: 'raw-sql', db: 'raw_sql', options: { batch: 1 }, label: 'raw SQL (batch 1)', workloads: ['w1', 'w2'],
-      settings: 'single-row INSERT … ON CONFLICT DO NOTHING loop, 16 connections (W1); 32 claim/complete loops of 1 job (W2)' },
-    { id: 'raw-sql-32', module: 'raw-sql', db: 'raw_sql', options: { batch: 32 }, label: 'raw SQL (batch 32)', workloads: ['w2', 'w3', 'w4', 'w5'],
-      settings: 'one claim/complete loop of up to 32 jobs (UPDATE … FOR UPDATE SKIP LOCKED; one UPDATE to complete); LISTEN/NOTIFY wake-ups (W3)' },
+    {
+      id: 'raw-sql-1',
+      module: 'raw-sql',
+      db: 'raw_sql',
+      options: { batch: 1 },
+      label: 'raw SQL (batch 1)',
+      workloads: ['w1', 'w2'],
+      settings:
+        'single-row INSERT … ON CONFLICT DO NOTHING loop, 16 connections (W1); 32 claim/complete loops of 1 job (W2)',
+    },
+    {
+      id: 'raw-sql-32',
+      module: 'raw-sql',
+      db: 'raw_sql',
+      options: { batch: 32 },
+      label: 'raw SQL (batch 32)',
+      workloads: ['w2', 'w3', 'w4', 'w5'],
+      settings:
+        'one claim/complete loop of up to 32 jobs (UPDATE … FOR UPDATE SKIP LOCKED; one UPDATE to complete); LISTEN/NOTIFY wake-ups (W3)',
+    },
     { id: 'dbos', module: 'dbos', db: 'dbos', workloads: ['w1', 'w2', 'w3'] },
     { id: 'pg-boss', module: 'pg-boss', db: 'pg_boss', workloads: ['w1', 'w2', 'w3', 'w5'] },
     { id: 'graphile-worker', module: 'graphile-worker', db: 'graphile_worker', workloads: ['w1', 'w2', 'w3', 'w5'] },
-    { id: 'bullmq-redis', module: 'bullmq', db: null, options: { backend: 'redis' }, label: 'BullMQ 6 (Redis)', workloads: ['w1', 'w2', 'w3', 'w5'], redis: true },
-    { id: 'bullmq-postgres', module: 'bullmq', db: 'bullmq', options: { backend: 'postgres' }, label: 'BullMQ 6 (Postgres)', workloads: ['w1', 'w2', 'w3'] },
+    {
+      id: 'bullmq-redis',
+      module: 'bullmq',
+      db: null,
+      options: { backend: 'redis' },
+      label: 'BullMQ 6 (Redis)',
+      workloads: ['w1', 'w2', 'w3', 'w5'],
+      redis: true,
+    },
+    {
+      id: 'bullmq-postgres',
+      module: 'bullmq',
+      db: 'bullmq',
+      options: { backend: 'postgres' },
+      label: 'BullMQ 6 (Postgres)',
+      workloads: ['w1', 'w2', 'w3'],
+    },
   ];
   const systems = catalog
     .filter((s) => !config.systems || config.systems.includes(s.id) || config.systems.includes(s.module))
@@ -116,7 +152,7 @@ async function main() {
   notes.push(
     'W4 runs for nest-dedup-queue and raw SQL only (the time budget): graphile-worker deletes finished jobs (nothing ' +
       'to grow), BullMQ would need 1,000,000 jobs added through its API, DBOS and pg-boss drain too slowly for three ' +
-      'more drains. W5\'s backlog run skips DBOS and BullMQ-Postgres (they would take minutes to drain it).',
+      "more drains. W5's backlog run skips DBOS and BullMQ-Postgres (they would take minutes to drain it).",
   );
 
   // ---- databases and schemas ----
@@ -150,21 +186,40 @@ async function main() {
   const noise = new NoiseMonitor(adminUrl);
   await noise.start();
   // w2: fresh statistics (ANALYZE after the prefill); w2stale: none. The rest are nest-dedup-queue's W2 variants.
-  const runs = { w1: {}, w2: {}, w2stale: {}, w3: {}, w4: {}, w5: {}, w2direct: {}, w2pgbouncer: {}, w2x1: {}, w2x2: {}, w2x4: {} };
+  const runs = {
+    w1: {},
+    w2: {},
+    w2stale: {},
+    w3: {},
+    w4: {},
+    w5: {},
+    w2direct: {},
+    w2pgbouncer: {},
+    w2x1: {},
+    w2x2: {},
+    w2x4: {},
+  };
   const record = (workload, system, result) => {
     (runs[workload][system.id] ||= []).push(result);
     const detail =
       workload.startsWith('w2') && result.cpu
         ? `${Math.round(result.perSecond ?? NaN)}/s, CPU ${Math.round(result.cpu.workerUsPerJob)} + ${Math.round(result.cpu.storeUsPerJob)} µs/job` +
           (result.commitsPerJob !== null ? `, ${result.commitsPerJob.toFixed(3)} commits/job` : '') +
-          (result.statementsPerJob !== null && result.statementsPerJob !== undefined ? `, ${result.statementsPerJob.toFixed(3)} statements/job` : '') +
-          (result.startup ? `, start-up ${fmt(result.startup.readyToFirstClaimMs)} / ${fmt(result.startup.readyToFirstJobMs)} ms` : '')
+          (result.statementsPerJob !== null && result.statementsPerJob !== undefined
+            ? `, ${result.statementsPerJob.toFixed(3)} statements/job`
+            : '') +
+          (result.startup
+            ? `, start-up ${fmt(result.startup.readyToFirstClaimMs)} / ${fmt(result.startup.readyToFirstJobMs)} ms`
+            : '')
         : workload === 'w3'
-        ? `p50 ${result.p50?.toFixed(2)} ms, p95 ${result.p95?.toFixed(2)} ms, p99 ${result.p99?.toFixed(2)} ms`
-        : workload === 'w5'
-          ? `peak RSS ${result.peakRssMiB?.toFixed(0)} MiB, ${result.processed} processed`
-          : `${Math.round(result.perSecond ?? NaN)}/s` + (result.peakRssMiB ? `, worker peak RSS ${result.peakRssMiB.toFixed(0)} MiB` : '');
-    log(`  ${workload.toUpperCase()} ${system.label}: ${detail}${result.ok ? '' : `  CHECK FAILED: ${result.problems.join('; ')}`}`);
+          ? `p50 ${result.p50?.toFixed(2)} ms, p95 ${result.p95?.toFixed(2)} ms, p99 ${result.p99?.toFixed(2)} ms`
+          : workload === 'w5'
+            ? `peak RSS ${result.peakRssMiB?.toFixed(0)} MiB, ${result.processed} processed`
+            : `${Math.round(result.perSecond ?? NaN)}/s` +
+              (result.peakRssMiB ? `, worker peak RSS ${result.peakRssMiB.toFixed(0)} MiB` : '');
+    log(
+      `  ${workload.toUpperCase()} ${system.label}: ${detail}${result.ok ? '' : `  CHECK FAILED: ${result.problems.join('; ')}`}`,
+    );
   };
   const attempt = async (workload, system, work) => {
     await checkpoint();
@@ -188,17 +243,21 @@ async function main() {
   // ---- W1, W2, W3: interleaved repetitions ----
   for (let rep = 0; rep < config.reps; rep++) {
     log(`repetition ${rep + 1} of ${config.reps}`);
-    for (const system of rotated(withWorkload('w1'), rep)) await attempt('w1', system, () => dedupStorm(system, system.ctx, config));
+    for (const system of rotated(withWorkload('w1'), rep))
+      await attempt('w1', system, () => dedupStorm(system, system.ctx, config));
     // Stale statistics at most twice (the time budget), before the fresh drain of the same repetition.
     if (rep < config.staleReps) {
       for (const system of rotated(withWorkload('w2'), rep)) {
-        await attempt('w2stale', system, () => drain(system, system.ctx, config, { jobs: config.w2.jobs, analyze: false }));
+        await attempt('w2stale', system, () =>
+          drain(system, system.ctx, config, { jobs: config.w2.jobs, analyze: false }),
+        );
       }
     }
     for (const system of rotated(withWorkload('w2'), rep)) {
       await attempt('w2', system, () => drain(system, system.ctx, config, { jobs: config.w2.jobs }));
     }
-    for (const system of rotated(withWorkload('w3'), rep)) await attempt('w3', system, () => latency(system, system.ctx, config));
+    for (const system of rotated(withWorkload('w3'), rep))
+      await attempt('w3', system, () => latency(system, system.ctx, config));
   }
 
   // ---- nest-dedup-queue's W2 variants: behind PgBouncer next to direct, and 1, 2 and 4 worker processes ----
@@ -210,7 +269,10 @@ async function main() {
     } catch (error) {
       notes.push(`W2 through PgBouncer skipped: ${error.message}`);
     }
-    const w2 = ({ ctx = nest.ctx, workers = 1 } = {}) => () => drain(nest, ctx, config, { jobs: config.w2.jobs, workers });
+    const w2 =
+      ({ ctx = nest.ctx, workers = 1 } = {}) =>
+      () =>
+        drain(nest, ctx, config, { jobs: config.w2.jobs, workers });
     if (bouncer) {
       const database = new URL(nest.ctx.databaseUrl).pathname.slice(1);
       const pooledCtx = { ...nest.ctx, pooledUrl: bouncer.url(database), storePids: [bouncer.pid] };
@@ -237,7 +299,8 @@ async function main() {
       log(`  seeded in ${(seedMs / 1000).toFixed(1)} s`);
     }
     for (let rep = 0; rep < config.reps; rep++) {
-      for (const system of rotated(w4Systems, rep)) await attempt('w4', system, () => growth.growthDrain(system, system.ctx, config));
+      for (const system of rotated(w4Systems, rep))
+        await attempt('w4', system, () => growth.growthDrain(system, system.ctx, config));
     }
   }
 
@@ -260,7 +323,9 @@ async function main() {
       .map(([w, r]) => `${s.label} ${w.toUpperCase()}: ${(r.problems || []).join('; ')}`),
   );
   notes.push(...failedChecks.map((f) => `Check failed: ${f}`));
-  const measured = Object.values(runs).flatMap((bySystem) => Object.values(bySystem).flat()).filter((r) => r.noise);
+  const measured = Object.values(runs)
+    .flatMap((bySystem) => Object.values(bySystem).flat())
+    .filter((r) => r.noise);
   const noisy = measured.filter((r) => r.noise.foreignActiveMean >= 0.5 || r.noise.loadMean > machineCores() * 1.5);
   if (noisy.length) {
     notes.push(
@@ -273,7 +338,16 @@ async function main() {
     startedAt: startedAt.toISOString(),
     durationS,
     machine,
-    config: { reps: config.reps, staleReps: config.staleReps, variantReps: config.variantReps, w1: config.w1, w2: config.w2, w3: config.w3, w4: config.w4, w5: config.w5 },
+    config: {
+      reps: config.reps,
+      staleReps: config.staleReps,
+      variantReps: config.variantReps,
+      w1: config.w1,
+      w2: config.w2,
+      w3: config.w3,
+      w4: config.w4,
+      w5: config.w5,
+    },
     systems: systems.map((s) => ({ id: s.id, label: s.label, settings: s.settings, workloads: s.workloads })),
     summary,
     targets,
@@ -284,7 +358,16 @@ async function main() {
   fs.mkdirSync(config.RESULTS_DIR, { recursive: true });
   const stamp = startedAt.toISOString().replace(/[:.]/g, '-');
   const json = JSON.stringify(result, null, 2);
-  const reportArgs = { systems, summary, targets, machine, startedAt: startedAt.toISOString(), durationS, notes, config };
+  const reportArgs = {
+    systems,
+    summary,
+    targets,
+    machine,
+    startedAt: startedAt.toISOString(),
+    durationS,
+    notes,
+    config,
+  };
   if (config.partial) {
     fs.writeFileSync(path.join(config.RESULTS_DIR, `partial-${stamp}.json`), json);
   } else {
@@ -307,8 +390,14 @@ async function main() {
       const start = '<!-- latest-results:start -->';
       const end = '<!-- latest-results:end -->';
       if (text.includes(start) && text.includes(end)) {
-        const body = report.markdownReport(reportArgs).replace(/^# .*\n\n/, '').replace(/^## /gm, '### ');
-        fs.writeFileSync(readme, `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n![chart](results/latest.svg)\n${text.slice(text.indexOf(end))}`);
+        const body = report
+          .markdownReport(reportArgs)
+          .replace(/^# .*\n\n/, '')
+          .replace(/^## /gm, '### ');
+        fs.writeFileSync(
+          readme,
+          `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n![chart](results/latest.svg)\n${text.slice(text.indexOf(end))}`,
+        );
       }
     }
     // So does the repository's README, in its performance section (the tables and the targets).
@@ -319,7 +408,10 @@ async function main() {
       const end = '<!-- bench-latest:end -->';
       if (text.includes(start) && text.includes(end)) {
         const body = report.readmeSection(reportArgs);
-        fs.writeFileSync(rootReadme, `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n${text.slice(text.indexOf(end))}`);
+        fs.writeFileSync(
+          rootReadme,
+          `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n${text.slice(text.indexOf(end))}`,
+        );
       }
     }
   }
@@ -331,7 +423,9 @@ async function main() {
   console.log('');
   for (const note of notes) console.log(`note: ${note}`);
   const written = config.partial ? `partial-${stamp}.json (a partial run: latest.* untouched)` : 'latest.{json,md,svg}';
-  console.log(`\n${Math.round(durationS)} s; results in ${path.relative(process.cwd(), config.RESULTS_DIR)}/${written}`);
+  console.log(
+    `\n${Math.round(durationS)} s; results in ${path.relative(process.cwd(), config.RESULTS_DIR)}/${written}`,
+  );
 }
 
 function machineCores() {

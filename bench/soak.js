@@ -52,11 +52,22 @@ class OwnServer {
     return server;
   }
   asPostgres(binary, args) {
-    return execFileSync('runuser', ['-u', 'postgres', '--', path.join(PG_BIN, binary), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    return execFileSync('runuser', ['-u', 'postgres', '--', path.join(PG_BIN, binary), ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   }
   start() {
     const options = `-p ${this.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${this.dir} -c max_connections=200`;
-    this.asPostgres('pg_ctl', ['-D', path.join(this.dir, 'data'), '-l', path.join(this.dir, 'log'), '-o', options, '-w', 'start']);
+    this.asPostgres('pg_ctl', [
+      '-D',
+      path.join(this.dir, 'data'),
+      '-l',
+      path.join(this.dir, 'log'),
+      '-o',
+      options,
+      '-w',
+      'start',
+    ]);
   }
   stop(mode) {
     this.asPostgres('pg_ctl', ['-D', path.join(this.dir, 'data'), '-m', mode, '-w', 'stop']);
@@ -72,13 +83,22 @@ class OwnServer {
 }
 
 async function main() {
-  if (!fs.existsSync(path.join(PG_BIN, 'pg_ctl'))) throw new Error(`the soak needs the PostgreSQL 15 binaries in ${PG_BIN} (apt-get install -y postgresql-15)`);
+  if (!fs.existsSync(path.join(PG_BIN, 'pg_ctl')))
+    throw new Error(`the soak needs the PostgreSQL 15 binaries in ${PG_BIN} (apt-get install -y postgresql-15)`);
   if (!fs.existsSync(path.join(LIBRARY_DIST, 'index.js'))) throw new Error('build the library first: npm run build');
   const { Pool } = require(require.resolve('pg', { paths: [LIBRARY_DIST] }));
   const server = await OwnServer.create();
   const pool = new Pool({ connectionString: server.url, max: 2 });
   pool.on('error', () => undefined);
-  const state = { accepted: new Set(), refused: {}, runs: new Map(), rss: {}, uncaught: [], exits: [], completions: [] };
+  const state = {
+    accepted: new Set(),
+    refused: {},
+    runs: new Map(),
+    rss: {},
+    uncaught: [],
+    exits: [],
+    completions: [],
+  };
   const apps = ['a', 'b'].map((name) => {
     const child = fork(path.join(__dirname, 'soak-app.js'), [], {
       env: { ...process.env, SOAK_NAME: name, SOAK_RATE: String(rate), SOAK_DATABASE_URL: server.url },
@@ -99,7 +119,12 @@ async function main() {
       if (message.type === 'uncaught') state.uncaught.push({ name, error: message.error });
     });
     child.on('exit', (code, signal) => state.exits.push({ name, code, signal }));
-    return { name, child, lines, ready: new Promise((resolve) => child.on('message', (m) => m.type === 'ready' && resolve())) };
+    return {
+      name,
+      child,
+      lines,
+      ready: new Promise((resolve) => child.on('message', (m) => m.type === 'ready' && resolve())),
+    };
   });
   await Promise.all(apps.map((app) => app.ready));
   log(`server on port ${server.port}; two apps enqueueing ${rate}/s each for ${minutes} min`);
@@ -181,10 +206,17 @@ async function main() {
     unexpectedExits: state.exits.filter((exit) => exit.code !== 0).length,
   };
   result.passed =
-    result.notSucceeded === 0 && result.ranTwice === 0 && result.uncaught === 0 && result.unexpectedExits === 0 && result.accepted > 0;
+    result.notSucceeded === 0 &&
+    result.ranTwice === 0 &&
+    result.uncaught === 0 &&
+    result.unexpectedExits === 0 &&
+    result.accepted > 0;
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const file = path.join(RESULTS_DIR, `soak-${result.startedAt.replace(/[:.]/g, '-')}.json`);
-  fs.writeFileSync(file, `${JSON.stringify({ ...result, notSucceededIds: notSucceeded.slice(0, 20), uncaughtErrors: state.uncaught.slice(0, 5) }, null, 2)}\n`);
+  fs.writeFileSync(
+    file,
+    `${JSON.stringify({ ...result, notSucceededIds: notSucceeded.slice(0, 20), uncaughtErrors: state.uncaught.slice(0, 5) }, null, 2)}\n`,
+  );
   fs.writeFileSync(path.join(RESULTS_DIR, 'soak-latest.md'), soakTable(result));
   console.log(soakTable(result));
   log(`wrote ${path.relative(process.cwd(), file)}`);
@@ -195,7 +227,9 @@ async function main() {
 }
 
 function soakTable(r) {
-  const rss = Object.entries(r.rssMiB).map(([name, m]) => `${name}: ${m.first} → ${m.last} MiB (max ${m.max})`).join('; ');
+  const rss = Object.entries(r.rssMiB)
+    .map(([name, m]) => `${name}: ${m.first} → ${m.last} MiB (max ${m.max})`)
+    .join('; ');
   return [
     `| soak (${r.startedAt}) | |`,
     '|---|---|',
@@ -203,7 +237,11 @@ function soakTable(r) {
     `| disturbances | ${r.restarts} restarts (pg_ctl stop -m immediate), ${r.backendKills} backends terminated |`,
     `| accepted enqueues; not SUCCESS at the end | ${r.accepted}; ${r.notSucceeded} |`,
     `| bodies run twice | ${r.ranTwice} |`,
-    `| refused enqueues | ${Object.entries(r.refusedByError).map(([name, n]) => `${name} ${n}`).join(', ') || 'none'} |`,
+    `| refused enqueues | ${
+      Object.entries(r.refusedByError)
+        .map(([name, n]) => `${name} ${n}`)
+        .join(', ') || 'none'
+    } |`,
     `| restart → first completed workflow | ${r.restartToFirstCompletionMs.map((ms) => (ms === null ? '-' : `${ms} ms`)).join(', ')} |`,
     `| worker RSS (first → last tenth) | ${rss} |`,
     `| uncaught exceptions, crashed processes | ${r.uncaught}, ${r.unexpectedExits} |`,

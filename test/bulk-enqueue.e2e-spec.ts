@@ -5,7 +5,14 @@
  * Concurrent bulk enqueues run in two real OS processes (child-policy-enqueuer.ts) released together over IPC.
  */
 import { Injectable } from '@nestjs/common';
-import { BulkEnqueueItem, BulkEnqueueResult, DeduplicationEvent, InvalidArgumentError, UnknownQueueError, Workflow } from 'nest-dedup-queue';
+import {
+  BulkEnqueueItem,
+  BulkEnqueueResult,
+  DeduplicationEvent,
+  InvalidArgumentError,
+  UnknownQueueError,
+  Workflow,
+} from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import type { BulkReport } from './fixtures/child-policy-enqueuer';
@@ -40,7 +47,12 @@ describe('enqueueMany', () => {
   beforeAll(async () => {
     pool = testPool();
     app = await startQueueApp(
-      { schema, worker: false, connection: { url: databaseUrl(), poolSize: 4 }, queues: [{ name: 'bulk' }, { name: 'other' }] },
+      {
+        schema,
+        worker: false,
+        connection: { url: databaseUrl(), poolSize: 4 },
+        queues: [{ name: 'bulk' }, { name: 'other' }],
+      },
       [BulkTasks],
     );
     tasks = app.get(BulkTasks);
@@ -54,7 +66,8 @@ describe('enqueueMany', () => {
   });
 
   const countRows = async (queue: string) =>
-    (await pool.query(`SELECT count(*)::int AS count FROM ${table} WHERE queue_name = $1`, [queue])).rows[0].count as number;
+    (await pool.query(`SELECT count(*)::int AS count FROM ${table} WHERE queue_name = $1`, [queue])).rows[0]
+      .count as number;
   const item = (key: string, n: number, options: BulkEnqueueItem['options'] = {}): BulkEnqueueItem => ({
     args: [key, n],
     options: { deduplicationId: key, ...options },
@@ -115,7 +128,8 @@ describe('enqueueMany', () => {
       const key = entry.options?.deduplicationId as string;
       const holder = holderOf.get(key);
       if (!holder) {
-        if (result.status !== 'created') wrong.push(`item ${index} (${key}, first of its key): ${JSON.stringify(result)}`);
+        if (result.status !== 'created')
+          wrong.push(`item ${index} (${key}, first of its key): ${JSON.stringify(result)}`);
         holderOf.set(key, { workflowId: result.workflowId, inputs: JSON.stringify(entry.args) });
       } else if (result.status !== 'duplicate' || result.workflowId !== holder.workflowId) {
         wrong.push(`item ${index} (${key}, repeat): ${JSON.stringify(result)}, holder ${holder.workflowId}`);
@@ -123,10 +137,17 @@ describe('enqueueMany', () => {
     }
     expect(wrong.slice(0, 10)).toEqual([]);
     const tally = (results: BulkEnqueueResult[]) =>
-      results.reduce<Record<string, number>>((counts, result) => ({ ...counts, [result.status]: (counts[result.status] ?? 0) + 1 }), {});
+      results.reduce<Record<string, number>>(
+        (counts, result) => ({ ...counts, [result.status]: (counts[result.status] ?? 0) + 1 }),
+        {},
+      );
     expect(tally(results1)).toEqual({ created: 4000, duplicate: 1000 });
     expect(tally(results2)).toEqual({ created: 3000, duplicate: 2000 });
-    expect(new Set([...results1, ...results2].filter((result) => result.status === 'created').map((result) => result.workflowId)).size).toBe(7000);
+    expect(
+      new Set(
+        [...results1, ...results2].filter((result) => result.status === 'created').map((result) => result.workflowId),
+      ).size,
+    ).toBe(7000);
 
     // The database holds exactly one workflow per key: the first item's, with its arguments.
     expect(await countRows('bulk')).toBe(7000);
@@ -137,14 +158,23 @@ describe('enqueueMany', () => {
     expect(stored.size).toBe(7000);
     const mismatched = [...holderOf].filter(([key, holder]) => {
       const row = stored.get(key);
-      return !row || row.workflow_id !== holder.workflowId || row.inputs !== holder.inputs || row.status !== 'ENQUEUED' || row.active_deduplication_id !== key;
+      return (
+        !row ||
+        row.workflow_id !== holder.workflowId ||
+        row.inputs !== holder.inputs ||
+        row.status !== 'ENQUEUED' ||
+        row.active_deduplication_id !== key
+      );
     });
     expect(mismatched.slice(0, 5)).toEqual([]);
 
     // Every duplicate was seen as a deduplication hit.
     expect(events).toHaveLength(3000);
     const unexpectedEvents = events.filter(
-      (event) => event.queueName !== 'bulk' || event.outcome !== 'rejected' || holderOf.get(event.deduplicationId)?.workflowId !== event.existingWorkflowId,
+      (event) =>
+        event.queueName !== 'bulk' ||
+        event.outcome !== 'rejected' ||
+        holderOf.get(event.deduplicationId)?.workflowId !== event.existingWorkflowId,
     );
     expect(unexpectedEvents.slice(0, 5)).toEqual([]);
     expect((app.queues.deduplicationCounts().bulk ?? 0) - countedBefore).toBe(3000);
@@ -175,7 +205,9 @@ describe('enqueueMany', () => {
       { status: 'created', workflowId: 'bulk-wf-4' },
       { status: 'duplicate', workflowId: 'bulk-wf-1' },
     ]);
-    const { rows } = await pool.query(`SELECT workflow_id, inputs::text AS inputs FROM ${table} WHERE queue_name = 'other' ORDER BY workflow_id`);
+    const { rows } = await pool.query(
+      `SELECT workflow_id, inputs::text AS inputs FROM ${table} WHERE queue_name = 'other' ORDER BY workflow_id`,
+    );
     expect(rows).toEqual([
       { workflow_id: 'bulk-wf-1', inputs: '["wf-key-1",1]' },
       { workflow_id: 'bulk-wf-2', inputs: '["wf-key-2",2]' },
@@ -188,28 +220,45 @@ describe('enqueueMany', () => {
     const before = await countRows('other');
     const many = (at: number, bad: BulkEnqueueItem) =>
       Array.from({ length: 10_000 }, (_, n) => (n === at ? bad : item(`invalid-${n}`, n)));
-    const refusal = async (promise: Promise<unknown>) => promise.then(() => undefined, (error: unknown) => error);
+    const refusal = async (promise: Promise<unknown>) =>
+      promise.then(
+        () => undefined,
+        (error: unknown) => error,
+      );
 
-    const bigInt = await refusal(app.queues.enqueueMany('other', tasks.process, many(5000, { args: ['big', BigInt(1)] })));
+    const bigInt = await refusal(
+      app.queues.enqueueMany('other', tasks.process, many(5000, { args: ['big', BigInt(1)] })),
+    );
     expect(bigInt).toBeInstanceOf(InvalidArgumentError);
     expect(bigInt).toMatchObject({ field: 'items[5000].args[1]', message: expect.stringContaining('BigInt') });
 
-    await expect(app.queues.enqueueMany('other', tasks.process, many(7, { args: ['x', 7], options: { deduplicationId: '' } }))).rejects.toMatchObject({
+    await expect(
+      app.queues.enqueueMany('other', tasks.process, many(7, { args: ['x', 7], options: { deduplicationId: '' } })),
+    ).rejects.toMatchObject({
       name: 'InvalidArgumentError',
       field: 'items[7].options.deduplicationId',
     });
-    await expect(app.queues.enqueueMany('other', tasks.process, many(9999, { args: 'not an array' as unknown as unknown[] }))).rejects.toMatchObject({
+    await expect(
+      app.queues.enqueueMany('other', tasks.process, many(9999, { args: 'not an array' as unknown as unknown[] })),
+    ).rejects.toMatchObject({
       name: 'InvalidArgumentError',
       field: 'items[9999].args',
     });
     await expect(
-      app.queues.enqueueMany('other', tasks.process, [item('same-id-a', 1, { workflowId: 'bulk-same' }), item('same-id-b', 2, { workflowId: 'bulk-same' })]),
+      app.queues.enqueueMany('other', tasks.process, [
+        item('same-id-a', 1, { workflowId: 'bulk-same' }),
+        item('same-id-b', 2, { workflowId: 'bulk-same' }),
+      ]),
     ).rejects.toMatchObject({ name: 'InvalidArgumentError', field: 'items[1].options.workflowId' });
-    await expect(app.queues.enqueueMany('other', tasks.process, 'nope' as unknown as BulkEnqueueItem[])).rejects.toMatchObject({
+    await expect(
+      app.queues.enqueueMany('other', tasks.process, 'nope' as unknown as BulkEnqueueItem[]),
+    ).rejects.toMatchObject({
       name: 'InvalidArgumentError',
       field: 'items',
     });
-    await expect(app.queues.enqueueMany('nowhere', tasks.process, [item('x', 1)])).rejects.toBeInstanceOf(UnknownQueueError);
+    await expect(app.queues.enqueueMany('nowhere', tasks.process, [item('x', 1)])).rejects.toBeInstanceOf(
+      UnknownQueueError,
+    );
 
     expect(await countRows('other')).toBe(before);
     expect(await countRows('nowhere')).toBe(0);
@@ -231,7 +280,9 @@ describe('enqueueMany', () => {
         CREATE TRIGGER test_slow_race_insert BEFORE INSERT ON ${table}
           FOR EACH ROW WHEN (NEW.deduplication_id LIKE 'opposite-order-%') EXECUTE FUNCTION "${schema}".slow_race_insert();
       `);
-      children = ['a', 'b'].map((name) => spawnFixture('child-policy-enqueuer.ts', `bulk-${name}`, { SCHEMA: schema, CHILD_NAME: name, QUEUES: 'bulk' }));
+      children = ['a', 'b'].map((name) =>
+        spawnFixture('child-policy-enqueuer.ts', `bulk-${name}`, { SCHEMA: schema, CHILD_NAME: name, QUEUES: 'bulk' }),
+      );
       await Promise.all(children.map((child) => child.message('ready')));
     });
 
@@ -269,7 +320,9 @@ describe('enqueueMany', () => {
         await locker.query('COMMIT');
         locker.release();
       }
-      const [a, b] = await Promise.all(children.map((child) => child.message<BulkReport>('bulk-results', { round }, 45_000)));
+      const [a, b] = await Promise.all(
+        children.map((child) => child.message<BulkReport>('bulk-results', { round }, 45_000)),
+      );
       expect({ a: a.error, b: b.error }).toEqual({ a: undefined, b: undefined });
 
       const outcomes = [
@@ -282,7 +335,11 @@ describe('enqueueMany', () => {
       const creatorOf = new Map(created.map((outcome) => [outcome.key, outcome.workflowId]));
       const duplicates = outcomes.filter((outcome) => outcome.status !== 'created');
       expect(duplicates).toHaveLength(300);
-      expect(duplicates.filter((outcome) => outcome.status !== 'duplicate' || outcome.workflowId !== creatorOf.get(outcome.key))).toEqual([]);
+      expect(
+        duplicates.filter(
+          (outcome) => outcome.status !== 'duplicate' || outcome.workflowId !== creatorOf.get(outcome.key),
+        ),
+      ).toEqual([]);
 
       const { rows } = await pool.query(
         `SELECT deduplication_id, workflow_id, inputs::text AS inputs FROM ${table} WHERE queue_name = 'bulk' AND deduplication_id LIKE $1`,

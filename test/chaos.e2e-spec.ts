@@ -28,7 +28,12 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
   beforeAll(async () => {
     pool = testPool();
     app = await startQueueApp(
-      { schema, worker: false, connection: { url: databaseUrl(), poolSize: 3 }, queues: [{ name: 'durable' }, { name: 'serial' }] },
+      {
+        schema,
+        worker: false,
+        connection: { url: databaseUrl(), poolSize: 3 },
+        queues: [{ name: 'durable' }, { name: 'serial' }],
+      },
       [DurableSteps, DurableTasks],
     );
     await pool.query(durableTablesSql(schema));
@@ -65,14 +70,17 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
     const tasks = app.get(DurableTasks);
     const workflowIds = Array.from({ length: WORKFLOWS }, (_, n) => `chaos-${n}`);
     await Promise.all(
-      workflowIds.map((workflowId, n) => app.queues.enqueue('durable', tasks.chaos, [n], { workflowId, deduplicationId: workflowId })),
+      workflowIds.map((workflowId, n) =>
+        app.queues.enqueue('durable', tasks.chaos, [n], { workflowId, deduplicationId: workflowId }),
+      ),
     );
 
     const kills: Array<{ executorId: string; orphans: number; restartedAs: string }> = [];
     for (let kill = 1; kill <= KILLS; kill++) {
       // A random moment while the victim is running workflows.
       await waitFor(
-        async () => (await count(`"${schema}".workflows WHERE status = 'PENDING' AND executor_id = $1`, [victimId])) > 0,
+        async () =>
+          (await count(`"${schema}".workflows WHERE status = 'PENDING' AND executor_id = $1`, [victimId])) > 0,
         { timeoutMs: 20_000, what: `${victimId} to run workflows` },
       );
       await sleep(randomInt(0, 400));
@@ -86,10 +94,11 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
       victimId = restartedAs;
     }
 
-    await waitFor(
-      async () => (await count(`"${schema}".workflows WHERE status = 'SUCCESS'`)) === WORKFLOWS,
-      { timeoutMs: 60_000, intervalMs: 100, what: `all ${WORKFLOWS} workflows to succeed` },
-    );
+    await waitFor(async () => (await count(`"${schema}".workflows WHERE status = 'SUCCESS'`)) === WORKFLOWS, {
+      timeoutMs: 60_000,
+      intervalMs: 100,
+      what: `all ${WORKFLOWS} workflows to succeed`,
+    });
     const elapsedMs = performance.now() - startedAt;
 
     const { rows: statuses } = await pool.query(
@@ -117,7 +126,9 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
     expect(mismatched).toEqual([]);
     expect(await count(`"${schema}".workflows WHERE active_deduplication_id IS NOT NULL`)).toBe(0);
 
-    const { rows: [recovery] } = await pool.query(
+    const {
+      rows: [recovery],
+    } = await pool.query(
       `SELECT coalesce(sum(recovery_attempts), 0)::int AS recoveries, count(*) FILTER (WHERE recovery_attempts > 0)::int AS recovered
        FROM "${schema}".workflows`,
     );

@@ -24,7 +24,12 @@ describe('crash recovery', () => {
   beforeAll(async () => {
     pool = testPool();
     app = await startQueueApp(
-      { schema, worker: false, connection: { url: databaseUrl(), poolSize: 3 }, queues: [{ name: 'durable' }, { name: 'serial' }] },
+      {
+        schema,
+        worker: false,
+        connection: { url: databaseUrl(), poolSize: 3 },
+        queues: [{ name: 'durable' }, { name: 'serial' }],
+      },
       [DurableSteps, DurableTasks],
     );
     tasks = app.get(DurableTasks);
@@ -75,22 +80,31 @@ describe('crash recovery', () => {
 
   const eventsOf = async (workflowId: string) =>
     (
-      await pool.query(`SELECT kind, executor_id, attempt FROM "${schema}".events WHERE workflow_id = $1 ORDER BY seq`, [
-        workflowId,
-      ])
+      await pool.query(
+        `SELECT kind, executor_id, attempt FROM "${schema}".events WHERE workflow_id = $1 ORDER BY seq`,
+        [workflowId],
+      )
     ).rows;
 
   const kindsOf = async (workflowId: string) => (await eventsOf(workflowId)).map((event) => event.kind as string);
 
   const sideEffectsOf = async (workflowId: string) =>
-    (await pool.query(`SELECT id, step, token FROM "${schema}".side_effects WHERE workflow_id = $1 ORDER BY id`, [workflowId]))
-      .rows;
+    (
+      await pool.query(`SELECT id, step, token FROM "${schema}".side_effects WHERE workflow_id = $1 ORDER BY id`, [
+        workflowId,
+      ])
+    ).rows;
 
   const executorIds = async () =>
-    (await pool.query(`SELECT executor_id FROM "${schema}".executors ORDER BY executor_id`)).rows.map((row) => row.executor_id);
+    (await pool.query(`SELECT executor_id FROM "${schema}".executors ORDER BY executor_id`)).rows.map(
+      (row) => row.executor_id,
+    );
 
   const waitForStatus = (workflowId: string, status: string, timeoutMs = 20_000) =>
-    waitFor(async () => (await rowOf(workflowId))?.status === status, { timeoutMs, what: `${workflowId} to be ${status}` });
+    waitFor(async () => (await rowOf(workflowId))?.status === status, {
+      timeoutMs,
+      what: `${workflowId} to be ${status}`,
+    });
 
   const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 
@@ -126,8 +140,15 @@ describe('crash recovery', () => {
     });
     const duplicate = await duplicateEnqueueError(key);
     expect(duplicate).toBeInstanceOf(QueueDeduplicatedError);
-    expect(duplicate).toMatchObject({ queueName: 'durable', deduplicationId: key, existingWorkflowId: handle.workflowId });
-    expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows WHERE deduplication_id = $1`, [key])).rows[0].n).toBe(1);
+    expect(duplicate).toMatchObject({
+      queueName: 'durable',
+      deduplicationId: key,
+      existingWorkflowId: handle.workflowId,
+    });
+    expect(
+      (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows WHERE deduplication_id = $1`, [key]))
+        .rows[0].n,
+    ).toBe(1);
 
     await release(key);
     const spawnedAt = performance.now();
@@ -167,11 +188,14 @@ describe('crash recovery', () => {
     const killedAt = performance.now();
     await sigkill(dead);
     await release(key);
-    const { rows: [lastBeat] } = await pool.query(
-      `SELECT heartbeat_at FROM "${schema}".executors WHERE executor_id = 'lease-dead'`,
-    );
+    const {
+      rows: [lastBeat],
+    } = await pool.query(`SELECT heartbeat_at FROM "${schema}".executors WHERE executor_id = 'lease-dead'`);
     expect(lastBeat).toBeDefined();
-    expect(await duplicateEnqueueError(key)).toMatchObject({ name: 'QueueDeduplicatedError', existingWorkflowId: handle.workflowId });
+    expect(await duplicateEnqueueError(key)).toMatchObject({
+      name: 'QueueDeduplicatedError',
+      existingWorkflowId: handle.workflowId,
+    });
 
     await waitForStatus(handle.workflowId, 'SUCCESS');
     console.log(
@@ -203,7 +227,9 @@ describe('crash recovery', () => {
     const key = 'step-once';
     const first = await startWorker('step-worker');
     const handle = await app.queues.enqueue('durable', tasks.stepThenHold, [key], { deduplicationId: key });
-    const { output } = await first.message<{ type: 'step-done'; output: { id: number; token: string } }>('step-done', { key });
+    const { output } = await first.message<{ type: 'step-done'; output: { id: number; token: string } }>('step-done', {
+      key,
+    });
     await sigkill(first);
 
     expect(await sideEffectsOf(handle.workflowId)).toEqual([{ id: output.id, step: 'only', token: output.token }]);
@@ -275,9 +301,10 @@ describe('crash recovery', () => {
     await waitFor(
       async () =>
         (
-          await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows WHERE workflow_id = ANY($1) AND status = 'SUCCESS'`, [
-            workflowIds,
-          ])
+          await pool.query(
+            `SELECT count(*)::int AS n FROM "${schema}".workflows WHERE workflow_id = ANY($1) AND status = 'SUCCESS'`,
+            [workflowIds],
+          )
         ).rows[0].n === count,
       { timeoutMs: 20_000, what: 'every orphaned workflow to succeed' },
     );
@@ -311,14 +338,22 @@ describe('crash recovery', () => {
     const rounds = 5;
     const sweepers = 10;
     const applicationName = `sweepers-${schema}`;
-    const dataSource = new DataSource({ type: 'postgres', url: databaseUrl(), poolSize: sweepers + 2, applicationName });
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: databaseUrl(),
+      poolSize: sweepers + 2,
+      applicationName,
+    });
     await dataSource.initialize();
     try {
       const store = new ExecutorStore(new QueueDatabase(dataSource, schema, false));
       for (let round = 1; round <= rounds; round++) {
         // Four dead executors with six PENDING workflows each, and six PENDING workflows whose executor row is gone.
         const dead = Array.from({ length: 4 }, (_, e) => `sweep-${round}-dead-${e}`);
-        const owners = [...dead.flatMap((executor) => Array(6).fill(executor)), ...Array.from({ length: 6 }, (_, i) => `sweep-${round}-ghost-${i}`)];
+        const owners = [
+          ...dead.flatMap((executor) => Array(6).fill(executor)),
+          ...Array.from({ length: 6 }, (_, i) => `sweep-${round}-ghost-${i}`),
+        ];
         const workflowIds = owners.map((_, i) => `sweep-${round}-wf-${i}`);
         await pool.query(
           `INSERT INTO "${schema}".executors (executor_id, hostname, pid, heartbeat_at)
@@ -377,9 +412,10 @@ describe('crash recovery', () => {
           `[crash-recovery] sweep round ${round}: ${results.filter((result) => result.ids?.length).length} of ${sweepers} ` +
             `concurrent recoverExpired() calls recovered something (${returned.length} workflows in all)`,
         );
-        await pool.query(`UPDATE "${schema}".workflows SET status = 'CANCELLED', active_deduplication_id = NULL WHERE workflow_id = ANY($1)`, [
-          workflowIds,
-        ]);
+        await pool.query(
+          `UPDATE "${schema}".workflows SET status = 'CANCELLED', active_deduplication_id = NULL WHERE workflow_id = ANY($1)`,
+          [workflowIds],
+        );
       }
     } finally {
       await dataSource.destroy();
@@ -441,7 +477,11 @@ describe('crash recovery', () => {
 
     await pool.query(`DELETE FROM "${schema}".poison WHERE key = $1`, [key]);
     const resumed = await app.queues.resume<string>(workflowId);
-    expect(await rowOf(workflowId)).toMatchObject({ status: 'ENQUEUED', active_deduplication_id: key, recovery_attempts: 0 });
+    expect(await rowOf(workflowId)).toMatchObject({
+      status: 'ENQUEUED',
+      active_deduplication_id: key,
+      recovery_attempts: 0,
+    });
     spawnWorker('poison-worker');
     await expect(resumed.getResult({ timeoutMs: 20_000 })).resolves.toBe(`cured ${key}`);
     expect(await rowOf(workflowId)).toMatchObject({ status: 'SUCCESS', active_deduplication_id: null, attempts: 4 });
@@ -452,7 +492,10 @@ describe('crash recovery', () => {
   it('aborts a running body at its timeout: CANCELLED with WorkflowTimeoutError, the late return ignored, no step after', async () => {
     const key = 'timeout-running';
     await startWorker('timeout-worker');
-    const handle = await app.queues.enqueue('serial', tasks.awaitAbort, [key], { deduplicationId: key, timeoutMs: 500 });
+    const handle = await app.queues.enqueue('serial', tasks.awaitAbort, [key], {
+      deduplicationId: key,
+      timeoutMs: 500,
+    });
     await waitFor(async () => (await kindsOf(handle.workflowId)).includes('returning'), { what: 'the body to return' });
 
     expect(await kindsOf(handle.workflowId)).toEqual([
@@ -468,7 +511,10 @@ describe('crash recovery', () => {
     expect(row.error).toMatchObject({ name: 'WorkflowTimeoutError' });
     expect(row.completed_at.getTime() - row.started_at.getTime()).toBeGreaterThanOrEqual(500);
     expect(await sideEffectsOf(handle.workflowId)).toEqual([]);
-    expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".steps WHERE workflow_id = $1`, [handle.workflowId])).rows[0].n).toBe(0);
+    expect(
+      (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".steps WHERE workflow_id = $1`, [handle.workflowId]))
+        .rows[0].n,
+    ).toBe(0);
     await expect(handle.getResult()).rejects.toBeInstanceOf(WorkflowCancelledError);
   });
 
@@ -488,7 +534,12 @@ describe('crash recovery', () => {
       'step-refused:WorkflowInterruptedError',
       'returning',
     ]);
-    expect(await rowOf(handle.workflowId)).toMatchObject({ status: 'CANCELLED', output: null, error: null, active_deduplication_id: null });
+    expect(await rowOf(handle.workflowId)).toMatchObject({
+      status: 'CANCELLED',
+      output: null,
+      error: null,
+      active_deduplication_id: null,
+    });
     expect(await sideEffectsOf(handle.workflowId)).toEqual([]);
     await expect(handle.getResult()).rejects.toBeInstanceOf(WorkflowCancelledError);
   });
@@ -497,11 +548,17 @@ describe('crash recovery', () => {
     const key = 'timeout-dead';
     const workers = new Map<string, FixtureProcess>();
     await Promise.all(['tmo-x', 'tmo-y'].map(async (id) => workers.set(id, await startWorker(id))));
-    const handle = await app.queues.enqueue('serial', tasks.awaitAbort, [key], { deduplicationId: key, timeoutMs: 800 });
-    const [waiting] = await waitFor(async () => {
-      const events = await eventsOf(handle.workflowId);
-      return events.length > 0 && events;
-    }, { what: 'the body to start' });
+    const handle = await app.queues.enqueue('serial', tasks.awaitAbort, [key], {
+      deduplicationId: key,
+      timeoutMs: 800,
+    });
+    const [waiting] = await waitFor(
+      async () => {
+        const events = await eventsOf(handle.workflowId);
+        return events.length > 0 && events;
+      },
+      { what: 'the body to start' },
+    );
     expect(waiting.kind).toBe('waiting');
     const victim = workers.get(waiting.executor_id)!;
     const peer = [...workers.values()].find((worker) => worker !== victim)!;
@@ -541,14 +598,22 @@ describe('crash recovery', () => {
     try {
       // The peer expires the stalled worker's lease; its sweep skips the workflow, whose row the step's transaction
       // still locks, so the workflow stays PENDING under the stalled worker.
-      await waitFor(async () => !(await executorIds()).includes('stalled'), { what: 'the peer to expire the stalled worker' });
-      expect(await rowOf(handle.workflowId)).toMatchObject({ status: 'PENDING', executor_id: 'stalled', recovery_attempts: 0 });
+      await waitFor(async () => !(await executorIds()).includes('stalled'), {
+        what: 'the peer to expire the stalled worker',
+      });
+      expect(await rowOf(handle.workflowId)).toMatchObject({
+        status: 'PENDING',
+        executor_id: 'stalled',
+        recovery_attempts: 0,
+      });
     } finally {
       stalled.child.kill('SIGCONT');
     }
     // Back to life, the worker finds its lease gone (which interrupts its workflows) and registers again, while its
     // step's query still runs; then the step, which still owns the workflow in its transaction, commits.
-    await waitFor(async () => (await executorIds()).includes('stalled'), { what: 'the stalled worker to register again' });
+    await waitFor(async () => (await executorIds()).includes('stalled'), {
+      what: 'the stalled worker to register again',
+    });
     expect(await stepSessions('active')).toBe(1);
     await waitFor(async () => (await kindsOf(handle.workflowId)).includes('after-step'), {
       timeoutMs: 15_000,
@@ -648,7 +713,9 @@ describe('crash recovery', () => {
 
     await release(key);
     await waitForStatus(handle.workflowId, 'SUCCESS', 20_000);
-    console.log(`[crash-recovery] SIGTERM handover: ${Math.round(performance.now() - exitedAt)} ms from the worker's exit to SUCCESS on the peer`);
+    console.log(
+      `[crash-recovery] SIGTERM handover: ${Math.round(performance.now() - exitedAt)} ms from the worker's exit to SUCCESS on the peer`,
+    );
     expect(await rowOf(handle.workflowId)).toMatchObject({
       status: 'SUCCESS',
       output: `released ${key} by term-peer`,

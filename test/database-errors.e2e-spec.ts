@@ -46,22 +46,33 @@ describe('refusals of the database reach each caller as typed errors', () => {
 
   it('fails only the caller whose row a combined statement could not store', async () => {
     const calls = Array.from({ length: 60 }, (_, index) =>
-      app.queues.enqueue('tasks', tasks.echo, [index === 17 ? 'poison' : `ok-${index}`], { workflowId: `combined-${index}` }),
+      app.queues.enqueue('tasks', tasks.echo, [index === 17 ? 'poison' : `ok-${index}`], {
+        workflowId: `combined-${index}`,
+      }),
     );
     const outcomes = await Promise.allSettled(calls);
-    const failed = outcomes.flatMap((outcome, index) => (outcome.status === 'rejected' ? [{ index, reason: outcome.reason }] : []));
+    const failed = outcomes.flatMap((outcome, index) =>
+      outcome.status === 'rejected' ? [{ index, reason: outcome.reason }] : [],
+    );
     expect(failed.map(({ index }) => index)).toEqual([17]);
     expect(failed[0].reason).toBeInstanceOf(DatabaseQueryError);
     expect(failed[0].reason).toMatchObject({ code: 'P0001', message: expect.stringMatching(/poison row refused/) });
-    const stored = await pool.query(`SELECT workflow_id FROM "${schema}".workflows WHERE workflow_id LIKE 'combined-%'`);
+    const stored = await pool.query(
+      `SELECT workflow_id FROM "${schema}".workflows WHERE workflow_id LIKE 'combined-%'`,
+    );
     expect(stored.rowCount).toBe(59);
   });
 
   it('refuses a runAt that Postgres cannot store before writing anything', async () => {
     const before = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows`);
-    await expect(app.queues.enqueue('tasks', tasks.echo, [1], { runAt: new Date(-8.64e15) })).rejects.toThrow(InvalidArgumentError);
+    await expect(app.queues.enqueue('tasks', tasks.echo, [1], { runAt: new Date(-8.64e15) })).rejects.toThrow(
+      InvalidArgumentError,
+    );
     await expect(
-      app.queues.enqueue('tasks', tasks.echo, [1], { runAt: new Date(Date.UTC(-4713, 10, 24)), workflowId: 'earliest' }),
+      app.queues.enqueue('tasks', tasks.echo, [1], {
+        runAt: new Date(Date.UTC(-4713, 10, 24)),
+        workflowId: 'earliest',
+      }),
     ).resolves.toMatchObject({ workflowId: 'earliest' });
     const after = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows`);
     expect(after.rows[0].n).toBe(before.rows[0].n + 1);

@@ -69,9 +69,14 @@ describe('boot against a database that cannot be reached', () => {
 
   it('gives up after connectTimeoutMs on a listener that never answers, naming the endpoint but not the password', async () => {
     const started = Date.now();
-    const error = await bootFailure({ connection: { url: `postgres://app:s3cret@127.0.0.1:${port}/orders` }, connectTimeoutMs: 500 });
+    const error = await bootFailure({
+      connection: { url: `postgres://app:s3cret@127.0.0.1:${port}/orders` },
+      connectTimeoutMs: 500,
+    });
     expect(error).toBeInstanceOf(DatabaseUnavailableError);
-    expect(error.message).toMatch(new RegExp(`DedupQueueModule: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/orders as user "app"`));
+    expect(error.message).toMatch(
+      new RegExp(`DedupQueueModule: cannot reach Postgres at 127\\.0\\.0\\.1:${port}/orders as user "app"`),
+    );
     expect(error.message).toMatch(/connectTimeoutMs is 500 ms/);
     expect(error.message).not.toMatch(/s3cret/);
     expect((error as DatabaseUnavailableError).cause).toBeDefined();
@@ -79,7 +84,9 @@ describe('boot against a database that cannot be reached', () => {
   });
 
   it("honours the URL's connect_timeout (seconds)", async () => {
-    const error = await bootFailure({ connection: { url: `postgres://app@127.0.0.1:${port}/orders?connect_timeout=1` } });
+    const error = await bootFailure({
+      connection: { url: `postgres://app@127.0.0.1:${port}/orders?connect_timeout=1` },
+    });
     expect(error).toBeInstanceOf(DatabaseUnavailableError);
     expect(error.message).toMatch(/connectTimeoutMs is 1000 ms/);
   });
@@ -90,7 +97,10 @@ describe('boot against a database that cannot be reached', () => {
     const closedPort = (closed.address() as { port: number }).port;
     await new Promise((resolve) => closed.close(resolve));
     const logger = new CapturingLogger();
-    const error = await bootFailure({ connection: { url: `postgres://app@127.0.0.1:${closedPort}/orders` }, retryAttempts: 2, retryDelay: 50 }, logger);
+    const error = await bootFailure(
+      { connection: { url: `postgres://app@127.0.0.1:${closedPort}/orders` }, retryAttempts: 2, retryDelay: 50 },
+      logger,
+    );
     expect(error).toBeInstanceOf(DatabaseUnavailableError);
     expect(error.message).toMatch(/after 3 attempt\(s\)/);
     const retries = logger.lines.filter((line) => /Unable to connect to Postgres/.test(line.message));
@@ -102,7 +112,10 @@ describe('boot against a database that cannot be reached', () => {
     const url = new URL(databaseUrl());
     url.pathname = '/no_such_database_here';
     const logger = new CapturingLogger();
-    const error = await bootFailure({ connection: { url: url.toString() }, retryAttempts: 3, retryDelay: 2000 }, logger);
+    const error = await bootFailure(
+      { connection: { url: url.toString() }, retryAttempts: 3, retryDelay: 2000 },
+      logger,
+    );
     expect(error).toBeInstanceOf(DedupQueueConfigurationError);
     expect(error.message).toMatch(/no_such_database_here/);
     expect(logger.lines.filter((line) => /Retrying/.test(line.message))).toHaveLength(0);
@@ -151,7 +164,10 @@ describe('an outage of a running application', () => {
       ['getResult', () => running.getResult({ timeoutMs: 300 })],
     ];
     for (const [name, call] of calls) {
-      const error = await call().then(() => new Error(`${name} succeeded`), (caught: unknown) => caught);
+      const error = await call().then(
+        () => new Error(`${name} succeeded`),
+        (caught: unknown) => caught,
+      );
       expect([name, error]).toEqual([name, expect.any(DatabaseUnavailableError)]);
       expect((error as DatabaseUnavailableError).cause).toBeDefined();
     }

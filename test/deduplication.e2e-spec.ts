@@ -19,10 +19,9 @@ describe('deduplication contract', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    app = await startQueueApp(
-      { schema, queues: [{ name: 'tasks', workerConcurrency: 20 }, { name: 'other' }] },
-      [RecordingTasks],
-    );
+    app = await startQueueApp({ schema, queues: [{ name: 'tasks', workerConcurrency: 20 }, { name: 'other' }] }, [
+      RecordingTasks,
+    ]);
     tasks = app.get(RecordingTasks);
   });
 
@@ -52,7 +51,9 @@ describe('deduplication contract', () => {
       deduplicationId: 'user-1',
       existingWorkflowId: first.workflowId,
     });
-    expect(await rowsFor('user-1')).toEqual([{ workflow_id: first.workflowId, queue_name: 'tasks', status: expect.any(String) }]);
+    expect(await rowsFor('user-1')).toEqual([
+      { workflow_id: first.workflowId, queue_name: 'tasks', status: expect.any(String) },
+    ]);
 
     tasks.gate('k1').open();
     await expect(first.getResult()).resolves.toBe('done k1');
@@ -112,8 +113,14 @@ describe('deduplication contract', () => {
 
   it('treats the same workflowId twice as one workflow whose body runs once', async () => {
     const before = tasks.calls.filter((call) => call.args[0] === 'idempotent').length;
-    const first = await app.queues.enqueue('tasks', tasks.echo, ['idempotent'], { workflowId: 'wf-idem', deduplicationId: 'idem' });
-    const second = await app.queues.enqueue('tasks', tasks.echo, ['idempotent'], { workflowId: 'wf-idem', deduplicationId: 'idem' });
+    const first = await app.queues.enqueue('tasks', tasks.echo, ['idempotent'], {
+      workflowId: 'wf-idem',
+      deduplicationId: 'idem',
+    });
+    const second = await app.queues.enqueue('tasks', tasks.echo, ['idempotent'], {
+      workflowId: 'wf-idem',
+      deduplicationId: 'idem',
+    });
     expect(second.workflowId).toBe(first.workflowId);
     await expect(second.getResult()).resolves.toBe('idempotent');
     const third = await app.queues.enqueue('tasks', tasks.echo, ['other args'], { workflowId: 'wf-idem' });
@@ -161,10 +168,14 @@ describe('deduplication contract', () => {
   });
 
   it('cancels an ENQUEUED workflow before it runs and a PENDING one without recording its late result', async () => {
-    const running = await app.queues.enqueue('tasks', tasks.blocked, ['cancel-running'], { deduplicationId: 'cancel-me' });
+    const running = await app.queues.enqueue('tasks', tasks.blocked, ['cancel-running'], {
+      deduplicationId: 'cancel-me',
+    });
     await waitFor(async () => (await running.getStatus()).status === 'PENDING', { what: 'PENDING' });
     await app.queues.cancel(running.workflowId);
-    const replacement = await app.queues.enqueue('tasks', tasks.echo, ['replacement'], { deduplicationId: 'cancel-me' });
+    const replacement = await app.queues.enqueue('tasks', tasks.echo, ['replacement'], {
+      deduplicationId: 'cancel-me',
+    });
     await expect(replacement.getResult()).resolves.toBe('replacement');
     tasks.gate('cancel-running').open();
     await waitFor(() => tasks.running === 0, { what: 'the cancelled body to return' });

@@ -61,7 +61,9 @@ describe('demo app over HTTP', () => {
     const again = await request(server).post('/process/u1/join').expect(201);
     expect(again.body.created).toBe(true);
     expect(again.body.workflow_id).not.toBe(first.body.workflow_id);
-    const rows = (await pool.query(`SELECT status FROM "${schema}".workflows WHERE deduplication_id = 'u1' ORDER BY seq`)).rows;
+    const rows = (
+      await pool.query(`SELECT status FROM "${schema}".workflows WHERE deduplication_id = 'u1' ORDER BY seq`)
+    ).rows;
     expect(rows.map((row) => row.status)).toEqual(['SUCCESS', expect.stringMatching(/ENQUEUED|PENDING/)]);
   });
 
@@ -97,14 +99,21 @@ describe('DedupExceptionFilter registration', () => {
 
   const expectConflict = async (app: INestApplication) => {
     const response = await request(app.getHttpServer()).post('/conflict').expect(409);
-    expect(response.body).toMatchObject({ statusCode: 409, queueName: 'q', deduplicationId: 'key', existingWorkflowId: 'holder-id' });
+    expect(response.body).toMatchObject({
+      statusCode: 409,
+      queueName: 'q',
+      deduplicationId: 'key',
+      existingWorkflowId: 'holder-id',
+    });
     await app.close();
   };
 
   it('is not global by surprise: without registration the error is a 500', async () => {
     @Module({ controllers: [ThrowingController] })
     class PlainModule {}
-    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({ logger: false });
+    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({
+      logger: false,
+    });
     await app.init();
     await request(app.getHttpServer()).post('/conflict').expect(500);
     await app.close();
@@ -113,7 +122,9 @@ describe('DedupExceptionFilter registration', () => {
   it('works as an APP_FILTER provider', async () => {
     @Module({ controllers: [ThrowingController], providers: [{ provide: APP_FILTER, useClass: DedupExceptionFilter }] })
     class FilteredModule {}
-    const app = (await Test.createTestingModule({ imports: [FilteredModule] }).compile()).createNestApplication({ logger: false });
+    const app = (await Test.createTestingModule({ imports: [FilteredModule] }).compile()).createNestApplication({
+      logger: false,
+    });
     await app.init();
     await expectConflict(app);
   });
@@ -121,7 +132,9 @@ describe('DedupExceptionFilter registration', () => {
   it('works with app.useGlobalFilters(new DedupExceptionFilter())', async () => {
     @Module({ controllers: [ThrowingController] })
     class PlainModule {}
-    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({ logger: false });
+    const app = (await Test.createTestingModule({ imports: [PlainModule] }).compile()).createNestApplication({
+      logger: false,
+    });
     app.useGlobalFilters(new DedupExceptionFilter());
     await app.init();
     await expectConflict(app);

@@ -41,7 +41,12 @@ beforeAll(async () => {
   pool = testPool();
   // Small pools: the suite may share its Postgres (and its max_connections) with other test runs.
   parent = await startQueueApp(
-    { schema, worker: false, connection: { url: databaseUrl(), poolSize: 3 }, queues: [{ name: 'idle' }, { name: 'live' }] },
+    {
+      schema,
+      worker: false,
+      connection: { url: databaseUrl(), poolSize: 3 },
+      queues: [{ name: 'idle' }, { name: 'live' }],
+    },
     [PolicyTasks],
   );
   await pool.query(policyTablesSql(schema));
@@ -84,7 +89,12 @@ const ROW_COLUMNS = `workflow_id, status, inputs::text AS inputs, active_dedupli
   coalesce(not_before = 'infinity', false) AS waiting, not_before IS NULL AS not_before_null`;
 
 async function rowsFor(queue: string, key: string): Promise<Row[]> {
-  return (await pool.query(`SELECT ${ROW_COLUMNS} FROM ${table} WHERE queue_name = $1 AND deduplication_id = $2 ORDER BY seq`, [queue, key])).rows;
+  return (
+    await pool.query(
+      `SELECT ${ROW_COLUMNS} FROM ${table} WHERE queue_name = $1 AND deduplication_id = $2 ORDER BY seq`,
+      [queue, key],
+    )
+  ).rows;
 }
 
 async function rowOf(workflowId: string): Promise<Row> {
@@ -103,7 +113,9 @@ async function waitForStatus(workflowId: string, status: string, timeoutMs = 10_
 
 /** What the test-owned trigger logged for one workflow: its INSERT and every change of its arguments, in order. */
 async function inputsLog(workflowId: string): Promise<Array<{ op: string; inputs: string }>> {
-  return (await pool.query(`SELECT op, inputs FROM "${schema}".inputs_log WHERE workflow_id = $1 ORDER BY seq`, [workflowId])).rows;
+  return (
+    await pool.query(`SELECT op, inputs FROM "${schema}".inputs_log WHERE workflow_id = $1 ORDER BY seq`, [workflowId])
+  ).rows;
 }
 
 interface Sample {
@@ -194,7 +206,8 @@ class InvariantMonitor {
     const sample = rows[0] as Sample;
     this.samples += 1;
     if (began >= this.stormStart && Date.now() <= this.stormEnd) this.duringStorm += 1;
-    for (const field of Object.keys(this.max) as Array<keyof Sample>) this.max[field] = Math.max(this.max[field], sample[field]);
+    for (const field of Object.keys(this.max) as Array<keyof Sample>)
+      this.max[field] = Math.max(this.max[field], sample[field]);
     this.last = sample;
   }
 }
@@ -220,7 +233,9 @@ function outcomes(results: CallResult[]) {
     created: results.filter((result) => result.created === true),
     returned: results.filter((result) => result.created === false),
     rejected: results.filter((result) => result.error?.name === 'QueueDeduplicatedError'),
-    unexpected: results.filter((result) => result.error !== undefined && result.error.name !== 'QueueDeduplicatedError'),
+    unexpected: results.filter(
+      (result) => result.error !== undefined && result.error.name !== 'QueueDeduplicatedError',
+    ),
   };
 }
 
@@ -233,7 +248,11 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
   beforeAll(async () => {
     parentTasks = parent.get(PolicyTasks);
     enqueuers = ['a', 'b'].map((name) =>
-      spawnFixture('child-policy-enqueuer.ts', `enqueuer-${name}`, { SCHEMA: schema, CHILD_NAME: name, QUEUES: 'idle,live' }),
+      spawnFixture('child-policy-enqueuer.ts', `enqueuer-${name}`, {
+        SCHEMA: schema,
+        CHILD_NAME: name,
+        QUEUES: 'idle,live',
+      }),
     );
     worker = spawnFixture('child-policy-worker.ts', 'worker', { SCHEMA: schema, QUEUES: 'live' });
     await Promise.all([...enqueuers, worker].map((child) => child.message('ready')));
@@ -241,7 +260,9 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
 
   afterAll(async () => {
     // Lets whatever still blocks in the worker finish, then stops the processes (afterAll kills what is left).
-    await pool.query(`INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`);
+    await pool.query(
+      `INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`,
+    );
     for (const child of [...enqueuers, worker]) if (!child.hasEnded) child.send({ type: 'stop' });
     await Promise.all([...enqueuers, worker].map((child) => child.waitForExit(10_000).catch(() => undefined)));
   });
@@ -268,10 +289,15 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
 
   /** Enqueues a holder into `live` and waits until the worker process runs it (it blocks until released). */
   async function runningHolder(key: string, label: string): Promise<string> {
-    const handle = await parent.queues.enqueue('live', parentTasks.hold, [label], { deduplicationId: key, workflowId: label });
+    const handle = await parent.queues.enqueue('live', parentTasks.hold, [label], {
+      deduplicationId: key,
+      workflowId: label,
+    });
     expect(handle.created).toBe(true);
     await waitFor(
-      async () => (await pool.query(`SELECT 1 FROM "${schema}".policy_events WHERE kind = 'started' AND label = $1`, [label])).rowCount === 1,
+      async () =>
+        (await pool.query(`SELECT 1 FROM "${schema}".policy_events WHERE kind = 'started' AND label = $1`, [label]))
+          .rowCount === 1,
       { what: `${label} to start in the worker process` },
     );
     expect(await rowOf(handle.workflowId)).toMatchObject({ status: 'PENDING', active_deduplication_id: key });
@@ -296,17 +322,23 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
       expect(error).toMatchObject({ queueName: 'idle', deduplicationId: key, existingWorkflowId: holder });
     }
     expectInvariantsHeld(invariants);
-    expect(await rowsFor('idle', key)).toEqual([expect.objectContaining({ workflow_id: holder, status: 'ENQUEUED', active_deduplication_id: key })]);
+    expect(await rowsFor('idle', key)).toEqual([
+      expect.objectContaining({ workflow_id: holder, status: 'ENQUEUED', active_deduplication_id: key }),
+    ]);
     expect(events).toHaveLength(CALLS - 1);
     expect(new Set(events.map((event) => JSON.stringify(event)))).toEqual(
-      new Set([JSON.stringify({ queueName: 'idle', deduplicationId: key, existingWorkflowId: holder, outcome: 'rejected' })]),
+      new Set([
+        JSON.stringify({ queueName: 'idle', deduplicationId: key, existingWorkflowId: holder, outcome: 'rejected' }),
+      ]),
     );
     expect(counted).toBe(CALLS - 1);
   });
 
   it("'return-existing': one created, 99 handles with created=false naming it", async () => {
     const key = 'storm-return';
-    const { results, events, counted, invariants } = await storm('idle', oneKey(key), { onDuplicate: 'return-existing' });
+    const { results, events, counted, invariants } = await storm('idle', oneKey(key), {
+      onDuplicate: 'return-existing',
+    });
 
     const { created, returned, rejected, unexpected } = outcomes(results);
     expect(unexpected).toEqual([]);
@@ -319,7 +351,9 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     expectInvariantsHeld(invariants);
     expect(await rowsFor('idle', key)).toEqual([expect.objectContaining({ workflow_id: holder, status: 'ENQUEUED' })]);
     expect(events).toHaveLength(CALLS - 1);
-    expect(events.every((event) => event.existingWorkflowId === holder && event.outcome === 'returned-existing')).toBe(true);
+    expect(events.every((event) => event.existingWorkflowId === holder && event.outcome === 'returned-existing')).toBe(
+      true,
+    );
     expect(counted).toBe(CALLS - 1);
   });
 
@@ -337,7 +371,9 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     expectInvariantsHeld(invariants);
 
     const rows = await rowsFor('idle', key);
-    expect(rows).toEqual([expect.objectContaining({ workflow_id: holder, status: 'ENQUEUED', active_deduplication_id: key })]);
+    expect(rows).toEqual([
+      expect.objectContaining({ workflow_id: holder, status: 'ENQUEUED', active_deduplication_id: key }),
+    ]);
     const stored: string[] = JSON.parse(rows[0].inputs);
     expect(results.map((result) => result.label)).toContain(stored[0]);
 
@@ -356,7 +392,10 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
   it("'replace' + whenRunning 'queue-next' with a running holder: exactly one follow-up, promoted and run after the holder", async () => {
     const key = 'storm-next';
     const holder = await runningHolder(key, 'next-holder');
-    const { results, events, counted, invariants } = await storm('live', oneKey(key), { onDuplicate: 'replace', whenRunning: 'queue-next' });
+    const { results, events, counted, invariants } = await storm('live', oneKey(key), {
+      onDuplicate: 'replace',
+      whenRunning: 'queue-next',
+    });
 
     const { created, returned, rejected, unexpected } = outcomes(results);
     expect(unexpected).toEqual([]);
@@ -371,12 +410,28 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
 
     // The holder keeps running and the key; one follow-up waits in the "next" slot, not due, without the key.
     expect(await rowsFor('live', key)).toEqual([
-      expect.objectContaining({ workflow_id: holder, status: 'PENDING', active_deduplication_id: key, next_deduplication_id: null }),
-      expect.objectContaining({ workflow_id: followUp, status: 'ENQUEUED', active_deduplication_id: null, next_deduplication_id: key, waiting: true }),
+      expect.objectContaining({
+        workflow_id: holder,
+        status: 'PENDING',
+        active_deduplication_id: key,
+        next_deduplication_id: null,
+      }),
+      expect.objectContaining({
+        workflow_id: followUp,
+        status: 'ENQUEUED',
+        active_deduplication_id: null,
+        next_deduplication_id: key,
+        waiting: true,
+      }),
     ]);
     const log = await inputsLog(followUp);
     expect(log[0]).toEqual({ op: 'INSERT', inputs: JSON.stringify([followUp]) });
-    expect(log.slice(1).map((entry) => (JSON.parse(entry.inputs) as string[])[0]).sort()).toEqual(returned.map((result) => result.label).sort());
+    expect(
+      log
+        .slice(1)
+        .map((entry) => (JSON.parse(entry.inputs) as string[])[0])
+        .sort(),
+    ).toEqual(returned.map((result) => result.label).sort());
     const latest = log[log.length - 1].inputs;
     expect((await rowOf(followUp)).inputs).toBe(latest);
     expect(events).toHaveLength(CALLS);
@@ -389,15 +444,29 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     await release('next-holder');
     const runLabel: string = JSON.parse(latest)[0];
     await waitFor(
-      async () => (await pool.query(`SELECT 1 FROM "${schema}".policy_events WHERE kind = 'started' AND workflow_id = $1`, [followUp])).rowCount === 1,
+      async () =>
+        (
+          await pool.query(`SELECT 1 FROM "${schema}".policy_events WHERE kind = 'started' AND workflow_id = $1`, [
+            followUp,
+          ])
+        ).rowCount === 1,
       { what: 'the follow-up to start' },
     );
     monitor.stormEnded();
     expectInvariantsHeld(await monitor.stop(), { followUps: true });
-    const started = (await pool.query(`SELECT label FROM "${schema}".policy_events WHERE kind = 'started' AND workflow_id = $1`, [followUp])).rows;
+    const started = (
+      await pool.query(`SELECT label FROM "${schema}".policy_events WHERE kind = 'started' AND workflow_id = $1`, [
+        followUp,
+      ])
+    ).rows;
     expect(started).toEqual([{ label: runLabel }]);
     expect(await rowOf(holder)).toMatchObject({ status: 'SUCCESS', active_deduplication_id: null });
-    expect(await rowOf(followUp)).toMatchObject({ status: 'PENDING', active_deduplication_id: key, next_deduplication_id: null, not_before_null: true });
+    expect(await rowOf(followUp)).toMatchObject({
+      status: 'PENDING',
+      active_deduplication_id: key,
+      next_deduplication_id: null,
+      not_before_null: true,
+    });
 
     await release(runLabel);
     await waitForStatus(followUp, 'SUCCESS');
@@ -410,7 +479,10 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
   it("'replace' + whenRunning 'reject' with a running holder: all 100 rejected naming the holder", async () => {
     const key = 'storm-running-reject';
     const holder = await runningHolder(key, 'running-reject-holder');
-    const { results, events, invariants } = await storm('live', oneKey(key), { onDuplicate: 'replace', whenRunning: 'reject' });
+    const { results, events, invariants } = await storm('live', oneKey(key), {
+      onDuplicate: 'replace',
+      whenRunning: 'reject',
+    });
 
     const { created, returned, rejected, unexpected } = outcomes(results);
     expect(unexpected).toEqual([]);
@@ -419,7 +491,11 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     expect(new Set(rejected.map((result) => result.error?.existingWorkflowId))).toEqual(new Set([holder]));
     expectInvariantsHeld(invariants);
     expect(await rowsFor('live', key)).toEqual([
-      expect.objectContaining({ workflow_id: holder, status: 'PENDING', inputs: JSON.stringify(['running-reject-holder']) }),
+      expect.objectContaining({
+        workflow_id: holder,
+        status: 'PENDING',
+        inputs: JSON.stringify(['running-reject-holder']),
+      }),
     ]);
     expect(events.every((event) => event.existingWorkflowId === holder && event.outcome === 'rejected')).toBe(true);
     expect(events).toHaveLength(CALLS);
@@ -432,7 +508,10 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
   it("'replace' + whenRunning 'return-existing' with a running holder: all 100 get the holder, its arguments unchanged", async () => {
     const key = 'storm-running-return';
     const holder = await runningHolder(key, 'running-return-holder');
-    const { results, events, invariants } = await storm('live', oneKey(key), { onDuplicate: 'replace', whenRunning: 'return-existing' });
+    const { results, events, invariants } = await storm('live', oneKey(key), {
+      onDuplicate: 'replace',
+      whenRunning: 'return-existing',
+    });
 
     const { created, returned, rejected, unexpected } = outcomes(results);
     expect(unexpected).toEqual([]);
@@ -441,10 +520,16 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     expect(new Set(returned.map((result) => result.workflowId))).toEqual(new Set([holder]));
     expectInvariantsHeld(invariants);
     expect(await rowsFor('live', key)).toEqual([
-      expect.objectContaining({ workflow_id: holder, status: 'PENDING', inputs: JSON.stringify(['running-return-holder']) }),
+      expect.objectContaining({
+        workflow_id: holder,
+        status: 'PENDING',
+        inputs: JSON.stringify(['running-return-holder']),
+      }),
     ]);
     expect(events).toHaveLength(CALLS);
-    expect(events.every((event) => event.existingWorkflowId === holder && event.outcome === 'returned-existing')).toBe(true);
+    expect(events.every((event) => event.existingWorkflowId === holder && event.outcome === 'returned-existing')).toBe(
+      true,
+    );
 
     await release('running-return-holder');
     await waitForStatus(holder, 'SUCCESS');
@@ -454,43 +539,48 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
     ["'reject'", { onDuplicate: 'reject' }],
     ["'return-existing'", { onDuplicate: 'return-existing' }],
     ["'replace' + 'queue-next'", { onDuplicate: 'replace', whenRunning: 'queue-next' }],
-  ])('%s while holders keep finishing: every call names a workflow that held the key, runs never overlap', async (name, options) => {
-    const key = `storm-churn-${options.onDuplicate}`;
-    // Every workflow of this storm finishes as soon as it starts (its release row exists beforehand), so the key
-    // is taken and freed again and again while the calls arrive: a stream of 50 calls per process over a second.
-    const labels = enqueuers.flatMap((_, child) => Array.from({ length: PER_PROCESS }, (__, n) => `${'ab'[child]}-r${round + 1}-${n}`));
-    await pool.query(`INSERT INTO "${schema}".policy_release (label) SELECT unnest($1::text[])`, [labels]);
-    const { results, invariants } = await storm('live', oneKey(key), options, 20);
+  ])(
+    '%s while holders keep finishing: every call names a workflow that held the key, runs never overlap',
+    async (name, options) => {
+      const key = `storm-churn-${options.onDuplicate}`;
+      // Every workflow of this storm finishes as soon as it starts (its release row exists beforehand), so the key
+      // is taken and freed again and again while the calls arrive: a stream of 50 calls per process over a second.
+      const labels = enqueuers.flatMap((_, child) =>
+        Array.from({ length: PER_PROCESS }, (__, n) => `${'ab'[child]}-r${round + 1}-${n}`),
+      );
+      await pool.query(`INSERT INTO "${schema}".policy_release (label) SELECT unnest($1::text[])`, [labels]);
+      const { results, invariants } = await storm('live', oneKey(key), options, 20);
 
-    const { created, rejected, unexpected } = outcomes(results);
-    expect(unexpected).toEqual([]);
-    if (options.onDuplicate !== 'reject') expect(rejected).toEqual([]);
-    // With 'replace', a stream of replacements may keep the first holder from starting (its row is locked by one
-    // replace after another when the worker looks), so only the other policies are sure to see the key change hands.
-    expect(created.length).toBeGreaterThanOrEqual(options.onDuplicate === 'replace' ? 1 : 2);
-    expectInvariantsHeld(invariants, { followUps: options.whenRunning === 'queue-next' });
-    const rows = await waitFor(
-      async () => {
-        const current = await rowsFor('live', key);
-        return current.every((row) => row.status === 'SUCCESS') && current;
-      },
-      { what: `every workflow of the key to finish (${name})` },
-    );
-    expect(rows).toHaveLength(created.length);
-    const ids = new Set(rows.map((row) => row.workflow_id));
-    const named = results.map((result) => result.workflowId ?? result.error?.existingWorkflowId);
-    expect(named.filter((workflowId) => !ids.has(workflowId as string))).toEqual([]);
+      const { created, rejected, unexpected } = outcomes(results);
+      expect(unexpected).toEqual([]);
+      if (options.onDuplicate !== 'reject') expect(rejected).toEqual([]);
+      // With 'replace', a stream of replacements may keep the first holder from starting (its row is locked by one
+      // replace after another when the worker looks), so only the other policies are sure to see the key change hands.
+      expect(created.length).toBeGreaterThanOrEqual(options.onDuplicate === 'replace' ? 1 : 2);
+      expectInvariantsHeld(invariants, { followUps: options.whenRunning === 'queue-next' });
+      const rows = await waitFor(
+        async () => {
+          const current = await rowsFor('live', key);
+          return current.every((row) => row.status === 'SUCCESS') && current;
+        },
+        { what: `every workflow of the key to finish (${name})` },
+      );
+      expect(rows).toHaveLength(created.length);
+      const ids = new Set(rows.map((row) => row.workflow_id));
+      const named = results.map((result) => result.workflowId ?? result.error?.existingWorkflowId);
+      expect(named.filter((workflowId) => !ids.has(workflowId as string))).toEqual([]);
 
-    // One key, one run at a time: each run started after the previous one had finished.
-    const { rows: runs } = await pool.query(
-      `SELECT workflow_id, min(at) FILTER (WHERE kind = 'started') AS started, max(at) FILTER (WHERE kind = 'finished') AS finished
+      // One key, one run at a time: each run started after the previous one had finished.
+      const { rows: runs } = await pool.query(
+        `SELECT workflow_id, min(at) FILTER (WHERE kind = 'started') AS started, max(at) FILTER (WHERE kind = 'finished') AS finished
        FROM "${schema}".policy_events WHERE workflow_id = ANY($1) GROUP BY workflow_id ORDER BY started`,
-      [[...ids]],
-    );
-    expect(runs).toHaveLength(ids.size);
-    const overlaps = runs.slice(1).filter((run, index) => run.started < runs[index].finished);
-    expect(overlaps).toEqual([]);
-  });
+        [[...ids]],
+      );
+      expect(runs).toHaveLength(ids.size);
+      const overlaps = runs.slice(1).filter((run, index) => run.started < runs[index].finished);
+      expect(overlaps).toEqual([]);
+    },
+  );
 
   it('many keys at once from two processes in opposite orders: one workflow per key, no other error', async () => {
     // Each process enqueues the same 200 keys, concurrently, one call per key, the second process in reverse
@@ -517,14 +607,20 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
       const invariants = await monitor.stop();
       const { created, rejected, unexpected } = outcomes(replies.flatMap((reply) => reply.results));
 
-      expect(unexpected.map((result) => `${result.label}: ${result.error?.name}: ${result.error?.message}`).slice(0, 5)).toEqual([]);
+      expect(
+        unexpected.map((result) => `${result.label}: ${result.error?.name}: ${result.error?.message}`).slice(0, 5),
+      ).toEqual([]);
       expect(invariants.max.doubleHeld).toBe(0);
       expect(created).toHaveLength(keys.length);
       expect(new Set(created.map((result) => result.deduplicationId)).size).toBe(keys.length);
       const creatorOf = new Map(created.map((result) => [result.deduplicationId, result.label]));
       expect(rejected).toHaveLength(keys.length);
-      for (const result of rejected) expect(result.error?.existingWorkflowId).toBe(creatorOf.get(result.deduplicationId));
-      const { rows } = await pool.query(`SELECT count(*)::int AS count FROM ${table} WHERE deduplication_id = ANY($1)`, [keys]);
+      for (const result of rejected)
+        expect(result.error?.existingWorkflowId).toBe(creatorOf.get(result.deduplicationId));
+      const { rows } = await pool.query(
+        `SELECT count(*)::int AS count FROM ${table} WHERE deduplication_id = ANY($1)`,
+        [keys],
+      );
       expect(rows[0].count).toBe(keys.length);
     }
   });
@@ -606,33 +702,63 @@ describe('duplicate policies, windows and events in one process', () => {
 
   const started = (label: string) => waitFor(() => tasks.ran(label)[0], { what: `${label} to start` });
 
-  const rejection = (promise: Promise<unknown>) => promise.then(() => undefined, (error: unknown) => error);
+  const rejection = (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (error: unknown) => error,
+    );
 
   describe("'replace' and 'queue-next'", () => {
     it('replaces the arguments of an ENQUEUED holder, and its start time only when the call gives one', async () => {
       const key = 'replace-unit';
-      const holder = await app.queues.enqueue('local', tasks.hold, ['replace-a'], { deduplicationId: key, delayMs: 3_600_000 });
+      const holder = await app.queues.enqueue('local', tasks.hold, ['replace-a'], {
+        deduplicationId: key,
+        delayMs: 3_600_000,
+      });
       expect(holder.created).toBe(true);
       const notBefore = async () =>
-        (await pool.query(`SELECT (extract(epoch FROM not_before - now()) * 1000)::float8 AS ms, not_before FROM ${table} WHERE workflow_id = $1`, [holder.workflowId])).rows[0];
+        (
+          await pool.query(
+            `SELECT (extract(epoch FROM not_before - now()) * 1000)::float8 AS ms, not_before FROM ${table} WHERE workflow_id = $1`,
+            [holder.workflowId],
+          )
+        ).rows[0];
       const first = await notBefore();
       expect(first.ms).toBeGreaterThan(3_500_000);
 
-      const kept = await app.queues.enqueue('local', tasks.hold, ['replace-b'], { deduplicationId: key, onDuplicate: 'replace' });
-      expect({ workflowId: kept.workflowId, created: kept.created }).toEqual({ workflowId: holder.workflowId, created: false });
+      const kept = await app.queues.enqueue('local', tasks.hold, ['replace-b'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+      });
+      expect({ workflowId: kept.workflowId, created: kept.created }).toEqual({
+        workflowId: holder.workflowId,
+        created: false,
+      });
       expect((await rowOf(holder.workflowId)).inputs).toBe(JSON.stringify(['replace-b']));
       expect((await notBefore()).not_before).toEqual(first.not_before);
 
-      await app.queues.enqueue('local', tasks.hold, ['replace-c'], { deduplicationId: key, onDuplicate: 'replace', delayMs: 7_200_000 });
+      await app.queues.enqueue('local', tasks.hold, ['replace-c'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+        delayMs: 7_200_000,
+      });
       const delayed = await notBefore();
       expect(delayed.ms).toBeGreaterThan(7_100_000);
       expect((await rowOf(holder.workflowId)).inputs).toBe(JSON.stringify(['replace-c']));
 
       const runAt = new Date(Date.now() + 86_400_000);
-      await app.queues.enqueue('local', tasks.hold, ['replace-d'], { deduplicationId: key, onDuplicate: 'replace', runAt });
+      await app.queues.enqueue('local', tasks.hold, ['replace-d'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+        runAt,
+      });
       expect(((await notBefore()).not_before as Date).getTime()).toBe(runAt.getTime());
 
-      const now = await app.queues.enqueue('local', tasks.hold, ['replace-e'], { deduplicationId: key, onDuplicate: 'replace', delayMs: 0 });
+      const now = await app.queues.enqueue('local', tasks.hold, ['replace-e'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+        delayMs: 0,
+      });
       expect(now.workflowId).toBe(holder.workflowId);
       const run = await started('replace-e');
       expect(run).toEqual({ label: 'replace-e', workflowId: holder.workflowId, attempt: 1 });
@@ -643,18 +769,29 @@ describe('duplicate policies, windows and events in one process', () => {
     });
 
     it('creates the workflow when nothing holds the key', async () => {
-      const handle = await app.queues.enqueue('local', tasks.echo, ['fresh'], { deduplicationId: 'replace-fresh', onDuplicate: 'replace', whenRunning: 'queue-next' });
+      const handle = await app.queues.enqueue('local', tasks.echo, ['fresh'], {
+        deduplicationId: 'replace-fresh',
+        onDuplicate: 'replace',
+        whenRunning: 'queue-next',
+      });
       expect(handle.created).toBe(true);
       await expect(handle.getResult()).resolves.toBe('fresh');
     });
 
     it('refuses whenRunning without replace, and a window together with queue-next, before writing', async () => {
-      await expect(app.queues.enqueue('local', tasks.echo, ['x'], { deduplicationId: 'bad-options', whenRunning: 'queue-next' })).rejects.toMatchObject({
+      await expect(
+        app.queues.enqueue('local', tasks.echo, ['x'], { deduplicationId: 'bad-options', whenRunning: 'queue-next' }),
+      ).rejects.toMatchObject({
         name: 'InvalidArgumentError',
         field: 'options.whenRunning',
       });
       const error = await rejection(
-        app.queues.enqueue('local', tasks.echo, ['x'], { deduplicationId: 'bad-options', onDuplicate: 'replace', whenRunning: 'queue-next', deduplicationWindowMs: 1000 }),
+        app.queues.enqueue('local', tasks.echo, ['x'], {
+          deduplicationId: 'bad-options',
+          onDuplicate: 'replace',
+          whenRunning: 'queue-next',
+          deduplicationWindowMs: 1000,
+        }),
       );
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(await rowsFor('local', 'bad-options')).toEqual([]);
@@ -669,10 +806,15 @@ describe('duplicate policies, windows and events in one process', () => {
     ])('promotes the follow-up when the holder ends with %s', async (ending, finalStatus) => {
       const key = `promote-${ending.toLowerCase()}`;
       const holderLabel = `${key}-holder`;
-      const holder = await app.queues.enqueue('local', tasks.hold, [holderLabel, ending === 'ERROR' ? 'fail' : 'succeed'], {
-        deduplicationId: key,
-        ...(ending === 'TIMED_OUT' ? { timeoutMs: 2000 } : {}),
-      });
+      const holder = await app.queues.enqueue(
+        'local',
+        tasks.hold,
+        [holderLabel, ending === 'ERROR' ? 'fail' : 'succeed'],
+        {
+          deduplicationId: key,
+          ...(ending === 'TIMED_OUT' ? { timeoutMs: 2000 } : {}),
+        },
+      );
       await started(holderLabel);
 
       const policy: EnqueueOptions = { deduplicationId: key, onDuplicate: 'replace', whenRunning: 'queue-next' };
@@ -680,7 +822,10 @@ describe('duplicate policies, windows and events in one process', () => {
       expect(first.created).toBe(true);
       expect(first.workflowId).not.toBe(holder.workflowId);
       const second = await app.queues.enqueue('local', tasks.hold, [`${key}-next-2`], policy);
-      expect({ workflowId: second.workflowId, created: second.created }).toEqual({ workflowId: first.workflowId, created: false });
+      expect({ workflowId: second.workflowId, created: second.created }).toEqual({
+        workflowId: first.workflowId,
+        created: false,
+      });
       expect(await rowsFor('local', key)).toEqual([
         expect.objectContaining({ workflow_id: holder.workflowId, status: 'PENDING', active_deduplication_id: key }),
         expect.objectContaining({
@@ -714,12 +859,18 @@ describe('duplicate policies, windows and events in one process', () => {
 
     it('frees the follow-up slot when the waiting follow-up is cancelled', async () => {
       const key = 'cancel-follow-up';
-      const holder = await app.queues.enqueue('local', tasks.hold, ['cancel-follow-up-holder'], { deduplicationId: key });
+      const holder = await app.queues.enqueue('local', tasks.hold, ['cancel-follow-up-holder'], {
+        deduplicationId: key,
+      });
       await started('cancel-follow-up-holder');
       const policy: EnqueueOptions = { deduplicationId: key, onDuplicate: 'replace', whenRunning: 'queue-next' };
       const first = await app.queues.enqueue('local', tasks.hold, ['cancelled-next'], policy);
       await expect(app.queues.cancel(first.workflowId)).resolves.toBe('CANCELLED');
-      expect(await rowOf(first.workflowId)).toMatchObject({ status: 'CANCELLED', next_deduplication_id: null, active_deduplication_id: null });
+      expect(await rowOf(first.workflowId)).toMatchObject({
+        status: 'CANCELLED',
+        next_deduplication_id: null,
+        active_deduplication_id: null,
+      });
       const second = await app.queues.enqueue('local', tasks.hold, ['second-next'], policy);
       expect(second.created).toBe(true);
       expect(second.workflowId).not.toBe(first.workflowId);
@@ -733,16 +884,28 @@ describe('duplicate policies, windows and events in one process', () => {
     it('runs a follow-up queued behind a holder with a deduplication window once the window has ended', async () => {
       // The holder keeps its key for 1 s after it ends; the follow-up must take the key when the window ends.
       const key = 'promote-after-window';
-      const holder = await app.queues.enqueue('local', tasks.hold, ['window-holder'], { deduplicationId: key, deduplicationWindowMs: 1000 });
+      const holder = await app.queues.enqueue('local', tasks.hold, ['window-holder'], {
+        deduplicationId: key,
+        deduplicationWindowMs: 1000,
+      });
       await started('window-holder');
-      const followUp = await app.queues.enqueue('local', tasks.hold, ['window-next'], { deduplicationId: key, onDuplicate: 'replace', whenRunning: 'queue-next' });
+      const followUp = await app.queues.enqueue('local', tasks.hold, ['window-next'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+        whenRunning: 'queue-next',
+      });
       expect(followUp.created).toBe(true);
       tasks.gate('window-next').open();
       tasks.gate('window-holder').open();
       await expect(holder.getResult()).resolves.toBe('window-holder');
 
       await waitFor(
-        async () => (await pool.query(`SELECT now() >= dedup_expires_at AS over FROM ${table} WHERE workflow_id = $1`, [holder.workflowId])).rows[0].over,
+        async () =>
+          (
+            await pool.query(`SELECT now() >= dedup_expires_at AS over FROM ${table} WHERE workflow_id = $1`, [
+              holder.workflowId,
+            ])
+          ).rows[0].over,
         { what: 'the window to end', intervalMs: 10 },
       );
       // Nobody else asks for the key: the follow-up must not wait for a caller to come along (it runs at once here).
@@ -761,7 +924,13 @@ describe('duplicate policies, windows and events in one process', () => {
       // The first attempt fails: the holder waits ENQUEUED for its retry (60 s backoff), still holding the key.
       tasks.gate('R#1').open();
       await waitFor(
-        async () => (await pool.query(`SELECT status = 'ENQUEUED' AND failed_attempts = 1 AS waiting FROM ${table} WHERE workflow_id = $1`, [holder.workflowId])).rows[0].waiting,
+        async () =>
+          (
+            await pool.query(
+              `SELECT status = 'ENQUEUED' AND failed_attempts = 1 AS waiting FROM ${table} WHERE workflow_id = $1`,
+              [holder.workflowId],
+            )
+          ).rows[0].waiting,
         { what: 'the holder to wait for its retry' },
       );
       const latest = await app.queues.enqueue('local', tasks.retried, ['B', 0], policy);
@@ -773,7 +942,10 @@ describe('duplicate policies, windows and events in one process', () => {
         .filter((run) => run.workflowId === holder.workflowId || run.workflowId === older.workflowId)
         .map((run) => `${run.label}#${run.attempt}`);
       // The holder retries with its own arguments; the follow-up holds the latest call's and runs last.
-      expect({ latestReturned: latest.workflowId, runs }).toEqual({ latestReturned: older.workflowId, runs: ['R#1', 'R#2', 'B#1'] });
+      expect({ latestReturned: latest.workflowId, runs }).toEqual({
+        latestReturned: older.workflowId,
+        runs: ['R#1', 'R#2', 'B#1'],
+      });
     });
   });
 
@@ -790,16 +962,23 @@ describe('duplicate policies, windows and events in one process', () => {
     /** Whether the database's clock has reached the holder's expiry shifted by `offsetMs`. */
     const reached = async (workflowId: string, offsetMs = 0) =>
       (
-        await pool.query(`SELECT now() >= dedup_expires_at + $2::float8 * interval '1 millisecond' AS reached FROM ${table} WHERE workflow_id = $1`, [
-          workflowId,
-          offsetMs,
-        ])
+        await pool.query(
+          `SELECT now() >= dedup_expires_at + $2::float8 * interval '1 millisecond' AS reached FROM ${table} WHERE workflow_id = $1`,
+          [workflowId, offsetMs],
+        )
       ).rows[0].reached as boolean;
 
     async function finishedHolder(key: string, windowMs: number): Promise<string> {
-      const handle = await app.queues.enqueue('local', tasks.echo, [key], { deduplicationId: key, deduplicationWindowMs: windowMs });
+      const handle = await app.queues.enqueue('local', tasks.echo, [key], {
+        deduplicationId: key,
+        deduplicationWindowMs: windowMs,
+      });
       await expect(handle.getResult()).resolves.toBe(key);
-      expect(await expiry(handle.workflowId)).toEqual({ active_deduplication_id: key, status: 'SUCCESS', window_ms: windowMs });
+      expect(await expiry(handle.workflowId)).toEqual({
+        active_deduplication_id: key,
+        status: 'SUCCESS',
+        window_ms: windowMs,
+      });
       return handle.workflowId;
     }
 
@@ -808,8 +987,14 @@ describe('duplicate policies, windows and events in one process', () => {
       const holder = await finishedHolder(key, 2000);
       const attempt = () => app.queues.enqueue('local', tasks.echo, ['again'], { deduplicationId: key });
 
-      await expect(attempt()).rejects.toMatchObject({ name: 'QueueDeduplicatedError', existingWorkflowId: holder, deduplicationId: key });
-      await expect(app.queues.enqueue('local', tasks.echo, ['joined'], { deduplicationId: key, onDuplicate: 'return-existing' })).resolves.toMatchObject({
+      await expect(attempt()).rejects.toMatchObject({
+        name: 'QueueDeduplicatedError',
+        existingWorkflowId: holder,
+        deduplicationId: key,
+      });
+      await expect(
+        app.queues.enqueue('local', tasks.echo, ['joined'], { deduplicationId: key, onDuplicate: 'return-existing' }),
+      ).resolves.toMatchObject({
         workflowId: holder,
         created: false,
       });
@@ -840,17 +1025,21 @@ describe('duplicate policies, windows and events in one process', () => {
       await expect(found?.getStatus()).resolves.toMatchObject({ status: 'SUCCESS', deduplicationId: key });
       await waitFor(() => reached(holder), { what: 'the end of the window', intervalMs: 5 });
       await expect(app.queues.findByDeduplicationId('local', key)).resolves.toBeUndefined();
-      await expect(app.queues.enqueue('local', tasks.echo, ['next'], { deduplicationId: key })).resolves.toMatchObject({ created: true });
+      await expect(app.queues.enqueue('local', tasks.echo, ['next'], { deduplicationId: key })).resolves.toMatchObject({
+        created: true,
+      });
     });
 
     it('enqueueMany sees the window: a duplicate during it, created after it', async () => {
       const key = 'window-bulk';
       const holder = await finishedHolder(key, 1000);
-      await expect(app.queues.enqueueMany('local', tasks.echo, [{ args: ['during'], options: { deduplicationId: key } }])).resolves.toEqual([
-        { status: 'duplicate', workflowId: holder },
-      ]);
+      await expect(
+        app.queues.enqueueMany('local', tasks.echo, [{ args: ['during'], options: { deduplicationId: key } }]),
+      ).resolves.toEqual([{ status: 'duplicate', workflowId: holder }]);
       await waitFor(() => reached(holder), { what: 'the end of the window', intervalMs: 5 });
-      const [after] = await app.queues.enqueueMany('local', tasks.echo, [{ args: ['after'], options: { deduplicationId: key } }]);
+      const [after] = await app.queues.enqueueMany('local', tasks.echo, [
+        { args: ['after'], options: { deduplicationId: key } },
+      ]);
       expect(after).toEqual({ status: 'created', workflowId: expect.any(String) });
       expect(after.workflowId).not.toBe(holder);
     });
@@ -865,7 +1054,12 @@ describe('duplicate policies, windows and events in one process', () => {
       // the burst queues up behind them, so it goes to the database as one statement once the table is free. The
       // calls come from a worker-less application of their own, so that its waiting statements are easy to tell.
       const enqueuer = await startQueueApp(
-        { schema, worker: false, connection: { url: databaseUrl(), poolSize: 4, applicationName: 'window-burst' }, queues: [{ name: 'local' }] },
+        {
+          schema,
+          worker: false,
+          connection: { url: databaseUrl(), poolSize: 4, applicationName: 'window-burst' },
+          queues: [{ name: 'local' }],
+        },
         [LocalTasks],
       );
       const locker = await pool.connect();
@@ -875,7 +1069,11 @@ describe('duplicate policies, windows and events in one process', () => {
         await locker.query('BEGIN');
         await locker.query(`LOCK TABLE ${table} IN SHARE MODE`);
         const burstTasks = enqueuer.get(LocalTasks);
-        earlier = [1, 2].map((n) => enqueuer.queues.enqueue('local', burstTasks.echo, [`earlier-${n}`], { deduplicationId: `window-burst-earlier-${n}` }));
+        earlier = [1, 2].map((n) =>
+          enqueuer.queues.enqueue('local', burstTasks.echo, [`earlier-${n}`], {
+            deduplicationId: `window-burst-earlier-${n}`,
+          }),
+        );
         await waitFor(
           async () =>
             (
@@ -888,7 +1086,9 @@ describe('duplicate policies, windows and events in one process', () => {
           { what: 'two enqueues to wait for the table' },
         );
         burst = Promise.allSettled(
-          Array.from({ length: 20 }, () => enqueuer.queues.enqueue('local', burstTasks.hold, ['window-burst-new-holder'], { deduplicationId: key })),
+          Array.from({ length: 20 }, () =>
+            enqueuer.queues.enqueue('local', burstTasks.hold, ['window-burst-new-holder'], { deduplicationId: key }),
+          ),
         );
       } finally {
         await locker.query('COMMIT');
@@ -904,8 +1104,14 @@ describe('duplicate policies, windows and events in one process', () => {
       tasks.gate('window-burst-new-holder').open();
 
       const created = attempts.flatMap((attempt) => (attempt.status === 'fulfilled' ? [attempt.value.workflowId] : []));
-      const named = attempts.flatMap((attempt) => (attempt.status === 'rejected' ? [(attempt.reason as QueueDeduplicatedError).existingWorkflowId] : []));
-      expect({ created: created.length, namesExpiredHolder: named.includes(holder), namedHolders: [...new Set(named)] }).toEqual({
+      const named = attempts.flatMap((attempt) =>
+        attempt.status === 'rejected' ? [(attempt.reason as QueueDeduplicatedError).existingWorkflowId] : [],
+      );
+      expect({
+        created: created.length,
+        namesExpiredHolder: named.includes(holder),
+        namedHolders: [...new Set(named)],
+      }).toEqual({
         created: 1,
         namesExpiredHolder: false,
         namedHolders: created,
@@ -913,24 +1119,44 @@ describe('duplicate policies, windows and events in one process', () => {
     });
 
     it('releaseKeyOnError frees the key as soon as the workflow fails; without it the failed holder keeps it', async () => {
-      const released = await app.queues.enqueue('local', tasks.fail, ['boom'], { deduplicationId: 'window-error-released', deduplicationWindowMs: 60_000, releaseKeyOnError: true });
+      const released = await app.queues.enqueue('local', tasks.fail, ['boom'], {
+        deduplicationId: 'window-error-released',
+        deduplicationWindowMs: 60_000,
+        releaseKeyOnError: true,
+      });
       await expect(released.getResult()).rejects.toMatchObject({ name: 'WorkflowFailedError' });
       expect(await rowOf(released.workflowId)).toMatchObject({ status: 'ERROR', active_deduplication_id: null });
       await expect(app.queues.findByDeduplicationId('local', 'window-error-released')).resolves.toBeUndefined();
-      await expect(app.queues.enqueue('local', tasks.echo, ['retry'], { deduplicationId: 'window-error-released' })).resolves.toMatchObject({ created: true });
+      await expect(
+        app.queues.enqueue('local', tasks.echo, ['retry'], { deduplicationId: 'window-error-released' }),
+      ).resolves.toMatchObject({ created: true });
 
-      const kept = await app.queues.enqueue('local', tasks.fail, ['boom'], { deduplicationId: 'window-error-kept', deduplicationWindowMs: 60_000 });
+      const kept = await app.queues.enqueue('local', tasks.fail, ['boom'], {
+        deduplicationId: 'window-error-kept',
+        deduplicationWindowMs: 60_000,
+      });
       await expect(kept.getResult()).rejects.toMatchObject({ name: 'WorkflowFailedError' });
-      expect(await rowOf(kept.workflowId)).toMatchObject({ status: 'ERROR', active_deduplication_id: 'window-error-kept' });
-      await expect(app.queues.enqueue('local', tasks.echo, ['retry'], { deduplicationId: 'window-error-kept' })).rejects.toMatchObject({
+      expect(await rowOf(kept.workflowId)).toMatchObject({
+        status: 'ERROR',
+        active_deduplication_id: 'window-error-kept',
+      });
+      await expect(
+        app.queues.enqueue('local', tasks.echo, ['retry'], { deduplicationId: 'window-error-kept' }),
+      ).rejects.toMatchObject({
         name: 'QueueDeduplicatedError',
         existingWorkflowId: kept.workflowId,
       });
 
       // releaseKeyOnError only concerns failures: a success keeps its window.
-      const succeeded = await app.queues.enqueue('local', tasks.echo, ['ok'], { deduplicationId: 'window-error-ok', deduplicationWindowMs: 60_000, releaseKeyOnError: true });
+      const succeeded = await app.queues.enqueue('local', tasks.echo, ['ok'], {
+        deduplicationId: 'window-error-ok',
+        deduplicationWindowMs: 60_000,
+        releaseKeyOnError: true,
+      });
       await succeeded.getResult();
-      await expect(app.queues.enqueue('local', tasks.echo, ['again'], { deduplicationId: 'window-error-ok' })).rejects.toMatchObject({
+      await expect(
+        app.queues.enqueue('local', tasks.echo, ['again'], { deduplicationId: 'window-error-ok' }),
+      ).rejects.toMatchObject({
         existingWorkflowId: succeeded.workflowId,
       });
     });
@@ -944,15 +1170,35 @@ describe('duplicate policies, windows and events in one process', () => {
 
       const running = await app.queues.enqueue('local', tasks.hold, ['seen-running'], { deduplicationId: 'seen-1' });
       await started('seen-running');
-      const delayed = await app.queues.enqueue('local', tasks.hold, ['seen-delayed'], { deduplicationId: 'seen-2', delayMs: 3_600_000 });
-      const other = await app.queues.enqueue('local2', tasks.hold, ['seen-other'], { deduplicationId: 'seen-1', delayMs: 3_600_000 });
+      const delayed = await app.queues.enqueue('local', tasks.hold, ['seen-delayed'], {
+        deduplicationId: 'seen-2',
+        delayMs: 3_600_000,
+      });
+      const other = await app.queues.enqueue('local2', tasks.hold, ['seen-other'], {
+        deduplicationId: 'seen-1',
+        delayMs: 3_600_000,
+      });
       expect(events).toEqual([]);
 
-      await expect(app.queues.enqueue('local', tasks.hold, ['x'], { deduplicationId: 'seen-1' })).rejects.toBeInstanceOf(QueueDeduplicatedError);
-      await app.queues.enqueue('local', tasks.hold, ['x'], { deduplicationId: 'seen-1', onDuplicate: 'return-existing' });
-      const followUp = await app.queues.enqueue('local', tasks.hold, ['seen-next'], { deduplicationId: 'seen-1', onDuplicate: 'replace', whenRunning: 'queue-next' });
-      await app.queues.enqueue('local', tasks.hold, ['seen-delayed-2'], { deduplicationId: 'seen-2', onDuplicate: 'replace' });
-      await expect(app.queues.enqueue('local2', tasks.hold, ['x'], { deduplicationId: 'seen-1' })).rejects.toBeInstanceOf(QueueDeduplicatedError);
+      await expect(
+        app.queues.enqueue('local', tasks.hold, ['x'], { deduplicationId: 'seen-1' }),
+      ).rejects.toBeInstanceOf(QueueDeduplicatedError);
+      await app.queues.enqueue('local', tasks.hold, ['x'], {
+        deduplicationId: 'seen-1',
+        onDuplicate: 'return-existing',
+      });
+      const followUp = await app.queues.enqueue('local', tasks.hold, ['seen-next'], {
+        deduplicationId: 'seen-1',
+        onDuplicate: 'replace',
+        whenRunning: 'queue-next',
+      });
+      await app.queues.enqueue('local', tasks.hold, ['seen-delayed-2'], {
+        deduplicationId: 'seen-2',
+        onDuplicate: 'replace',
+      });
+      await expect(
+        app.queues.enqueue('local2', tasks.hold, ['x'], { deduplicationId: 'seen-1' }),
+      ).rejects.toBeInstanceOf(QueueDeduplicatedError);
       const bulk = await app.queues.enqueueMany('local', tasks.hold, [
         { args: ['bulk-1'], options: { deduplicationId: 'seen-2', delayMs: 3_600_000 } },
         { args: ['bulk-2'], options: { deduplicationId: 'seen-3', delayMs: 3_600_000 } },
@@ -962,8 +1208,18 @@ describe('duplicate policies, windows and events in one process', () => {
 
       expect(events).toEqual([
         { queueName: 'local', deduplicationId: 'seen-1', existingWorkflowId: running.workflowId, outcome: 'rejected' },
-        { queueName: 'local', deduplicationId: 'seen-1', existingWorkflowId: running.workflowId, outcome: 'returned-existing' },
-        { queueName: 'local', deduplicationId: 'seen-1', existingWorkflowId: running.workflowId, outcome: 'queued-next' },
+        {
+          queueName: 'local',
+          deduplicationId: 'seen-1',
+          existingWorkflowId: running.workflowId,
+          outcome: 'returned-existing',
+        },
+        {
+          queueName: 'local',
+          deduplicationId: 'seen-1',
+          existingWorkflowId: running.workflowId,
+          outcome: 'queued-next',
+        },
         { queueName: 'local', deduplicationId: 'seen-2', existingWorkflowId: delayed.workflowId, outcome: 'replaced' },
         { queueName: 'local2', deduplicationId: 'seen-1', existingWorkflowId: other.workflowId, outcome: 'rejected' },
         { queueName: 'local', deduplicationId: 'seen-2', existingWorkflowId: delayed.workflowId, outcome: 'rejected' },
@@ -978,10 +1234,12 @@ describe('duplicate policies, windows and events in one process', () => {
       const removeThrowing = app.queues.onDeduplicated(() => {
         throw new Error('listener bug');
       });
-      await expect(app.queues.enqueue('local', tasks.hold, ['x'], { deduplicationId: 'seen-1' })).rejects.toMatchObject({
-        name: 'QueueDeduplicatedError',
-        existingWorkflowId: running.workflowId,
-      });
+      await expect(app.queues.enqueue('local', tasks.hold, ['x'], { deduplicationId: 'seen-1' })).rejects.toMatchObject(
+        {
+          name: 'QueueDeduplicatedError',
+          existingWorkflowId: running.workflowId,
+        },
+      );
       removeThrowing();
       expect(events).toHaveLength(7);
       expect((app.queues.deduplicationCounts().local ?? 0) - (before.local ?? 0)).toBe(7);

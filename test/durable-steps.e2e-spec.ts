@@ -32,7 +32,10 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
 
   beforeAll(async () => {
     pool = testPool();
-    app = await startQueueApp({ schema, queues: [{ name: 'tasks', workerConcurrency: 20 }], heartbeatIntervalMs: 200 }, [DurableTasks]);
+    app = await startQueueApp(
+      { schema, queues: [{ name: 'tasks', workerConcurrency: 20 }], heartbeatIntervalMs: 200 },
+      [DurableTasks],
+    );
     tasks = app.get(DurableTasks);
     await pool.query(`CREATE TABLE "${schema}".side_effects (id serial PRIMARY KEY, value text NOT NULL)`);
   });
@@ -46,15 +49,20 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
   it('retries a failed workflow, keeping its key meanwhile, and replays the steps that completed', async () => {
     const handle = await app.queues.enqueue('tasks', tasks.retried, ['retry', 2], { deduplicationId: 'retry-key' });
     await waitFor(async () => (await row(handle.workflowId)).failed_attempts === 1, { what: 'the first failure' });
-    await expect(app.queues.enqueue('tasks', tasks.retried, ['retry', 0], { deduplicationId: 'retry-key' })).rejects.toBeInstanceOf(
-      QueueDeduplicatedError,
-    );
+    await expect(
+      app.queues.enqueue('tasks', tasks.retried, ['retry', 0], { deduplicationId: 'retry-key' }),
+    ).rejects.toBeInstanceOf(QueueDeduplicatedError);
     const result = await handle.getResult();
     expect(result.attempt).toBe(3);
     expect(tasks.stepRuns.get('token:retry')).toBe(1);
     const [recorded] = await steps(handle.workflowId);
     expect(JSON.parse(recorded.output)).toBe(result.token);
-    expect(await row(handle.workflowId)).toMatchObject({ status: 'SUCCESS', failed_attempts: 2, attempts: 3, active_deduplication_id: null });
+    expect(await row(handle.workflowId)).toMatchObject({
+      status: 'SUCCESS',
+      failed_attempts: 2,
+      attempts: 3,
+      active_deduplication_id: null,
+    });
   });
 
   it('ends as ERROR once maxAttempts are used up, and frees the key', async () => {
@@ -62,7 +70,11 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
     const error: WorkflowFailedError = await handle.getResult().catch((caught) => caught);
     expect(error).toBeInstanceOf(WorkflowFailedError);
     expect(error.message).toContain('attempt 3 of exhausted failed');
-    expect(await row(handle.workflowId)).toMatchObject({ status: 'ERROR', failed_attempts: 3, active_deduplication_id: null });
+    expect(await row(handle.workflowId)).toMatchObject({
+      status: 'ERROR',
+      failed_attempts: 3,
+      active_deduplication_id: null,
+    });
   });
 
   it('fails a workflow whose steps no longer match the recorded ones, without retrying it', async () => {
@@ -73,13 +85,20 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
   });
 
   it('retries a step with backoff, and records the error of a step that keeps failing', async () => {
-    await expect((await app.queues.enqueue('tasks', tasks.withFlakyStep, ['twice', 2])).getResult()).resolves.toBe('flaky twice ok');
+    await expect((await app.queues.enqueue('tasks', tasks.withFlakyStep, ['twice', 2])).getResult()).resolves.toBe(
+      'flaky twice ok',
+    );
     expect(tasks.stepRuns.get('flaky:twice')).toBe(3);
     const failing = await app.queues.enqueue('tasks', tasks.withFlakyStep, ['always', 10]);
     await expect(failing.getResult()).rejects.toThrow(/flaky always failed/);
     expect(tasks.stepRuns.get('flaky:always')).toBe(3);
     expect(await steps(failing.workflowId)).toEqual([
-      { step_index: 0, step_name: 'DurableTasks.flaky', output: null, error: expect.objectContaining({ message: 'flaky always failed' }) },
+      {
+        step_index: 0,
+        step_name: 'DurableTasks.flaky',
+        output: null,
+        error: expect.objectContaining({ message: 'flaky always failed' }),
+      },
     ]);
   });
 
@@ -90,7 +109,11 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
   });
 
   it('commits a transactional step and its checkpoint together', async () => {
-    const handle = await app.queues.enqueue('tasks', tasks.writesTransactionally, [`"${schema}".side_effects`, 'tx-once', false]);
+    const handle = await app.queues.enqueue('tasks', tasks.writesTransactionally, [
+      `"${schema}".side_effects`,
+      'tx-once',
+      false,
+    ]);
     const id = await handle.getResult();
     const written = (await pool.query(`SELECT id FROM "${schema}".side_effects WHERE value = 'tx-once'`)).rows;
     expect(written).toEqual([{ id }]);
@@ -98,14 +121,19 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
   });
 
   it('times out a running workflow: CANCELLED with WorkflowTimeoutError, key freed, body told, no further step', async () => {
-    const handle = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['timeout'], { deduplicationId: 'slow', timeoutMs: 150 });
+    const handle = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['timeout'], {
+      deduplicationId: 'slow',
+      timeoutMs: 150,
+    });
     await expect(handle.getResult()).rejects.toBeInstanceOf(WorkflowCancelledError);
     expect(await row(handle.workflowId)).toMatchObject({
       status: 'CANCELLED',
       active_deduplication_id: null,
       error: { name: 'WorkflowTimeoutError', message: 'Workflow timed out after 150 ms' },
     });
-    await waitFor(() => tasks.observed.filter((o) => o.workflowId === handle.workflowId).length === 2, { what: 'the body to react' });
+    await waitFor(() => tasks.observed.filter((o) => o.workflowId === handle.workflowId).length === 2, {
+      what: 'the body to react',
+    });
     expect(tasks.observed.filter((o) => o.workflowId === handle.workflowId).map((o) => o.event)).toEqual([
       'aborted:WorkflowInterruptedError:timed-out',
       'step refused:WorkflowInterruptedError',
@@ -120,16 +148,26 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
     const handle = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['cancel']);
     await waitFor(async () => (await row(handle.workflowId)).status === 'PENDING', { what: 'PENDING' });
     await app.queues.cancel(handle.workflowId);
-    await waitFor(() => tasks.observed.some((o) => o.workflowId === handle.workflowId), { what: 'the body to see the abort' });
-    expect(tasks.observed.find((o) => o.workflowId === handle.workflowId)?.event).toBe('aborted:WorkflowInterruptedError:cancelled');
+    await waitFor(() => tasks.observed.some((o) => o.workflowId === handle.workflowId), {
+      what: 'the body to see the abort',
+    });
+    expect(tasks.observed.find((o) => o.workflowId === handle.workflowId)?.event).toBe(
+      'aborted:WorkflowInterruptedError:cancelled',
+    );
   });
 
   it('resumes a cancelled workflow, unless its key was taken meanwhile or it already succeeded', async () => {
-    const cancelled = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['resume'], { deduplicationId: 'resume-key', workflowId: 'to-resume' });
+    const cancelled = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['resume'], {
+      deduplicationId: 'resume-key',
+      workflowId: 'to-resume',
+    });
     await waitFor(async () => (await row('to-resume')).status === 'PENDING', { what: 'PENDING' });
     await app.queues.cancel('to-resume');
     const taker = await app.queues.enqueue('tasks', tasks.waitsForAbort, ['taker'], { deduplicationId: 'resume-key' });
-    await expect(app.queues.resume('to-resume')).rejects.toMatchObject({ name: 'QueueDeduplicatedError', existingWorkflowId: taker.workflowId });
+    await expect(app.queues.resume('to-resume')).rejects.toMatchObject({
+      name: 'QueueDeduplicatedError',
+      existingWorkflowId: taker.workflowId,
+    });
     await app.queues.cancel(taker.workflowId);
 
     const resumed = await app.queues.resume<string>('to-resume');
@@ -142,7 +180,9 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
   });
 
   it('refuses a bad timeout and context calls outside a workflow', async () => {
-    await expect(app.queues.enqueue('tasks', tasks.retried, ['x', 0], { timeoutMs: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(app.queues.enqueue('tasks', tasks.retried, ['x', 0], { timeoutMs: 0 })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
     expect(() => workflowContext()).toThrow(DedupQueueError);
     expect(() => stepManager()).toThrow(/only available inside a step declared with \{ transactional: true \}/);
     await expect(runStep('outside', () => 42)).resolves.toBe(42);

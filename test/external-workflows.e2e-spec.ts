@@ -95,7 +95,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
     expect(recovered).toMatchObject({ status: 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', max_recovery_attempts: 4 });
   });
 
-  it('applies the worker\'s options when the producer\'s own decorator says otherwise', async () => {
+  it("applies the worker's options when the producer's own decorator says otherwise", async () => {
     const stale = staleProducer.get(StaleExtTasks);
     const handle = await staleProducer.queues.enqueue('tasks', stale.flaky, ['b']);
     const stored = await row(handle.workflowId);
@@ -124,7 +124,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
     }
   });
 
-  it('runs a row shaped as the previous version wrote it, by the worker\'s options', async () => {
+  it("runs a row shaped as the previous version wrote it, by the worker's options", async () => {
     // The columns and values the previous release's inserter wrote, its producer's decorator saying 1 attempt.
     await pool.query(
       `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, deduplication_id,

@@ -57,11 +57,20 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'failover to a promoted standby'
       timeoutMs: 30_000,
       what: 'enqueues to fail while the endpoint points at the read-only standby',
     });
-    expect(readOnlyFailures().filter((result) => result.errorName !== 'DatabaseUnavailableError').slice(0, 3)).toEqual([]);
+    expect(
+      readOnlyFailures()
+        .filter((result) => result.errorName !== 'DatabaseUnavailableError')
+        .slice(0, 3),
+    ).toEqual([]);
 
     await standby.promote();
     const promotedAt = Date.now();
-    await waitForAcknowledged(children, enqueuer, acknowledgedCount(enqueuer) + 25, 'the app to enqueue on the new primary');
+    await waitForAcknowledged(
+      children,
+      enqueuer,
+      acknowledgedCount(enqueuer) + 25,
+      'the app to enqueue on the new primary',
+    );
     const resumedMs = Date.now() - promotedAt;
     await stopLoadProcesses([enqueuer]);
 

@@ -8,7 +8,15 @@ import type { Pool, PoolClient } from 'pg';
 import { QueueDeduplicatedError, QueueOptions } from 'nest-dedup-queue';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { FlowTasks } from './fixtures/child-flow-tasks';
-import { callChild, countByStatus, outputMark, printed, release, startFlowProducer, startFlowWorkers } from './fixtures/child-flow-support';
+import {
+  callChild,
+  countByStatus,
+  outputMark,
+  printed,
+  release,
+  startFlowProducer,
+  startFlowWorkers,
+} from './fixtures/child-flow-support';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
@@ -90,10 +98,19 @@ describe('no head-of-line stalls', () => {
     const marks = outputMarks();
     // All become due together, after the head is locked; the head is first by priority and by age.
     const runAt = new Date(Date.now() + 2500);
-    const head = await app.queues.enqueue(queue, tasks.record, ['head', 0], { runAt, priority: -1, ...(keyed && { partitionKey: 'p1' }) });
+    const head = await app.queues.enqueue(queue, tasks.record, ['head', 0], {
+      runAt,
+      priority: -1,
+      ...(keyed && { partitionKey: 'p1' }),
+    });
     const behind = [];
     for (let n = 0; n < 10; n++) {
-      behind.push(await app.queues.enqueue(queue, tasks.record, [`behind-${n}`, 0], { runAt, ...(keyed && { partitionKey: n % 2 ? 'p1' : 'p2' }) }));
+      behind.push(
+        await app.queues.enqueue(queue, tasks.record, [`behind-${n}`, 0], {
+          runAt,
+          ...(keyed && { partitionKey: n % 2 ? 'p1' : 'p2' }),
+        }),
+      );
     }
     const { client, unlock } = await lockingTransaction();
     try {
@@ -111,7 +128,11 @@ describe('no head-of-line stalls', () => {
         () => 10,
         async () => (await countByStatus(pool, schema, queue)).SUCCESS ?? 0,
       );
-      expect({ succeededBehindLockedHead: done, claimErrors: claimErrors(queue, marks), workerStatementsWaitingOnLocks: await waitingOnLocks() }).toEqual({
+      expect({
+        succeededBehindLockedHead: done,
+        claimErrors: claimErrors(queue, marks),
+        workerStatementsWaitingOnLocks: await waitingOnLocks(),
+      }).toEqual({
         succeededBehindLockedHead: 10,
         claimErrors: [],
         workerStatementsWaitingOnLocks: {},
@@ -150,14 +171,27 @@ describe('no head-of-line stalls', () => {
       // table) keep running? (The latter is only measured.)
       const enqueued = callChild<string>(workers[0], 'enqueue', 'free-during-lock', 'record', ['through-worker', 0]);
       const enqueueThroughWorker = await Promise.race([
-        enqueued.then(() => 'completed', (error: Error) => `failed: ${error.message}`),
+        enqueued.then(
+          () => 'completed',
+          (error: Error) => `failed: ${error.message}`,
+        ),
         new Promise<string>((resolve) => setTimeout(() => resolve('still waiting after 3000 ms'), 3_000).unref()),
       ]);
       const free = await Promise.all(
         Array.from({ length: 3 }, (_, n) => app.queues.enqueue('free-during-lock', tasks.record, [`free-${n}`, 0])),
       );
-      const freeDone = await Promise.all(free.map((handle) => handle.getResult({ timeoutMs: 2_000 }).then(() => 1, () => 0)));
-      duringLock = { enqueueThroughWorker, freeQueue: `${freeDone.reduce<number>((sum, n) => sum + n, 0)}/${free.length} ran` };
+      const freeDone = await Promise.all(
+        free.map((handle) =>
+          handle.getResult({ timeoutMs: 2_000 }).then(
+            () => 1,
+            () => 0,
+          ),
+        ),
+      );
+      duringLock = {
+        enqueueThroughWorker,
+        freeQueue: `${freeDone.reduce<number>((sum, n) => sum + n, 0)}/${free.length} ran`,
+      };
       const blocked = await waitingOnLocks();
 
       await unlock();
@@ -185,30 +219,43 @@ describe('no head-of-line stalls', () => {
     expect(duringLock?.enqueueThroughWorker).toBe('completed');
   });
 
-  it.each(['free', 'limited'])('keeps claiming in %s while enqueues hit the deduplication unique index', async (queue) => {
-    const marks = outputMarks();
-    const holder = await app.queues.enqueue(queue, tasks.hold, [`holder-${queue}`], { deduplicationId: `hot-key-${queue}` });
-    await waitFor(async () => (await holder.getStatus()).status === 'PENDING', { what: 'the holder to run' });
-    const results = await Promise.all(
-      Array.from({ length: 240 }, (_, n) =>
-        n % 6 === 0
-          ? app.queues.enqueue(queue, tasks.record, [`dedup-ok-${queue}-${n}`, 5]).then((handle) => handle.getResult({ timeoutMs: 20_000 }))
-          : app.queues.enqueue(queue, tasks.record, ['duplicate', 0], { deduplicationId: `hot-key-${queue}` }).then(
-              () => 'created a duplicate',
-              (error: Error) =>
-                error instanceof QueueDeduplicatedError ? `${error.name} ${error.existingWorkflowId}` : `${error.name}: ${error.message}`,
-            ),
-      ),
-    );
-    expect(results.filter((_, n) => n % 6 === 0)).toEqual(
-      Array.from({ length: 40 }, (_, m) => `dedup-ok-${queue}-${m * 6}`),
-    );
-    expect(new Set(results.filter((_, n) => n % 6 !== 0))).toEqual(new Set([`QueueDeduplicatedError ${holder.workflowId}`]));
+  it.each(['free', 'limited'])(
+    'keeps claiming in %s while enqueues hit the deduplication unique index',
+    async (queue) => {
+      const marks = outputMarks();
+      const holder = await app.queues.enqueue(queue, tasks.hold, [`holder-${queue}`], {
+        deduplicationId: `hot-key-${queue}`,
+      });
+      await waitFor(async () => (await holder.getStatus()).status === 'PENDING', { what: 'the holder to run' });
+      const results = await Promise.all(
+        Array.from({ length: 240 }, (_, n) =>
+          n % 6 === 0
+            ? app.queues
+                .enqueue(queue, tasks.record, [`dedup-ok-${queue}-${n}`, 5])
+                .then((handle) => handle.getResult({ timeoutMs: 20_000 }))
+            : app.queues.enqueue(queue, tasks.record, ['duplicate', 0], { deduplicationId: `hot-key-${queue}` }).then(
+                () => 'created a duplicate',
+                (error: Error) =>
+                  error instanceof QueueDeduplicatedError
+                    ? `${error.name} ${error.existingWorkflowId}`
+                    : `${error.name}: ${error.message}`,
+              ),
+        ),
+      );
+      expect(results.filter((_, n) => n % 6 === 0)).toEqual(
+        Array.from({ length: 40 }, (_, m) => `dedup-ok-${queue}-${m * 6}`),
+      );
+      expect(new Set(results.filter((_, n) => n % 6 !== 0))).toEqual(
+        new Set([`QueueDeduplicatedError ${holder.workflowId}`]),
+      );
 
-    await release(pool, schema, `holder-${queue}`);
-    await expect(holder.getResult({ timeoutMs: 10_000 })).resolves.toBe(`holder-${queue}`);
-    const next = await app.queues.enqueue(queue, tasks.record, ['after-holder', 0], { deduplicationId: `hot-key-${queue}` });
-    await expect(next.getResult({ timeoutMs: 10_000 })).resolves.toBe('after-holder');
-    expect(claimErrors(queue, marks)).toEqual([]);
-  });
+      await release(pool, schema, `holder-${queue}`);
+      await expect(holder.getResult({ timeoutMs: 10_000 })).resolves.toBe(`holder-${queue}`);
+      const next = await app.queues.enqueue(queue, tasks.record, ['after-holder', 0], {
+        deduplicationId: `hot-key-${queue}`,
+      });
+      await expect(next.getResult({ timeoutMs: 10_000 })).resolves.toBe('after-holder');
+      expect(claimErrors(queue, marks)).toEqual([]);
+    },
+  );
 });

@@ -19,7 +19,8 @@ import {
   MS,
   maxOverlapBy,
   pendingIntervals,
-  startFlowProducer, startFlowWorkers,
+  startFlowProducer,
+  startFlowWorkers,
 } from './fixtures/child-flow-support';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import type { QueueApp } from './support/queue-app';
@@ -60,7 +61,11 @@ describe('flow control limits across 3 worker processes', () => {
    * Enqueues `count` workflows of a paused queue, 50 calls at a time, then resumes it: the backlog is all there when
    * the workers start (enqueues slower than the workers would otherwise never let the limits bind).
    */
-  async function enqueueBacklog(queue: string, count: number, enqueueOne: (n: number) => Promise<unknown>): Promise<void> {
+  async function enqueueBacklog(
+    queue: string,
+    count: number,
+    enqueueOne: (n: number) => Promise<unknown>,
+  ): Promise<void> {
     await app.queues.pauseQueue(queue);
     await enqueueAll(count, enqueueOne);
     await app.queues.resumeQueue(queue);
@@ -88,7 +93,8 @@ describe('flow control limits across 3 worker processes', () => {
     expect(body).toHaveLength(COUNT);
     expect(columns).toHaveLength(COUNT);
     expect(pending).toHaveLength(COUNT);
-    for (const list of [body, columns, pending]) expect(list.every((i) => Number.isFinite(i.end) && i.end >= i.start)).toBe(true);
+    for (const list of [body, columns, pending])
+      expect(list.every((i) => Number.isFinite(i.end) && i.end >= i.start)).toBe(true);
     return { body, columns, pending };
   }
 
@@ -96,7 +102,10 @@ describe('flow control limits across 3 worker processes', () => {
   function startedAtLag(columns: Interval[], pending: Interval[]): { maxMs: number; medianMs: number } {
     const claimedAt = new Map(pending.map((i) => [i.workflowId, i.start]));
     const lags = columns.map((i) => ((claimedAt.get(i.workflowId) as number) - i.start) / MS).sort((a, b) => a - b);
-    return { maxMs: Math.round(lags[lags.length - 1] * 10) / 10, medianMs: Math.round(lags[lags.length >> 1] * 10) / 10 };
+    return {
+      maxMs: Math.round(lags[lags.length - 1] * 10) / 10,
+      medianMs: Math.round(lags[lags.length >> 1] * 10) / 10,
+    };
   }
 
   const recorded: Record<string, { columns: Interval[]; pending: Interval[] }> = {};
@@ -114,7 +123,10 @@ describe('flow control limits across 3 worker processes', () => {
       pendingPerExecutor: maxOverlapBy(pending, (i) => i.executorId),
       startedAtBeforeClaim: startedAtLag(columns, pending),
     };
-    console.log(`[flow-control] concurrency 5, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once`, JSON.stringify(measured));
+    console.log(
+      `[flow-control] concurrency 5, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once`,
+      JSON.stringify(measured),
+    );
 
     // Every process took part, none above its own workerConcurrency.
     expect(Object.keys(measured.pendingPerExecutor)).toEqual(WORKERS);
@@ -129,14 +141,19 @@ describe('flow control limits across 3 worker processes', () => {
     // started_at is the claiming transaction's start (now()), which may precede its wait for the queue-row lock,
     // a row's recorded start lies before the end of the row whose slot it took and the periods overlap more.
     const { columns, pending } = recorded.global;
-    expect({ maxOverlapOfStartedAtToCompletedAt: maxOverlap(columns), startedAtBeforeClaim: startedAtLag(columns, pending) }).toEqual({
+    expect({
+      maxOverlapOfStartedAtToCompletedAt: maxOverlap(columns),
+      startedAtBeforeClaim: startedAtLag(columns, pending),
+    }).toEqual({
       maxOverlapOfStartedAtToCompletedAt: 5,
       startedAtBeforeClaim: expect.objectContaining({ maxMs: expect.any(Number) }),
     });
   });
 
   it('runs at most workerConcurrency: 3 at once in each of 3 processes, and each reaches 3', async () => {
-    await enqueueBacklog('per-worker', COUNT, (n) => app.queues.enqueue('per-worker', tasks.record, [`p${n}`, BODY_MS]));
+    await enqueueBacklog('per-worker', COUNT, (n) =>
+      app.queues.enqueue('per-worker', tasks.record, [`p${n}`, BODY_MS]),
+    );
     await drained('per-worker', COUNT);
 
     const { body, columns, pending } = await measure('per-worker');
@@ -146,7 +163,10 @@ describe('flow control limits across 3 worker processes', () => {
       pending: maxOverlapBy(pending, (i) => i.executorId),
       all: maxOverlap(pending),
     };
-    console.log(`[flow-control] workerConcurrency 3, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once per process`, JSON.stringify(measured));
+    console.log(
+      `[flow-control] workerConcurrency 3, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once per process`,
+      JSON.stringify(measured),
+    );
 
     const expected = Object.fromEntries(WORKERS.map((worker) => [worker, 3]));
     expect(measured.body).toEqual(expected);
@@ -171,7 +191,10 @@ describe('flow control limits across 3 worker processes', () => {
       executors: Object.keys(maxOverlapBy(pending, (i) => i.executorId)),
       startedAtBeforeClaim: startedAtLag(columns, pending),
     };
-    console.log(`[flow-control] partitionConcurrency 2, 10 keys, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once per key`, JSON.stringify(measured));
+    console.log(
+      `[flow-control] partitionConcurrency 2, 10 keys, 3 processes, ${COUNT} x ${BODY_MS} ms: max running at once per key`,
+      JSON.stringify(measured),
+    );
 
     const expected = Object.fromEntries(KEYS.map((key) => [key, 2]));
     expect(measured.body).toEqual(expected);
@@ -204,10 +227,13 @@ describe('flow control limits across 3 worker processes', () => {
     const resumedAt = Date.now();
     await app.queues.resumeQueue('fair');
     // Until A's 100th completion and B's last (or A's 200th, should B be starved).
-    await waitFor(async () => {
-      const { a, b } = await finished();
-      return a >= 100 && (b === 5 || a >= 200);
-    }, { timeoutMs: 45_000, intervalMs: 50, what: "A's 100th and B's last completion" });
+    await waitFor(
+      async () => {
+        const { a, b } = await finished();
+        return a >= 100 && (b === 5 || a >= 200);
+      },
+      { timeoutMs: 45_000, intervalMs: 50, what: "A's 100th and B's last completion" },
+    );
     const elapsedMs = Date.now() - resumedAt;
     // The rest of A is not needed: stop it (the workers stay busy otherwise).
     await app.queues.pauseQueue('fair');
@@ -216,7 +242,8 @@ describe('flow control limits across 3 worker processes', () => {
       `SELECT partition_key, row_number() OVER (ORDER BY completed_at, seq)::int AS position
        FROM "${schema}".workflows WHERE queue_name = 'fair' AND status = 'SUCCESS' ORDER BY completed_at, seq`,
     );
-    const positionsOf = (key: string) => rows.filter((row) => row.partition_key === key).map((row) => row.position as number);
+    const positionsOf = (key: string) =>
+      rows.filter((row) => row.partition_key === key).map((row) => row.position as number);
     const a = positionsOf('A');
     const b = positionsOf('B');
     const aBeforeLastB = a.filter((position) => position < Math.max(...b)).length;

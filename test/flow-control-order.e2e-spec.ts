@@ -7,7 +7,15 @@
 import type { Pool } from 'pg';
 import { InvalidArgumentError, QueueDeduplicatedError, QueueOptions, WorkflowNotFoundError } from 'nest-dedup-queue';
 import { FLOW_OPTIONS, FlowTasks } from './fixtures/child-flow-tasks';
-import { MS, countByStatus, createFlowTables, dbNow, maxOverlap, pendingIntervals, release } from './fixtures/child-flow-support';
+import {
+  MS,
+  countByStatus,
+  createFlowTables,
+  dbNow,
+  maxOverlap,
+  pendingIntervals,
+  release,
+} from './fixtures/child-flow-support';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
@@ -28,16 +36,22 @@ describe('priority, FIFO, delays and reschedule', () => {
   beforeAll(async () => {
     pool = testPool();
     // Migrate first (worker-less), add the test tables, then boot the worker that runs the workflows.
-    const migrator = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'migrator' } },
-    ]);
+    const migrator = await startQueueApp(
+      { connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, worker: false },
+      [FlowTasks, { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'migrator' } }],
+    );
     await migrator.close();
     await createFlowTables(pool, schema);
-    app = await startQueueApp({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: QUEUES, pollIntervalMs: POLL_MS, executorId: 'order' }, [
-      FlowTasks,
-      { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'order' } },
-    ]);
+    app = await startQueueApp(
+      {
+        connection: { url: databaseUrl(), poolSize: 4 },
+        schema,
+        queues: QUEUES,
+        pollIntervalMs: POLL_MS,
+        executorId: 'order',
+      },
+      [FlowTasks, { provide: FLOW_OPTIONS, useValue: { databaseUrl: databaseUrl(), schema, executorId: 'order' } }],
+    );
     tasks = app.get(FlowTasks);
   });
 
@@ -50,7 +64,9 @@ describe('priority, FIFO, delays and reschedule', () => {
 
   /** The keys of the queue's bodies in the order they began. */
   const startOrder = async (queue: string) =>
-    (await pool.query(`SELECT key FROM "${schema}".runs WHERE queue_name = $1 ORDER BY id`, [queue])).rows.map((row) => row.key);
+    (await pool.query(`SELECT key FROM "${schema}".runs WHERE queue_name = $1 ORDER BY id`, [queue])).rows.map(
+      (row) => row.key,
+    );
 
   const row = async (workflowId: string) =>
     (
@@ -124,16 +140,26 @@ describe('priority, FIFO, delays and reschedule', () => {
     // Long enough that the checks below surely happen while both still wait, even on a loaded machine.
     const delayMs = 3000;
     const runAt = new Date(Date.now() + 3500);
-    const delayed = await app.queues.enqueue('delayed', tasks.record, ['delayed', 0], { delayMs, deduplicationId: 'delay-key' });
-    const scheduled = await app.queues.enqueue('delayed', tasks.record, ['scheduled', 0], { runAt, deduplicationId: 'run-at-key' });
+    const delayed = await app.queues.enqueue('delayed', tasks.record, ['delayed', 0], {
+      delayMs,
+      deduplicationId: 'delay-key',
+    });
+    const scheduled = await app.queues.enqueue('delayed', tasks.record, ['scheduled', 0], {
+      runAt,
+      deduplicationId: 'run-at-key',
+    });
     const immediate = await app.queues.enqueue('delayed', tasks.record, ['immediate', 0]);
 
     // While they wait, their keys are held: a duplicate names the delayed holder.
-    await expect(app.queues.enqueue('delayed', tasks.record, ['again', 0], { deduplicationId: 'delay-key' })).rejects.toMatchObject({
+    await expect(
+      app.queues.enqueue('delayed', tasks.record, ['again', 0], { deduplicationId: 'delay-key' }),
+    ).rejects.toMatchObject({
       name: QueueDeduplicatedError.name,
       existingWorkflowId: delayed.workflowId,
     });
-    await expect(app.queues.enqueue('delayed', tasks.record, ['again', 0], { deduplicationId: 'run-at-key' })).rejects.toMatchObject({
+    await expect(
+      app.queues.enqueue('delayed', tasks.record, ['again', 0], { deduplicationId: 'run-at-key' }),
+    ).rejects.toMatchObject({
       name: QueueDeduplicatedError.name,
       existingWorkflowId: scheduled.workflowId,
     });
@@ -150,7 +176,10 @@ describe('priority, FIFO, delays and reschedule', () => {
       delayMsStartedAfterDueMs: (delayedRow.started - (delayedRow.created + delayMs * MS)) / MS,
       runAtStartedAfterDueMs: (scheduledRow.started - runAt.getTime() * MS) / MS,
     };
-    console.log(`[flow-control] delayed starts after their due time (pollIntervalMs ${POLL_MS}):`, JSON.stringify(lateness));
+    console.log(
+      `[flow-control] delayed starts after their due time (pollIntervalMs ${POLL_MS}):`,
+      JSON.stringify(lateness),
+    );
     expect(delayedRow.started).toBeGreaterThanOrEqual(delayedRow.created + delayMs * MS);
     expect(scheduledRow.started).toBeGreaterThanOrEqual(runAt.getTime() * MS);
 
@@ -160,8 +189,13 @@ describe('priority, FIFO, delays and reschedule', () => {
   });
 
   it('reschedule moves a delayed workflow earlier (delayMs or runAt)', async () => {
-    const far = await app.queues.enqueue('delayed', tasks.record, ['far', 0], { delayMs: 600_000, deduplicationId: 'far-key' });
-    const farAt = await app.queues.enqueue('delayed', tasks.record, ['far-at', 0], { runAt: new Date(Date.now() + 600_000) });
+    const far = await app.queues.enqueue('delayed', tasks.record, ['far', 0], {
+      delayMs: 600_000,
+      deduplicationId: 'far-key',
+    });
+    const farAt = await app.queues.enqueue('delayed', tasks.record, ['far-at', 0], {
+      runAt: new Date(Date.now() + 600_000),
+    });
     expect(await row(far.workflowId)).toMatchObject({ status: 'ENQUEUED', still_delayed: true });
 
     await app.queues.reschedule(far.workflowId, { delayMs: 0 });
@@ -174,7 +208,8 @@ describe('priority, FIFO, delays and reschedule', () => {
     await app.queues.enqueue('serial', tasks.hold, ['blocker-2']);
     await running('blocker-2');
     const ids: string[] = [];
-    for (const key of ['x1', 'x2', 'x3']) ids.push((await app.queues.enqueue('serial', tasks.record, [key, 0])).workflowId);
+    for (const key of ['x1', 'x2', 'x3'])
+      ids.push((await app.queues.enqueue('serial', tasks.record, [key, 0])).workflowId);
     const [x1, x2, x3] = ids;
 
     const before = await dbNow(pool);

@@ -15,7 +15,8 @@ import {
   countByStatus,
   maxStartsPerWindow,
   pendingIntervals,
-  startFlowProducer, startFlowWorkers,
+  startFlowProducer,
+  startFlowWorkers,
 } from './fixtures/child-flow-support';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import type { QueueApp } from './support/queue-app';
@@ -68,7 +69,11 @@ describe('rate limits across 2 worker processes', () => {
     const bodies = await bodyIntervals(pool, schema, 'rate');
     expect(columns).toHaveLength(40);
     expect(pending).toHaveLength(40);
-    claims = { startedAt: columns.map((i) => i.start), claimUpdates: pending.map((i) => i.start), bodies: bodies.map((i) => i.start) };
+    claims = {
+      startedAt: columns.map((i) => i.start),
+      claimUpdates: pending.map((i) => i.start),
+      bodies: bodies.map((i) => i.start),
+    };
     const startsPerExecutor = columns.reduce<Record<string, number>>(
       (counts, i) => ({ ...counts, [String(i.executorId)]: (counts[String(i.executorId)] ?? 0) + 1 }),
       {},
@@ -77,7 +82,12 @@ describe('rate limits across 2 worker processes', () => {
       maxStartsPerWindowOfStartedAt: maxStartsPerWindow(claims.startedAt, PERIOD_MS * MS),
       maxClaimsPer995msOfClaimUpdate: maxStartsPerWindow(claims.claimUpdates, CLAIM_WINDOW_US),
       maxStartsPerWindowOfBodyStart: maxStartsPerWindow(claims.bodies, PERIOD_MS * MS),
-      startedAtBeforeClaimUpdateMs: Math.round(Math.max(...pending.map((i) => i.start - (columns.find((c) => c.workflowId === i.workflowId) as Interval).start)) / 100) / 10,
+      startedAtBeforeClaimUpdateMs:
+        Math.round(
+          Math.max(
+            ...pending.map((i) => i.start - (columns.find((c) => c.workflowId === i.workflowId) as Interval).start),
+          ) / 100,
+        ) / 10,
       startsPerExecutor,
       spanMs: Math.round((columns[columns.length - 1].start - columns[0].start) / MS),
     };
@@ -102,12 +112,21 @@ describe('rate limits across 2 worker processes', () => {
     const pending = await pendingIntervals(pool, schema, 'rate-per-key');
     const perKey = (intervals: Interval[], windowUs = PERIOD_MS * MS) =>
       Object.fromEntries(
-        keys.map((key) => [key, maxStartsPerWindow(intervals.filter((i) => i.partitionKey === key).map((i) => i.start), windowUs)]),
+        keys.map((key) => [
+          key,
+          maxStartsPerWindow(
+            intervals.filter((i) => i.partitionKey === key).map((i) => i.start),
+            windowUs,
+          ),
+        ]),
       );
     const measured = {
       maxStartsPerWindowPerKey: perKey(columns),
       maxClaimsPer995msOfClaimUpdatePerKey: perKey(pending, CLAIM_WINDOW_US),
-      maxStartsPerWindowAllKeys: maxStartsPerWindow(columns.map((i) => i.start), PERIOD_MS * MS),
+      maxStartsPerWindowAllKeys: maxStartsPerWindow(
+        columns.map((i) => i.start),
+        PERIOD_MS * MS,
+      ),
       executors: [...new Set(columns.map((i) => i.executorId))].sort(),
       spanMs: Math.round((columns[columns.length - 1].start - columns[0].start) / MS),
     };

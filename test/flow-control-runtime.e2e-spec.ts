@@ -20,7 +20,8 @@ import {
   pendingIntervals,
   printed,
   release,
-  startFlowProducer, startFlowWorkers,
+  startFlowProducer,
+  startFlowWorkers,
 } from './fixtures/child-flow-support';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import type { QueueApp } from './support/queue-app';
@@ -56,7 +57,10 @@ describe('run-time control across worker processes', () => {
     pool = testPool();
     ({ app, tasks } = await startFlowProducer(pool, schema, QUEUES));
     const drained = QUEUES.map((queue) => queue.name).filter((name) => !NOT_FOR_MAIN_WORKERS.includes(name));
-    workers = await startFlowWorkers(schema, WORKERS, QUEUES, { WORKER: JSON.stringify({ queues: drained }), POLL_MS: String(POLL_MS) });
+    workers = await startFlowWorkers(schema, WORKERS, QUEUES, {
+      WORKER: JSON.stringify({ queues: drained }),
+      POLL_MS: String(POLL_MS),
+    });
   });
 
   afterAll(async () => {
@@ -68,7 +72,9 @@ describe('run-time control across worker processes', () => {
   });
 
   const enqueueRecords = (queue: string, count: number, sleepMs: number, prefix: string) =>
-    Promise.all(Array.from({ length: count }, (_, n) => app.queues.enqueue(queue, tasks.record, [`${prefix}${n}`, sleepMs])));
+    Promise.all(
+      Array.from({ length: count }, (_, n) => app.queues.enqueue(queue, tasks.record, [`${prefix}${n}`, sleepMs])),
+    );
 
   const succeeded = async (queue: string) => (await countByStatus(pool, schema, queue)).SUCCESS ?? 0;
 
@@ -95,7 +101,9 @@ describe('run-time control across worker processes', () => {
     // Effective once every later claim happens with nothing else running: wait for 8 such claims in a row.
     const claims = await waitFor(
       async () => {
-        const after = overlapAtStarts(await pendingIntervals(pool, schema, 'ctl')).filter((i) => i.start > changeCalled);
+        const after = overlapAtStarts(await pendingIntervals(pool, schema, 'ctl')).filter(
+          (i) => i.start > changeCalled,
+        );
         return after.length >= 8 && after.slice(-8).every((i) => i.runningAtStart === 1) && after;
       },
       { timeoutMs: 20_000, intervalMs: 50, what: 'claims to respect concurrency 1' },
@@ -107,18 +115,35 @@ describe('run-time control across worker processes', () => {
         `(${aboveLimit.length} claim(s) above the new limit after the call, then ${claims.length - aboveLimit.length} within it)`,
     );
     for (const worker of workers) {
-      await expect(callChild(worker, 'getQueueSettings', 'ctl')).resolves.toMatchObject({ concurrency: 1, workerConcurrency: 3, paused: false });
+      await expect(callChild(worker, 'getQueueSettings', 'ctl')).resolves.toMatchObject({
+        concurrency: 1,
+        workerConcurrency: 3,
+        paused: false,
+      });
     }
 
     const restoreCalled = await dbNow(pool);
     await app.queues.setQueueLimits('ctl', { concurrency: null });
     const restored = await waitFor(
-      async () => overlapAtStarts(await pendingIntervals(pool, schema, 'ctl')).find((i) => i.start > restoreCalled && i.runningAtStart === 3),
+      async () =>
+        overlapAtStarts(await pendingIntervals(pool, schema, 'ctl')).find(
+          (i) => i.start > restoreCalled && i.runningAtStart === 3,
+        ),
       { timeoutMs: 20_000, intervalMs: 50, what: '3 ctl workflows running again' },
     );
-    console.log(`[flow-control] setQueueLimits concurrency null (back to 3) took effect within ${ms(restored.start - restoreCalled)} ms`);
-    await expect(app.queues.getQueueSettings('ctl')).resolves.toMatchObject({ concurrency: 3, workerConcurrency: 3, paused: false });
-    await waitFor(async () => (await succeeded('ctl')) === 150, { timeoutMs: 30_000, intervalMs: 100, what: 'ctl to drain' });
+    console.log(
+      `[flow-control] setQueueLimits concurrency null (back to 3) took effect within ${ms(restored.start - restoreCalled)} ms`,
+    );
+    await expect(app.queues.getQueueSettings('ctl')).resolves.toMatchObject({
+      concurrency: 3,
+      workerConcurrency: 3,
+      paused: false,
+    });
+    await waitFor(async () => (await succeeded('ctl')) === 150, {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+      what: 'ctl to drain',
+    });
     expect(maxOverlap(await pendingIntervals(pool, schema, 'ctl'))).toBe(3);
   });
 
@@ -142,14 +167,19 @@ describe('run-time control across worker processes', () => {
     // While paused, enqueues succeed and wait; both workers are alive and keep polling meanwhile.
     await enqueueRecords(queue, 5, 40, `${queue}-late-`);
     await afterSeveralPollTicks();
-    for (const worker of workers) await expect(callChild(worker, 'getQueueSettings', queue)).resolves.toMatchObject({ paused: true });
+    for (const worker of workers)
+      await expect(callChild(worker, 'getQueueSettings', queue)).resolves.toMatchObject({ paused: true });
     await afterSeveralPollTicks();
     expect(await countByStatus(pool, schema, queue)).toEqual({ SUCCESS: 80 - waiting, ENQUEUED: waiting + 5 });
     expect((await pendingIntervals(pool, schema, queue)).length).toBe(claimsAtPause.length);
 
     const resumeCalled = await dbNow(pool);
     await app.queues.resumeQueue(queue);
-    await waitFor(async () => (await succeeded(queue)) === 85, { timeoutMs: 30_000, intervalMs: 100, what: `${queue} to drain after resume` });
+    await waitFor(async () => (await succeeded(queue)) === 85, {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+      what: `${queue} to drain after resume`,
+    });
     const afterResume = (await pendingIntervals(pool, schema, queue)).filter((i) => i.start > resumeCalled);
     expect(afterResume).toHaveLength(waiting + 5);
     expect([...new Set(afterResume.map((i) => i.executorId))].sort()).toEqual(WORKERS);
@@ -191,42 +221,57 @@ describe('run-time control across worker processes', () => {
       }
     });
 
-    it.each(['paused-limited-2', 'paused-open-2'])('never starts work of %s enqueued after pauseQueue resolved', async (queue) => {
-      const spin = await app.queues.enqueue('spin', tasks.spin, [`spin-${queue}`, 500]);
-      await waitFor(async () => (await pool.query(`SELECT 1 FROM "${schema}".runs WHERE key = $1`, [`spin-${queue}`])).rowCount === 1, {
-        what: 'the spinner to be busy',
-      });
-      await app.queues.pauseQueue(queue);
-      const handles = await enqueueRecords(queue, 3, 0, `${queue}-`);
-      await spin.getResult({ timeoutMs: 10_000 });
-      // The spinner is responsive again and has polled several times: a canary only it drains, delayed 5 ticks, ran.
-      await (await app.queues.enqueue('spin', tasks.noop, ['canary'], { delayMs: 5 * POLL_MS })).getResult({ timeoutMs: 10_000 });
-      await expect(callChild(spinner, 'getQueueSettings', queue)).resolves.toMatchObject({ paused: true });
+    it.each(['paused-limited-2', 'paused-open-2'])(
+      'never starts work of %s enqueued after pauseQueue resolved',
+      async (queue) => {
+        const spin = await app.queues.enqueue('spin', tasks.spin, [`spin-${queue}`, 500]);
+        await waitFor(
+          async () =>
+            (await pool.query(`SELECT 1 FROM "${schema}".runs WHERE key = $1`, [`spin-${queue}`])).rowCount === 1,
+          {
+            what: 'the spinner to be busy',
+          },
+        );
+        await app.queues.pauseQueue(queue);
+        const handles = await enqueueRecords(queue, 3, 0, `${queue}-`);
+        await spin.getResult({ timeoutMs: 10_000 });
+        // The spinner is responsive again and has polled several times: a canary only it drains, delayed 5 ticks, ran.
+        await (
+          await app.queues.enqueue('spin', tasks.noop, ['canary'], { delayMs: 5 * POLL_MS })
+        ).getResult({ timeoutMs: 10_000 });
+        await expect(callChild(spinner, 'getQueueSettings', queue)).resolves.toMatchObject({ paused: true });
 
-      const statuses = await Promise.all(handles.map(async (handle) => (await handle.getStatus()).status));
-      try {
-        expect(statuses).toEqual(['ENQUEUED', 'ENQUEUED', 'ENQUEUED']);
-      } finally {
-        await app.queues.resumeQueue(queue);
-      }
-      await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 10_000 })));
-    });
+        const statuses = await Promise.all(handles.map(async (handle) => (await handle.getStatus()).status));
+        try {
+          expect(statuses).toEqual(['ENQUEUED', 'ENQUEUED', 'ENQUEUED']);
+        } finally {
+          await app.queues.resumeQueue(queue);
+        }
+        await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 10_000 })));
+      },
+    );
   });
 
-  it('lowering partitionConcurrency below a partition\'s running count does not stop the other partitions', async () => {
+  it("lowering partitionConcurrency below a partition's running count does not stop the other partitions", async () => {
     const marks = workers.map(outputMark);
-    await Promise.all([0, 1, 2].map((n) => app.queues.enqueue('parts', tasks.hold, [`busy-${n}`], { partitionKey: 'busy' })));
+    await Promise.all(
+      [0, 1, 2].map((n) => app.queues.enqueue('parts', tasks.hold, [`busy-${n}`], { partitionKey: 'busy' })),
+    );
     await waitFor(async () => (await countByStatus(pool, schema, 'parts')).PENDING === 3, { what: '3 busy running' });
     // 'busy' also has work waiting behind its 3 running ones.
     await app.queues.enqueue('parts', tasks.record, ['busy-waiting', 0], { partitionKey: 'busy' });
     await app.queues.setQueueLimits('parts', { partitionConcurrency: 1 });
     // Both workers have applied the change (getQueueSettings re-reads the settings the worker uses).
-    for (const worker of workers) await expect(callChild(worker, 'getQueueSettings', 'parts')).resolves.toMatchObject({ partitionConcurrency: 1 });
+    for (const worker of workers)
+      await expect(callChild(worker, 'getQueueSettings', 'parts')).resolves.toMatchObject({ partitionConcurrency: 1 });
 
     const free = await app.queues.enqueue('parts', tasks.record, ['free-0', 0], { partitionKey: 'free' });
     try {
       const result = await free.getResult({ timeoutMs: 3_000 }).catch((error: Error) => error.message);
-      expect({ result, claimErrors: workers.flatMap((worker, n) => printed(worker, 'Claiming from queue "parts" failed', marks[n])) }).toEqual({
+      expect({
+        result,
+        claimErrors: workers.flatMap((worker, n) => printed(worker, 'Claiming from queue "parts" failed', marks[n])),
+      }).toEqual({
         result: 'free-0',
         claimErrors: [],
       });
@@ -236,21 +281,32 @@ describe('run-time control across worker processes', () => {
     }
   });
 
-  it('lowering a per-partition rate limit below a partition\'s recent starts does not stop the other partitions', async () => {
+  it("lowering a per-partition rate limit below a partition's recent starts does not stop the other partitions", async () => {
     const marks = workers.map(outputMark);
-    const hot = await Promise.all([0, 1, 2, 3, 4].map((n) => app.queues.enqueue('rated-keys', tasks.record, [`hot-${n}`, 0], { partitionKey: 'hot' })));
+    const hot = await Promise.all(
+      [0, 1, 2, 3, 4].map((n) =>
+        app.queues.enqueue('rated-keys', tasks.record, [`hot-${n}`, 0], { partitionKey: 'hot' }),
+      ),
+    );
     await Promise.all(hot.map((handle) => handle.getResult({ timeoutMs: 10_000 })));
     // 'hot' has used its 5 starts of the minute and has work waiting.
     await app.queues.enqueue('rated-keys', tasks.record, ['hot-waiting', 0], { partitionKey: 'hot' });
     await app.queues.setQueueLimits('rated-keys', { rateLimit: { limit: 2, periodMs: 60_000 } });
     for (const worker of workers) {
-      await expect(callChild(worker, 'getQueueSettings', 'rated-keys')).resolves.toMatchObject({ rateLimit: { limit: 2, periodMs: 60_000, perPartition: true } });
+      await expect(callChild(worker, 'getQueueSettings', 'rated-keys')).resolves.toMatchObject({
+        rateLimit: { limit: 2, periodMs: 60_000, perPartition: true },
+      });
     }
 
     const cold = await app.queues.enqueue('rated-keys', tasks.record, ['cold-0', 0], { partitionKey: 'cold' });
     try {
       const result = await cold.getResult({ timeoutMs: 3_000 }).catch((error: Error) => error.message);
-      expect({ result, claimErrors: workers.flatMap((worker, n) => printed(worker, 'Claiming from queue "rated-keys" failed', marks[n])) }).toEqual({
+      expect({
+        result,
+        claimErrors: workers.flatMap((worker, n) =>
+          printed(worker, 'Claiming from queue "rated-keys" failed', marks[n]),
+        ),
+      }).toEqual({
         result: 'cold-0',
         claimErrors: [],
       });
@@ -264,7 +320,9 @@ describe('run-time control across worker processes', () => {
     await app.queues.setQueueLimits('plain', { rateLimit });
     try {
       expect((await app.queues.getQueueSettings('plain')).rateLimit).toEqual(rateLimit);
-      expect((await callChild<{ rateLimit: unknown }>(workers[0], 'getQueueSettings', 'plain')).rateLimit).toEqual(rateLimit);
+      expect((await callChild<{ rateLimit: unknown }>(workers[0], 'getQueueSettings', 'plain')).rateLimit).toEqual(
+        rateLimit,
+      );
     } finally {
       await app.queues.setQueueLimits('plain', { rateLimit: null });
     }
@@ -285,7 +343,10 @@ describe('run-time control across worker processes', () => {
 
   it('a process with worker: { queues: ["a"] } runs a-work and never claims b-work it enqueues', async () => {
     const small = { POOL_SIZE: '3', TASK_POOL_SIZE: '2', POLL_MS: String(POLL_MS) };
-    const [subset] = await startFlowWorkers(schema, ['only-a'], QUEUES, { WORKER: JSON.stringify({ queues: ['a'] }), ...small });
+    const [subset] = await startFlowWorkers(schema, ['only-a'], QUEUES, {
+      WORKER: JSON.stringify({ queues: ['a'] }),
+      ...small,
+    });
     const aIds: string[] = [];
     const bIds: string[] = [];
     for (let n = 0; n < 5; n++) {
@@ -295,22 +356,33 @@ describe('run-time control across worker processes', () => {
     await waitFor(async () => (await succeeded('a')) === 5, { what: 'a to drain' });
     // Several of its polling ticks later (an a-canary delayed by 5 ticks has run), b-work is still waiting, unclaimed.
     const canary = await callChild<string>(subset, 'enqueue', 'a', 'noop', ['a-canary'], { delayMs: 5 * POLL_MS });
-    await waitFor(async () => (await app.queues.retrieve(canary).then((handle) => handle.getStatus())).status === 'SUCCESS', {
-      what: 'the a-canary to run',
-    });
+    await waitFor(
+      async () => (await app.queues.retrieve(canary).then((handle) => handle.getStatus())).status === 'SUCCESS',
+      {
+        what: 'the a-canary to run',
+      },
+    );
     expect(await countByStatus(pool, schema, 'b')).toEqual({ ENQUEUED: 5 });
     const rows = async (queue: string) =>
-      (await pool.query(`SELECT workflow_id, executor_id, attempts FROM "${schema}".workflows WHERE queue_name = $1 ORDER BY seq`, [queue])).rows;
+      (
+        await pool.query(
+          `SELECT workflow_id, executor_id, attempts FROM "${schema}".workflows WHERE queue_name = $1 ORDER BY seq`,
+          [queue],
+        )
+      ).rows;
     expect(await rows('b')).toEqual(bIds.map((id) => ({ workflow_id: id, executor_id: null, attempts: 0 })));
     expect((await rows('a')).map((row) => row.executor_id)).toEqual(Array(6).fill('only-a'));
 
     // A process that drains b runs them; the a-only process still never touches them.
-    const [onlyB] = await startFlowWorkers(schema, ['only-b'], QUEUES, { WORKER: JSON.stringify({ queues: ['b'] }), ...small });
+    const [onlyB] = await startFlowWorkers(schema, ['only-b'], QUEUES, {
+      WORKER: JSON.stringify({ queues: ['b'] }),
+      ...small,
+    });
     await waitFor(async () => (await succeeded('b')) === 5, { what: 'b to drain' });
     expect((await rows('b')).map((row) => row.executor_id)).toEqual(Array(5).fill('only-b'));
-    expect(await pool.query(`SELECT DISTINCT executor_id FROM "${schema}".runs WHERE queue_name = 'b'`).then((r) => r.rows)).toEqual([
-      { executor_id: 'only-b' },
-    ]);
+    expect(
+      await pool.query(`SELECT DISTINCT executor_id FROM "${schema}".runs WHERE queue_name = 'b'`).then((r) => r.rows),
+    ).toEqual([{ executor_id: 'only-b' }]);
     for (const child of [subset, onlyB]) child.send({ type: 'stop' });
     await Promise.all([subset, onlyB].map((child) => child.waitForExit()));
   });

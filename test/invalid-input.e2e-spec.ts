@@ -13,7 +13,8 @@ describe('bad input is refused with a typed error before anything is written', (
   let storedId: string;
 
   const snapshot = async () =>
-    (await pool.query(`SELECT workflow_id, status, active_deduplication_id FROM "${schema}".workflows ORDER BY seq`)).rows;
+    (await pool.query(`SELECT workflow_id, status, active_deduplication_id FROM "${schema}".workflows ORDER BY seq`))
+      .rows;
 
   beforeAll(async () => {
     pool = testPool();
@@ -31,25 +32,124 @@ describe('bad input is refused with a typed error before anything is written', (
   });
 
   const cases: Array<[string, () => Promise<unknown>, new (...args: never[]) => Error, RegExp]> = [
-    ['an undeclared queue', () => app.queues.enqueue('nope', tasks.echo, [1]), UnknownQueueError, /Queue "nope" is not declared.*"tasks"/],
-    ['an unregistered workflow name', () => app.queues.enqueue('tasks', 'Nope.run', []), UnknownWorkflowError, /"Nope.run" is not registered/],
-    ['a function that is not a @Workflow()', () => app.queues.enqueue('tasks', async () => 1, []), UnknownWorkflowError, /pass the @Workflow\(\) method itself/],
-    ['a bound workflow method', () => app.queues.enqueue('tasks', tasks.echo.bind(tasks), [1]), UnknownWorkflowError, /not a bound or wrapped function/],
-    ['args that are not an array', () => app.queues.enqueue('tasks', tasks.echo, 'x' as never), InvalidArgumentError, /^args must be an array/],
-    ['an empty deduplication ID', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '' }), InvalidArgumentError, /^options.deduplicationId must not be empty/],
-    ['an over-long deduplication ID', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 'x'.repeat(256) }), InvalidArgumentError, /at most 255 characters, got 256/],
-    ['an over-long deduplication ID counted in code points (256 emoji)', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '😀'.repeat(256) }), InvalidArgumentError, /at most 255 characters, got 256/],
-    ['a deduplication ID that is not a string', () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 42 as never }), InvalidArgumentError, /must be a string, got number/],
-    ['a NUL character in a key', () => app.queues.enqueue('tasks', tasks.echo, [1], { workflowId: 'a\u0000b' }), InvalidArgumentError, /NUL/],
-    ['a misspelt option (deduplication would be off)', () => app.queues.enqueue('tasks', tasks.echo, [1], { dedupId: 'u1' } as never), InvalidArgumentError, /^options\.dedupId is not an option; did you mean "deduplicationId"\?/],
-    ["DBOS's spelling of deduplicationId", () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationID: 'u1' } as never), InvalidArgumentError, /^options\.deduplicationID is not an option; did you mean "deduplicationId"\?/],
-    ['an unknown queue limit', () => app.queues.setQueueLimits('tasks', { maxConcurrency: 2 } as never), InvalidArgumentError, /^limits\.maxConcurrency is not an option/],
-    ['an empty workflow ID', () => app.queues.enqueue('tasks', tasks.echo, [1], { workflowId: '' }), InvalidArgumentError, /^options.workflowId must not be empty/],
-    ['a circular argument', () => { const a: Record<string, unknown> = {}; a.self = a; return app.queues.enqueue('tasks', tasks.echo, [a]); }, InvalidArgumentError, /args\[0\]\.self is a circular reference/],
-    ['a BigInt argument', () => app.queues.enqueue('tasks', tasks.echo, [{ amount: BigInt(10) }]), InvalidArgumentError, /args\[0\]\.amount is a BigInt/],
-    ['a Map argument', () => app.queues.enqueue('tasks', tasks.echo, [new Map()]), InvalidArgumentError, /args\[0\] is a Map/],
-    ['a NaN argument', () => app.queues.enqueue('tasks', tasks.echo, [[1, NaN]]), InvalidArgumentError, /args\[0\]\[1\] is NaN/],
-    ['a function argument', () => app.queues.enqueue('tasks', tasks.echo, [{ f: () => 1 }]), InvalidArgumentError, /args\[0\]\.f is a function/],
+    [
+      'an undeclared queue',
+      () => app.queues.enqueue('nope', tasks.echo, [1]),
+      UnknownQueueError,
+      /Queue "nope" is not declared.*"tasks"/,
+    ],
+    [
+      'an unregistered workflow name',
+      () => app.queues.enqueue('tasks', 'Nope.run', []),
+      UnknownWorkflowError,
+      /"Nope.run" is not registered/,
+    ],
+    [
+      'a function that is not a @Workflow()',
+      () => app.queues.enqueue('tasks', async () => 1, []),
+      UnknownWorkflowError,
+      /pass the @Workflow\(\) method itself/,
+    ],
+    [
+      'a bound workflow method',
+      () => app.queues.enqueue('tasks', tasks.echo.bind(tasks), [1]),
+      UnknownWorkflowError,
+      /not a bound or wrapped function/,
+    ],
+    [
+      'args that are not an array',
+      () => app.queues.enqueue('tasks', tasks.echo, 'x' as never),
+      InvalidArgumentError,
+      /^args must be an array/,
+    ],
+    [
+      'an empty deduplication ID',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '' }),
+      InvalidArgumentError,
+      /^options.deduplicationId must not be empty/,
+    ],
+    [
+      'an over-long deduplication ID',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 'x'.repeat(256) }),
+      InvalidArgumentError,
+      /at most 255 characters, got 256/,
+    ],
+    [
+      'an over-long deduplication ID counted in code points (256 emoji)',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: '😀'.repeat(256) }),
+      InvalidArgumentError,
+      /at most 255 characters, got 256/,
+    ],
+    [
+      'a deduplication ID that is not a string',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationId: 42 as never }),
+      InvalidArgumentError,
+      /must be a string, got number/,
+    ],
+    [
+      'a NUL character in a key',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { workflowId: 'a\u0000b' }),
+      InvalidArgumentError,
+      /NUL/,
+    ],
+    [
+      'a misspelt option (deduplication would be off)',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { dedupId: 'u1' } as never),
+      InvalidArgumentError,
+      /^options\.dedupId is not an option; did you mean "deduplicationId"\?/,
+    ],
+    [
+      "DBOS's spelling of deduplicationId",
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { deduplicationID: 'u1' } as never),
+      InvalidArgumentError,
+      /^options\.deduplicationID is not an option; did you mean "deduplicationId"\?/,
+    ],
+    [
+      'an unknown queue limit',
+      () => app.queues.setQueueLimits('tasks', { maxConcurrency: 2 } as never),
+      InvalidArgumentError,
+      /^limits\.maxConcurrency is not an option/,
+    ],
+    [
+      'an empty workflow ID',
+      () => app.queues.enqueue('tasks', tasks.echo, [1], { workflowId: '' }),
+      InvalidArgumentError,
+      /^options.workflowId must not be empty/,
+    ],
+    [
+      'a circular argument',
+      () => {
+        const a: Record<string, unknown> = {};
+        a.self = a;
+        return app.queues.enqueue('tasks', tasks.echo, [a]);
+      },
+      InvalidArgumentError,
+      /args\[0\]\.self is a circular reference/,
+    ],
+    [
+      'a BigInt argument',
+      () => app.queues.enqueue('tasks', tasks.echo, [{ amount: BigInt(10) }]),
+      InvalidArgumentError,
+      /args\[0\]\.amount is a BigInt/,
+    ],
+    [
+      'a Map argument',
+      () => app.queues.enqueue('tasks', tasks.echo, [new Map()]),
+      InvalidArgumentError,
+      /args\[0\] is a Map/,
+    ],
+    [
+      'a NaN argument',
+      () => app.queues.enqueue('tasks', tasks.echo, [[1, NaN]]),
+      InvalidArgumentError,
+      /args\[0\]\[1\] is NaN/,
+    ],
+    [
+      'a function argument',
+      () => app.queues.enqueue('tasks', tasks.echo, [{ f: () => 1 }]),
+      InvalidArgumentError,
+      /args\[0\]\.f is a function/,
+    ],
   ];
 
   it.each(cases)('%s', async (_, call, errorType, message) => {
@@ -85,7 +185,10 @@ describe('bad input is refused with a typed error before anything is written', (
   it('records a result JSON cannot hold as a failure of the workflow, not as a silent change', async () => {
     const handle = await app.queues.enqueue('tasks', tasks.returnsBigInt, []);
     await expect(handle.getResult()).rejects.toThrow(/The result is a BigInt/);
-    await expect(handle.getStatus()).resolves.toMatchObject({ status: 'ERROR', error: { name: 'UnstorableValueError' } });
+    await expect(handle.getStatus()).resolves.toMatchObject({
+      status: 'ERROR',
+      error: { name: 'UnstorableValueError' },
+    });
   });
 
   it('refuses list() limits out of range', async () => {

@@ -96,7 +96,9 @@ describe('schema migrations', () => {
     const schema = freshSchema('twice');
     const database = new QueueDatabase(dataSource, schema, false);
 
-    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual(MIGRATIONS.map((migration) => migration.version));
+    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual(
+      MIGRATIONS.map((migration) => migration.version),
+    );
     await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([]);
 
     expect(await recorded(schema)).toEqual(records(MIGRATIONS));
@@ -120,9 +122,9 @@ describe('schema migrations', () => {
       spawnFixture('child-boot.ts', `boot-${n}`, { SCHEMA: schema }),
     );
     await Promise.all(children.map((child) => child.message('ready')));
-    expect((await pool.query(`SELECT count(*)::int AS count FROM pg_namespace WHERE nspname = $1`, [schema])).rows).toEqual([
-      { count: 0 },
-    ]);
+    expect(
+      (await pool.query(`SELECT count(*)::int AS count FROM pg_namespace WHERE nspname = $1`, [schema])).rows,
+    ).toEqual([{ count: 0 }]);
 
     for (const child of children) child.send({ type: 'go' });
     await Promise.all(children.map((child) => child.message('booted')));
@@ -142,7 +144,10 @@ describe('schema migrations', () => {
          (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
        VALUES ('kept', 'tasks', 'Tasks.run', 'ENQUEUED', 'user-1', 'user-1', '["x"]')`,
     );
-    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT 'none'`);
+    const addNote = nextMigration(
+      'add-note',
+      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT 'none'`,
+    );
 
     await expect(runMigrations(database, [...MIGRATIONS, addNote])).resolves.toEqual([addNote.version]);
     await expect(runMigrations(database, [...MIGRATIONS, addNote])).resolves.toEqual([]);
@@ -166,13 +171,18 @@ describe('schema migrations', () => {
   it('runs against a schema a newer release migrated further, with one warning naming both versions', async () => {
     const schema = freshSchema('newer');
     const database = new QueueDatabase(dataSource, schema, false);
-    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`);
+    const addNote = nextMigration(
+      'add-note',
+      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`,
+    );
     await runMigrations(database, [...MIGRATIONS, addNote]);
     const shapeBefore = await shapeOf(schema);
     const recordedBefore = await recorded(schema);
     const warnings: string[] = [];
 
-    await expect(runMigrations(database, MIGRATIONS, { warn: (line: string) => warnings.push(line) })).resolves.toEqual([]);
+    await expect(runMigrations(database, MIGRATIONS, { warn: (line: string) => warnings.push(line) })).resolves.toEqual(
+      [],
+    );
 
     expect(warnings).toEqual([
       `Schema "${schema}" is at migration ${addNote.version}, this version of nest-dedup-queue knows migrations up to ` +
@@ -185,7 +195,10 @@ describe('schema migrations', () => {
 
   it('boots a whole module of the older release on the newer schema: it logs the warning once and runs workflows', async () => {
     const schema = freshSchema('newer_boot');
-    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`);
+    const addNote = nextMigration(
+      'add-note',
+      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`,
+    );
     await runMigrations(new QueueDatabase(dataSource, schema, false), [...MIGRATIONS, addNote]);
     const logger = new CapturingLogger();
     const module = await Test.createTestingModule({
@@ -209,7 +222,10 @@ describe('schema migrations', () => {
   it('refuses a schema with a breaking migration of a newer major, telling to upgrade, and changes nothing', async () => {
     const schema = freshSchema('breaking');
     const database = new QueueDatabase(dataSource, schema, false);
-    const nextMajor = { ...nextMigration('next-major', (s) => `CREATE TABLE ${s}.next_major (id integer)`), breaking: true };
+    const nextMajor = {
+      ...nextMigration('next-major', (s) => `CREATE TABLE ${s}.next_major (id integer)`),
+      breaking: true,
+    };
     await runMigrations(database, [...MIGRATIONS, nextMajor]);
     const shapeBefore = await shapeOf(schema);
     const recordedBefore = await recorded(schema);
@@ -229,13 +245,16 @@ describe('schema migrations', () => {
     );
   });
 
-  it('refuses a schema whose newer migrations do not follow this release\'s own, and changes nothing', async () => {
+  it("refuses a schema whose newer migrations do not follow this release's own, and changes nothing", async () => {
     const schema = freshSchema('other_line');
     const database = new QueueDatabase(dataSource, schema, false);
     const theirs = nextMigration('theirs', (s) => `CREATE TABLE ${s}.theirs (id integer)`);
     await runMigrations(database, [...MIGRATIONS, theirs]);
     const recordedBefore = await recorded(schema);
-    const ours = { ...nextMigration('ours', (s) => `CREATE TABLE ${s}.ours (id integer)`), version: theirs.version + 1 };
+    const ours = {
+      ...nextMigration('ours', (s) => `CREATE TABLE ${s}.ours (id integer)`),
+      version: theirs.version + 1,
+    };
 
     await expect(runMigrations(database, [...MIGRATIONS, ours])).rejects.toThrow(
       `Schema "${schema}" has migrations ${theirs.version} that this version of nest-dedup-queue does not know, ` +
@@ -281,9 +300,9 @@ describe('schema migrations', () => {
     expect(await shapeOf(schema)).toEqual(shapeBefore);
     // Once fixed it applies on the next start, from other connections (so the failed run released the lock).
     const fixed = nextMigration('half-done', (s) => `CREATE TABLE ${s}.half_done (id integer)`);
-    await expect(runMigrations(new QueueDatabase(otherDataSource, schema, false), [...MIGRATIONS, fixed])).resolves.toEqual([
-      fixed.version,
-    ]);
+    await expect(
+      runMigrations(new QueueDatabase(otherDataSource, schema, false), [...MIGRATIONS, fixed]),
+    ).resolves.toEqual([fixed.version]);
     expect(await tableExists(schema, 'half_done')).toBe(true);
   });
 });

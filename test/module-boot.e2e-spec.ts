@@ -1,7 +1,13 @@
 import { Injectable, Module, Scope } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { DedupQueueConfigurationError, DedupQueueModule, DedupQueueModuleOptions, QueueService, Workflow } from 'nest-dedup-queue';
+import {
+  DedupQueueConfigurationError,
+  DedupQueueModule,
+  DedupQueueModuleOptions,
+  QueueService,
+  Workflow,
+} from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
@@ -39,9 +45,19 @@ describe('module boot', () => {
     await pool.end();
   });
 
-  const boot = async (options: Partial<DedupQueueModuleOptions>, providers: Array<new (...args: never[]) => unknown> = []) => {
+  const boot = async (
+    options: Partial<DedupQueueModuleOptions>,
+    providers: Array<new (...args: never[]) => unknown> = [],
+  ) => {
     const module = await Test.createTestingModule({
-      imports: [DedupQueueModule.forRoot({ connection: { url: databaseUrl() }, schema, queues: [{ name: 'tasks' }], ...options })],
+      imports: [
+        DedupQueueModule.forRoot({
+          connection: { url: databaseUrl() },
+          schema,
+          queues: [{ name: 'tasks' }],
+          ...options,
+        }),
+      ],
       providers,
     }).compile();
     await module.init();
@@ -51,7 +67,9 @@ describe('module boot', () => {
   it('registers workflows as ClassName.methodName unless named', async () => {
     const app = await startQueueApp({ schema }, [RecordingTasks]);
     try {
-      await expect((await app.queues.enqueue('tasks', 'RecordingTasks.echo', ['by name'])).getResult()).resolves.toBe('by name');
+      await expect((await app.queues.enqueue('tasks', 'RecordingTasks.echo', ['by name'])).getResult()).resolves.toBe(
+        'by name',
+      );
       await expect((await app.queues.enqueue('tasks', 'custom-name', [])).getResult()).resolves.toBe('named');
       const byReference = await app.queues.enqueue('tasks', app.get(RecordingTasks).named, []);
       await expect(byReference.getStatus()).resolves.toMatchObject({ workflowName: 'custom-name' });
@@ -77,11 +95,31 @@ describe('module boot', () => {
     ['neither connection nor dataSource', { connection: undefined }, /exactly one of `connection` and `dataSource`/],
     ['an invalid schema name', { schema: 'Bad-Name' }, /schema "Bad-Name" must be/],
     ['a queue declared twice', { queues: [{ name: 'a' }, { name: 'a' }] }, /queue "a" is declared twice/],
-    ['a zero concurrency', { queues: [{ name: 'a', concurrency: 0 }] }, /queues\["a"\]\.concurrency` must be a positive integer/],
-    ['a fractional workerConcurrency', { queues: [{ name: 'a', workerConcurrency: 1.5 }] }, /workerConcurrency` must be a positive integer/],
-    ['an unknown option, naming the near miss', { leaseMS: 5000 } as never, /`leaseMS` is not an option; did you mean "leaseMs"\?/],
-    ['an unknown queue option', { queues: [{ name: 'a', concurency: 2 }] } as never, /`queues\["a"\]\.concurency` is not an option; did you mean "concurrency"\?/],
-    ['an unknown rate limit option', { queues: [{ name: 'a', rateLimit: { limit: 1, period: 5 } }] } as never, /rateLimit\.period` is not an option; did you mean "periodMs"\?/],
+    [
+      'a zero concurrency',
+      { queues: [{ name: 'a', concurrency: 0 }] },
+      /queues\["a"\]\.concurrency` must be a positive integer/,
+    ],
+    [
+      'a fractional workerConcurrency',
+      { queues: [{ name: 'a', workerConcurrency: 1.5 }] },
+      /workerConcurrency` must be a positive integer/,
+    ],
+    [
+      'an unknown option, naming the near miss',
+      { leaseMS: 5000 } as never,
+      /`leaseMS` is not an option; did you mean "leaseMs"\?/,
+    ],
+    [
+      'an unknown queue option',
+      { queues: [{ name: 'a', concurency: 2 }] } as never,
+      /`queues\["a"\]\.concurency` is not an option; did you mean "concurrency"\?/,
+    ],
+    [
+      'an unknown rate limit option',
+      { queues: [{ name: 'a', rateLimit: { limit: 1, period: 5 } }] } as never,
+      /rateLimit\.period` is not an option; did you mean "periodMs"\?/,
+    ],
   ])('refuses %s with a message naming the option', async (_, options, message) => {
     const error = await boot(options).catch((caught) => caught);
     expect(error).toBeInstanceOf(DedupQueueConfigurationError);
@@ -89,7 +127,10 @@ describe('module boot', () => {
   });
 
   it('builds its options with forRootAsync and an injected factory', async () => {
-    @Module({ providers: [{ provide: 'QUEUE_SETTINGS', useValue: { schema, queue: 'async_tasks' } }], exports: ['QUEUE_SETTINGS'] })
+    @Module({
+      providers: [{ provide: 'QUEUE_SETTINGS', useValue: { schema, queue: 'async_tasks' } }],
+      exports: ['QUEUE_SETTINGS'],
+    })
     class SettingsModule {}
     const module = await Test.createTestingModule({
       imports: [
@@ -130,7 +171,9 @@ describe('module boot', () => {
     try {
       const handle = await module.get(QueueService).enqueue('tasks', module.get(RecordingTasks).echo, ['shared pool']);
       await expect(handle.getResult()).resolves.toBe('shared pool');
-      const { application_name } = (await dataSource.query('SELECT current_setting($1) AS application_name', ['application_name']))[0];
+      const { application_name } = (
+        await dataSource.query('SELECT current_setting($1) AS application_name', ['application_name'])
+      )[0];
       expect(application_name).not.toBe('nest-dedup-queue');
     } finally {
       await module.close();

@@ -151,12 +151,26 @@ describe('@OnWorkflowEvent', () => {
     await waitFor(() => recorders().every((recorder) => recorder.events.length >= 8), { what: 'the barrier event' });
     stopListening();
 
-    const base = (workflowId: string, workflowName: string, queueName: string) => ({ workflowId, workflowName, queueName });
+    const base = (workflowId: string, workflowName: string, queueName: string) => ({
+      workflowId,
+      workflowName,
+      queueName,
+    });
     const expected = [
       { event: 'cancelled', ...base(cancelled.workflowId, 'EventTasks.ok', 'parked'), reason: 'cancelled' },
       { event: 'cancelled', ...base(timedOut.workflowId, 'EventTasks.slow', 'events'), reason: 'timed-out' },
-      { event: 'completed', ...base(ok.workflowId, 'EventTasks.ok', 'events'), attempt: 1, durationMs: expect.any(Number) },
-      { event: 'completed', ...base(barrier.workflowId, 'EventTasks.ok', 'events'), attempt: 1, durationMs: expect.any(Number) },
+      {
+        event: 'completed',
+        ...base(ok.workflowId, 'EventTasks.ok', 'events'),
+        attempt: 1,
+        durationMs: expect.any(Number),
+      },
+      {
+        event: 'completed',
+        ...base(barrier.workflowId, 'EventTasks.ok', 'events'),
+        attempt: 1,
+        durationMs: expect.any(Number),
+      },
       { event: 'dead-lettered', ...base(deadLettered.workflowId, 'EventTasks.ok', 'parked') },
       {
         event: 'deduplicated',

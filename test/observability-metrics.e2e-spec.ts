@@ -42,7 +42,9 @@ describe('metrics: GET /metrics of the demo app', () => {
     await request(server).post('/process/u1/join').expect(202);
     const second = await request(server).post('/process/u2').expect(201);
     for (const { body } of [first, second]) {
-      await waitFor(async () => (await statusOf(body.workflow_id)) === 'SUCCESS', { what: `${body.workflow_id} to succeed` });
+      await waitFor(async () => (await statusOf(body.workflow_id)) === 'SUCCESS', {
+        what: `${body.workflow_id} to succeed`,
+      });
     }
     const queues = app.get(QueueService);
     await queues.pauseQueue('user_tasks');
@@ -62,7 +64,14 @@ describe('metrics: GET /metrics of the demo app', () => {
         sample(text, 'dedup_queue_workflows', { ...queue, status }),
       ]),
     );
-    expect(counts).toEqual({ ENQUEUED: 2, PENDING: 0, SUCCESS: 2, ERROR: 0, CANCELLED: 0, MAX_RECOVERY_ATTEMPTS_EXCEEDED: 0 });
+    expect(counts).toEqual({
+      ENQUEUED: 2,
+      PENDING: 0,
+      SUCCESS: 2,
+      ERROR: 0,
+      CANCELLED: 0,
+      MAX_RECOVERY_ATTEMPTS_EXCEEDED: 0,
+    });
     expect(sample(text, 'dedup_queue_enqueued_total', queue)).toBe(4);
     expect(sample(text, 'dedup_queue_deduplicated_total', { ...queue, outcome: 'rejected' })).toBe(1);
     expect(sample(text, 'dedup_queue_deduplicated_total', { ...queue, outcome: 'returned-existing' })).toBe(1);

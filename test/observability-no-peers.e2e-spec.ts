@@ -27,8 +27,10 @@ describe('an application without prom-client, @nestjs/terminus and @opentelemetr
       type: 'result',
       loadable: [],
       result: 42,
-      health: 'DedupQueueConfigurationError: DedupQueueHealthIndicator needs @nestjs/terminus: npm install @nestjs/terminus',
-      metrics: 'DedupQueueConfigurationError: DedupQueueModule: `metrics` needs the prom-client package: npm install prom-client',
+      health:
+        'DedupQueueConfigurationError: DedupQueueHealthIndicator needs @nestjs/terminus: npm install @nestjs/terminus',
+      metrics:
+        'DedupQueueConfigurationError: DedupQueueModule: `metrics` needs the prom-client package: npm install prom-client',
     });
     expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
     const rows = await pool.query(`SELECT status, trace_context FROM "${schema}".workflows`);

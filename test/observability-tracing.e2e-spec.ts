@@ -51,7 +51,10 @@ describe('tracing across processes', () => {
   };
   const processSpan = (worker: FixtureProcess, workflowId: string) =>
     waitFor(
-      () => spansOf(worker).find((span) => span.name === 'process traced' && span.attributes['messaging.message.id'] === workflowId),
+      () =>
+        spansOf(worker).find(
+          (span) => span.name === 'process traced' && span.attributes['messaging.message.id'] === workflowId,
+        ),
       { what: `the process span of ${workflowId}` },
     );
 
@@ -81,12 +84,17 @@ describe('tracing across processes', () => {
       attributes: { ...MESSAGING, 'messaging.operation.type': 'process', 'messaging.message.id': handle.workflowId },
       status: { code: SpanStatusCode.UNSET },
     });
-    const stored = await pool.query(`SELECT trace_context FROM "${schema}".workflows WHERE workflow_id = $1`, [handle.workflowId]);
+    const stored = await pool.query(`SELECT trace_context FROM "${schema}".workflows WHERE workflow_id = $1`, [
+      handle.workflowId,
+    ]);
     expect(stored.rows[0].trace_context).toBe(`00-${send.traceId}-${send.spanId}-01`);
-    const steps = await waitFor(() => {
-      const found = spansOf(worker).filter((span) => span.parentSpanId === run.spanId);
-      return found.length === 2 && found;
-    }, { what: 'two step spans' });
+    const steps = await waitFor(
+      () => {
+        const found = spansOf(worker).filter((span) => span.parentSpanId === run.spanId);
+        return found.length === 2 && found;
+      },
+      { what: 'two step spans' },
+    );
     expect(steps.map((span) => span.name).sort()).toEqual(['step TracedSteps.first', 'step TracedSteps.second']);
     expect(steps.every((span) => span.traceId === send.traceId)).toBe(true);
 
@@ -96,7 +104,10 @@ describe('tracing across processes', () => {
     expect(failed.parentSpanId).toBe(sendSpan(failing.workflowId).spanId);
     expect(failed.status).toEqual({ code: SpanStatusCode.ERROR, message: 'traced failure' });
     expect(failed.events).toEqual([
-      expect.objectContaining({ name: 'exception', attributes: expect.objectContaining({ 'exception.message': 'traced failure' }) }),
+      expect.objectContaining({
+        name: 'exception',
+        attributes: expect.objectContaining({ 'exception.message': 'traced failure' }),
+      }),
     ]);
     worker.child.kill('SIGKILL');
     await worker.ended;
@@ -145,7 +156,11 @@ describe('tracing across processes', () => {
     await expect(handle.getResult()).resolves.toBe('recovered');
     const send = sendSpan(handle.workflowId);
     const run = await processSpan(second, handle.workflowId);
-    expect(run).toMatchObject({ traceId: send.traceId, parentSpanId: send.spanId, attributes: { 'dedup_queue.attempt': 2 } });
+    expect(run).toMatchObject({
+      traceId: send.traceId,
+      parentSpanId: send.spanId,
+      attributes: { 'dedup_queue.attempt': 2 },
+    });
     expect(spansOf(first).some((span) => span.attributes['messaging.message.id'] === handle.workflowId)).toBe(false);
 
     const duplicate = exporter

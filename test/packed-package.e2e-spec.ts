@@ -129,14 +129,23 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
 
   it('holds the README, LICENSE, CHANGELOG and the built entry, and no sources or tests', () => {
     expect(packedFiles).toEqual(
-      expect.arrayContaining(['README.md', 'LICENSE', 'CHANGELOG.md', 'package.json', 'dist/index.js', 'dist/index.d.ts']),
+      expect.arrayContaining([
+        'README.md',
+        'LICENSE',
+        'CHANGELOG.md',
+        'package.json',
+        'dist/index.js',
+        'dist/index.d.ts',
+      ]),
     );
     expect(packedFiles.filter((file) => /^src\/|(^|\/)test\/|\.spec\.|\.e2e-spec\.|tsconfig/.test(file))).toEqual([]);
   });
 
   it('installs without @types/pg, and the README example compiles with tsc --strict against it', async () => {
     const appDir = path.join(workDir, 'app');
-    const installed = JSON.parse(await readFile(path.join(appDir, 'node_modules/nest-dedup-queue/package.json'), 'utf8'));
+    const installed = JSON.parse(
+      await readFile(path.join(appDir, 'node_modules/nest-dedup-queue/package.json'), 'utf8'),
+    );
     expect(installed.exports['.']).toEqual({ types: './dist/index.d.ts', default: './dist/index.js' });
     await expect(readFile(path.join(appDir, 'node_modules/@types/pg/package.json'))).rejects.toMatchObject({
       code: 'ENOENT',

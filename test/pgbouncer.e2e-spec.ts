@@ -27,7 +27,11 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
 
   beforeAll(async () => {
     server = await startPostgresServer();
-    bouncer = await startPgBouncer({ serverPort: server.port, poolMode: 'transaction', settings: { default_pool_size: '5' } });
+    bouncer = await startPgBouncer({
+      serverPort: server.port,
+      poolMode: 'transaction',
+      settings: { default_pool_size: '5' },
+    });
     pool = new Pool({ connectionString: server.url, max: 2 });
     pool.on('error', () => undefined);
   });
@@ -53,7 +57,10 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
 
   it('runs the seed path: enqueue, a duplicate rejected, the workflow runs, the key frees', async () => {
     const schema = uniqueSchema('bouncer_seed');
-    const worker = await startLoadProcess('worker', 'seed-worker', { ...throughBouncer(schema), env: { WORK_MS: '1500' } });
+    const worker = await startLoadProcess('worker', 'seed-worker', {
+      ...throughBouncer(schema),
+      env: { WORK_MS: '1500' },
+    });
     const app = await startLoadProcess('enqueuer', 'seed-app', throughBouncer(schema));
 
     const [first] = await burst(app, 1, 'seed-key', 1);
@@ -68,9 +75,7 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
     expect(await statusOf(schema, duplicate.workflowId)).toBeUndefined();
 
     await stopLoadProcesses([app, worker]);
-    const named = await server.query<{ count: string }>(
-      `SELECT count(*) FROM pg_prepared_statements WHERE name <> ''`,
-    );
+    const named = await server.query<{ count: string }>(`SELECT count(*) FROM pg_prepared_statements WHERE name <> ''`);
     expect(named).toEqual([{ count: '0' }]);
   });
 
@@ -83,9 +88,10 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
       expect(results.filter((result) => result.outcome === 'failed')).toEqual([]);
       expect(results.filter((result) => result.outcome === 'created')).toHaveLength(1);
       expect(results.filter((result) => result.outcome === 'deduplicated')).toHaveLength(99);
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows WHERE deduplication_id = $1`, [
-        `race-key-${round}`,
-      ]);
+      const { rows } = await pool.query(
+        `SELECT count(*)::int AS n FROM "${schema}".workflows WHERE deduplication_id = $1`,
+        [`race-key-${round}`],
+      );
       expect(rows).toEqual([{ n: 1 }]);
     }
     await stopLoadProcesses(apps);
@@ -93,7 +99,10 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
 
   it('recovers the workflow of a SIGKILLed worker in a live peer within 10 s at default lease settings', async () => {
     const schema = uniqueSchema('bouncer_crash');
-    const doomed = await startLoadProcess('worker', 'crash-doomed', { ...throughBouncer(schema), env: { HOLD_WORKFLOWS: '1' } });
+    const doomed = await startLoadProcess('worker', 'crash-doomed', {
+      ...throughBouncer(schema),
+      env: { HOLD_WORKFLOWS: '1' },
+    });
     const app = await startLoadProcess('enqueuer', 'crash-app', throughBouncer(schema));
     const [enqueued] = await burst(app, 1, 'crash-key', 1);
     await startOf([doomed], enqueued.workflowId);

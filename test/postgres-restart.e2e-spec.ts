@@ -49,7 +49,12 @@ describe('a PostgreSQL restart under load', () => {
     const measured: Array<{ downMs: number; fromStopMs: number; fromUpMs: number }> = [];
     for (let outage = 1; outage <= 2; outage++) {
       const before = acknowledgedCount(enqueuer);
-      await waitForAcknowledged(children, enqueuer, before + 25, `enqueues to be acknowledged before restart ${outage}`);
+      await waitForAcknowledged(
+        children,
+        enqueuer,
+        before + 25,
+        `enqueues to be acknowledged before restart ${outage}`,
+      );
       await firstCompletionSince(children, Date.now());
       const stoppedAt = Date.now();
       await server.stop('immediate');
@@ -70,7 +75,11 @@ describe('a PostgreSQL restart under load', () => {
     for (const child of children) {
       const unreachable = countLogLines(child, 'is unreachable');
       const back = logLines(child).filter((line) => line.message.includes('reachable again after'));
-      expect({ name: child.name, unreachable, back: back.length }).toEqual({ name: child.name, unreachable: 2, back: 2 });
+      expect({ name: child.name, unreachable, back: back.length }).toEqual({
+        name: child.name,
+        unreachable: 2,
+        back: 2,
+      });
       for (const line of back) {
         expect(Number(/after ([\d.]+) s/.exec(line.message)?.[1])).toBeGreaterThanOrEqual(OUTAGE_MS / 1000 - 1);
       }

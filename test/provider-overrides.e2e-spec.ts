@@ -87,7 +87,11 @@ describe('collaborators are Nest providers (Test.overrideProvider)', () => {
     expect([...claimer.claimed].sort()).toEqual(ids);
     expect(writer.written.map(({ outcome }) => outcome.workflowId).sort()).toEqual(ids);
     for (const { outcome, queueName, recorded } of writer.written) {
-      expect({ status: outcome.status, queueName, recorded }).toEqual({ status: 'SUCCESS', queueName: 'tasks', recorded: true });
+      expect({ status: outcome.status, queueName, recorded }).toEqual({
+        status: 'SUCCESS',
+        queueName: 'tasks',
+        recorded: true,
+      });
     }
     const { rows } = await pool.query(`SELECT status, count(*)::int AS n FROM "${schema}".workflows GROUP BY status`);
     expect(rows).toEqual([{ status: 'SUCCESS', n: 3 }]);

@@ -27,7 +27,10 @@ describe('retention of finished workflows', () => {
     const tasks = app.get(RecordingTasks);
     const done = await app.queues.enqueue('tasks', tasks.echo, ['old']);
     await done.getResult();
-    const windowed = await app.queues.enqueue('tasks', tasks.echo, ['windowed'], { deduplicationId: 'w', deduplicationWindowMs: 60_000 });
+    const windowed = await app.queues.enqueue('tasks', tasks.echo, ['windowed'], {
+      deduplicationId: 'w',
+      deduplicationWindowMs: 60_000,
+    });
     await windowed.getResult();
     const running = await app.queues.enqueue('tasks', tasks.blocked, ['retention']);
     await pool.query(

@@ -48,7 +48,9 @@ describe('scheduler', () => {
     const schema = newSchema('wc');
     const app = await start({ schema, queues: [{ name: 'tasks', workerConcurrency: 3 }] }, [RecordingTasks]);
     const tasks = app.get(RecordingTasks);
-    const handles = await Promise.all(Array.from({ length: 12 }, () => app.queues.enqueue('tasks', tasks.blocked, ['wc'])));
+    const handles = await Promise.all(
+      Array.from({ length: 12 }, () => app.queues.enqueue('tasks', tasks.blocked, ['wc'])),
+    );
     await waitFor(() => tasks.running === 3, { what: '3 running' });
     expect(await countByStatus(schema)).toEqual({ PENDING: 3, ENQUEUED: 9 });
     tasks.gate('wc').open();
@@ -70,7 +72,9 @@ describe('scheduler', () => {
     expect(intervals).toHaveLength(40);
     expect(maxOverlap(intervals)).toBeLessThanOrEqual(4);
     expect(maxOverlap(intervals)).toBeGreaterThanOrEqual(2);
-    const byExecutor = (await pool.query(`SELECT executor_id, count(*)::int AS n FROM "${schema}".workflows GROUP BY 1`)).rows;
+    const byExecutor = (
+      await pool.query(`SELECT executor_id, count(*)::int AS n FROM "${schema}".workflows GROUP BY 1`)
+    ).rows;
     expect(byExecutor.reduce((sum, row) => sum + row.n, 0)).toBe(40);
   });
 

@@ -31,7 +31,7 @@ import { waitFor } from './support/wait-for';
 
 const iso = (dates: Date[]) => dates.map((date) => date.toISOString());
 
-describe('Schedule ticks across DST changes (the cron package\'s rule)', () => {
+describe("Schedule ticks across DST changes (the cron package's rule)", () => {
   const berlin = new TickCalculator('30 2 * * *', 'Europe/Berlin');
 
   it('fires a daily 02:30 that does not exist (spring forward) at 03:00, the first instant after the gap', () => {
@@ -119,9 +119,11 @@ describe('Schedule definitions and validation', () => {
   it('refuses at boot a @Scheduled method without a queue when several are declared, and a bad cron', async () => {
     await expect(
       startQueueApp({ schema, queues: [{ name: 'a' }, { name: 'b' }], worker: false }, [TwoQueueTasks]),
-    ).rejects.toThrow(new DedupQueueConfigurationError(
-      'TwoQueueTasks.unqueued: @Scheduled() options.queue must be given when several queues are declared ("a", "b")',
-    ));
+    ).rejects.toThrow(
+      new DedupQueueConfigurationError(
+        'TwoQueueTasks.unqueued: @Scheduled() options.queue must be given when several queues are declared ("a", "b")',
+      ),
+    );
     await expect(startQueueApp({ schema, worker: false }, [BadCronTasks])).rejects.toThrow(
       /BadCronTasks.badCron: @Scheduled\(\) cron "61 \* \* \* \*" is not a valid cron expression/,
     );
@@ -136,7 +138,10 @@ describe('Schedule definitions and validation', () => {
         { name: 'StackedTasks.other', workflowName: 'StackedTasks.other', source: 'decorator' },
         { name: 'yearly', workflowName: 'stacked-yearly', source: 'decorator' },
       ]);
-      for (const [name, maxAttempts] of [['yearly', 2], ['StackedTasks.other', 3]] as const) {
+      for (const [name, maxAttempts] of [
+        ['yearly', 2],
+        ['StackedTasks.other', 3],
+      ] as const) {
         const handle = await schedules.trigger<string>(name);
         expect(new Date(await handle.getResult()).toISOString()).toBe(await handle.getResult());
         const { rows } = await pool.query(`SELECT max_attempts FROM "${schema}".workflows WHERE workflow_id = $1`, [
@@ -278,10 +283,13 @@ describe('ScheduleService across two processes', () => {
     expect(created).toMatchObject({ name: 'report-acme', source: 'runtime', paused: false, lastRunAt: null });
     const seenByOther = await callSchedules<Array<{ name: string }>>(second, 'list');
     expect(seenByOther.map((schedule: { name: string }) => schedule.name)).toEqual(['pausable', 'report-acme']);
-    const reports = await waitFor(async () => {
-      const found = await succeeded('report-acme');
-      return found.length >= 2 && found;
-    }, { what: 'two runs of the run-time schedule' });
+    const reports = await waitFor(
+      async () => {
+        const found = await succeeded('report-acme');
+        return found.length >= 2 && found;
+      },
+      { what: 'two runs of the run-time schedule' },
+    );
     expect(reports.map((run) => run.output)).toEqual(reports.map(() => ['acme', 3]));
     const [, report] = await callSchedules<Array<Record<'lastRunAt' | 'lastWorkflowId' | 'nextRunAt', string>>>(
       second,

@@ -57,7 +57,10 @@ describe('Scheduled workflows across three processes', () => {
     );
     await stopSchedulers(second);
     for (const name of schedules) {
-      after.set(name, (await tickRuns(pool, schema, name)).filter((run) => run.createdAt > restartedAt));
+      after.set(
+        name,
+        (await tickRuns(pool, schema, name)).filter((run) => run.createdAt > restartedAt),
+      );
     }
   }, 60_000);
 
@@ -108,7 +111,7 @@ describe('Scheduled workflows across three processes', () => {
     expect(delays.length).toBeGreaterThanOrEqual(30);
   });
 
-  it("with overlap: false, keeps one run at a time and skips the ticks that come meanwhile", () => {
+  it('with overlap: false, keeps one run at a time and skips the ticks that come meanwhile', () => {
     const runs = (before.get('no-overlap') as ScheduleRun[]).filter((run) => run.completedAt !== null);
     expect(runs.length).toBeGreaterThanOrEqual(2);
     const byStart = [...runs].sort((a, b) => (a.startedAt as number) - (b.startedAt as number));

@@ -4,7 +4,12 @@
  * and recorded step errors come back as their classes.
  */
 import { Logger } from '@nestjs/common';
-import { InvalidArgumentError, QueueDeduplicatedError, WorkflowFailedError, WorkflowStatusInfo } from 'nest-dedup-queue';
+import {
+  InvalidArgumentError,
+  QueueDeduplicatedError,
+  WorkflowFailedError,
+  WorkflowStatusInfo,
+} from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
@@ -35,18 +40,24 @@ describe('parity with DBOS queue semantics (one process)', () => {
 
   const row = async (workflowId: string) =>
     (
-      await pool.query(
-        `SELECT *, not_before > now() AS delayed FROM "${schema}".workflows WHERE workflow_id = $1`,
-        [workflowId],
-      )
+      await pool.query(`SELECT *, not_before > now() AS delayed FROM "${schema}".workflows WHERE workflow_id = $1`, [
+        workflowId,
+      ])
     ).rows[0];
   const steps = async (workflowId: string) =>
-    (await pool.query(`SELECT step_index, output::text AS output, error FROM "${schema}".steps WHERE workflow_id = $1`, [workflowId])).rows;
+    (
+      await pool.query(
+        `SELECT step_index, output::text AS output, error FROM "${schema}".steps WHERE workflow_id = $1`,
+        [workflowId],
+      )
+    ).rows;
   const rowCount = async () => Number((await pool.query(`SELECT count(*) FROM "${schema}".workflows`)).rows[0].count);
   const startOf = (run: string) => tasks.starts.find((start) => start.run === run);
   const endOf = (run: string) => tasks.ends.find((end) => end.run === run);
   const warningsAbout = (workflowId: string) =>
-    warn.mock.calls.filter(([message]) => String(message).includes(workflowId) && String(message).includes('abandoned'));
+    warn.mock.calls.filter(
+      ([message]) => String(message).includes(workflowId) && String(message).includes('abandoned'),
+    );
   const pending = (workflowId: string) =>
     waitFor(async () => (await row(workflowId)).status === 'PENDING', { what: `${workflowId} PENDING` });
 
@@ -68,47 +79,50 @@ describe('parity with DBOS queue semantics (one process)', () => {
   });
 
   describe('cancelling or timing out a body that ignores its signal frees its slot at once', () => {
-    it.each(['local-one', 'global-one'])('on %s: the next workflow starts while the cancelled body still runs', async (queue) => {
-      const stuck = await app.queues.enqueue(queue, tasks.stuck, [`${queue}-A`], { deduplicationId: `${queue}-key` });
-      await pending(stuck.workflowId);
-      const next = await app.queues.enqueue(queue, tasks.quick, [`${queue}-B`]);
-      expect((await row(next.workflowId)).status).toBe('ENQUEUED');
+    it.each(['local-one', 'global-one'])(
+      'on %s: the next workflow starts while the cancelled body still runs',
+      async (queue) => {
+        const stuck = await app.queues.enqueue(queue, tasks.stuck, [`${queue}-A`], { deduplicationId: `${queue}-key` });
+        await pending(stuck.workflowId);
+        const next = await app.queues.enqueue(queue, tasks.quick, [`${queue}-B`]);
+        expect((await row(next.workflowId)).status).toBe('ENQUEUED');
 
-      const cancelledAt = Date.now();
-      await expect(app.queues.cancel(stuck.workflowId)).resolves.toBe('CANCELLED');
-      await expect(next.getResult({ timeoutMs: 5000 })).resolves.toBe(`${queue}-B`);
+        const cancelledAt = Date.now();
+        await expect(app.queues.cancel(stuck.workflowId)).resolves.toBe('CANCELLED');
+        await expect(next.getResult({ timeoutMs: 5000 })).resolves.toBe(`${queue}-B`);
 
-      const runs = tasks.starts.filter((start) => start.run.startsWith(queue)).map((start) => start.run);
-      expect(runs).toEqual([`${queue}-A#1`, `${queue}-B#1`]);
-      expect(startOf(`${queue}-B#1`)!.at).toBeGreaterThanOrEqual(cancelledAt);
-      expect(startOf(`${queue}-B#1`)!.at - cancelledAt).toBeLessThan(2000);
-      expect(endOf(`${queue}-A#1`)).toBeUndefined();
-      expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', active_deduplication_id: null });
-      expect(await row(next.workflowId)).toMatchObject({ status: 'SUCCESS' });
-      expect(app.queues.abandonedRuns()).toEqual([
-        {
-          workflowId: stuck.workflowId,
-          queueName: queue,
-          workflowName: 'ParityTasks.stuck',
-          reason: 'cancelled',
-          abandonedAt: expect.any(Date),
-          abandonedForMs: expect.any(Number),
-        },
-      ]);
-      // The key is free while the old body runs.
-      const retaken = app.queues.enqueue(queue, tasks.quick, [`${queue}-C`], { deduplicationId: `${queue}-key` });
-      await expect(retaken).resolves.toMatchObject({ created: true });
+        const runs = tasks.starts.filter((start) => start.run.startsWith(queue)).map((start) => start.run);
+        expect(runs).toEqual([`${queue}-A#1`, `${queue}-B#1`]);
+        expect(startOf(`${queue}-B#1`)!.at).toBeGreaterThanOrEqual(cancelledAt);
+        expect(startOf(`${queue}-B#1`)!.at - cancelledAt).toBeLessThan(2000);
+        expect(endOf(`${queue}-A#1`)).toBeUndefined();
+        expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', active_deduplication_id: null });
+        expect(await row(next.workflowId)).toMatchObject({ status: 'SUCCESS' });
+        expect(app.queues.abandonedRuns()).toEqual([
+          {
+            workflowId: stuck.workflowId,
+            queueName: queue,
+            workflowName: 'ParityTasks.stuck',
+            reason: 'cancelled',
+            abandonedAt: expect.any(Date),
+            abandonedForMs: expect.any(Number),
+          },
+        ]);
+        // The key is free while the old body runs.
+        const retaken = app.queues.enqueue(queue, tasks.quick, [`${queue}-C`], { deduplicationId: `${queue}-key` });
+        await expect(retaken).resolves.toMatchObject({ created: true });
 
-      await waitFor(() => warningsAbout(stuck.workflowId).length === 1, { what: 'the abandoned-body warning' });
-      tasks.release(`${queue}-A#1`);
-      await waitFor(() => endOf(`${queue}-A#1`), { what: 'the abandoned body to end' });
-      await waitFor(() => app.queues.abandonedRuns().length === 0, { what: 'the abandoned run to be forgotten' });
-      // Its step finished after the cancel: the checkpoint is refused and the step throws the signal's reason.
-      expect(endOf(`${queue}-A#1`)!.how).toBe('threw WorkflowInterruptedError');
-      expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', output: null });
-      expect(await steps(stuck.workflowId)).toEqual([]);
-      expect(warningsAbout(stuck.workflowId)).toHaveLength(1);
-    });
+        await waitFor(() => warningsAbout(stuck.workflowId).length === 1, { what: 'the abandoned-body warning' });
+        tasks.release(`${queue}-A#1`);
+        await waitFor(() => endOf(`${queue}-A#1`), { what: 'the abandoned body to end' });
+        await waitFor(() => app.queues.abandonedRuns().length === 0, { what: 'the abandoned run to be forgotten' });
+        // Its step finished after the cancel: the checkpoint is refused and the step throws the signal's reason.
+        expect(endOf(`${queue}-A#1`)!.how).toBe('threw WorkflowInterruptedError');
+        expect(await row(stuck.workflowId)).toMatchObject({ status: 'CANCELLED', output: null });
+        expect(await steps(stuck.workflowId)).toEqual([]);
+        expect(warningsAbout(stuck.workflowId)).toHaveLength(1);
+      },
+    );
 
     it('frees the slot exactly once: a concurrency-1 queue still runs one workflow at a time afterwards', async () => {
       const first = await app.queues.enqueue('local-one', tasks.stuck, ['once-A']);
@@ -135,8 +149,13 @@ describe('parity with DBOS queue semantics (one process)', () => {
       await expect(next.getResult({ timeoutMs: 5000 })).resolves.toBe('timeout-B');
       expect(startOf('timeout-B#1')!.at - startOf('timeout-A#1')!.at).toBeGreaterThanOrEqual(290);
       expect(endOf('timeout-A#1')).toBeUndefined();
-      expect(await row(slow.workflowId)).toMatchObject({ status: 'CANCELLED', error: { name: 'WorkflowTimeoutError' } });
-      expect(app.queues.abandonedRuns()).toEqual([expect.objectContaining({ workflowId: slow.workflowId, reason: 'timed-out' })]);
+      expect(await row(slow.workflowId)).toMatchObject({
+        status: 'CANCELLED',
+        error: { name: 'WorkflowTimeoutError' },
+      });
+      expect(app.queues.abandonedRuns()).toEqual([
+        expect.objectContaining({ workflowId: slow.workflowId, reason: 'timed-out' }),
+      ]);
       tasks.release('timeout-A#1');
       await waitFor(() => app.queues.abandonedRuns().length === 0, { what: 'no abandoned run' });
       expect((await row(slow.workflowId)).status).toBe('CANCELLED');
@@ -156,7 +175,9 @@ describe('parity with DBOS queue semantics (one process)', () => {
     });
 
     it('resumed while its abandoned body still runs: the old body can write neither steps nor outcome', async () => {
-      const handle = await app.queues.enqueue('local-one', tasks.stuck, ['resumed'], { workflowId: 'resumed-while-abandoned' });
+      const handle = await app.queues.enqueue('local-one', tasks.stuck, ['resumed'], {
+        workflowId: 'resumed-while-abandoned',
+      });
       await pending(handle.workflowId);
       // Resuming a PENDING workflow changes nothing.
       await app.queues.resume(handle.workflowId);
@@ -198,7 +219,8 @@ describe('parity with DBOS queue semantics (one process)', () => {
     const handle = await app.queues.enqueue('local-one', tasks.stuck, ['deadline'], { timeoutMs: 1500 });
     await pending(handle.workflowId);
     const firstDeadline: Date = (await row(handle.workflowId)).deadline_at;
-    const dbClockPast = async (time: number) => (await pool.query('SELECT now() > $1 AS past', [new Date(time)])).rows[0].past;
+    const dbClockPast = async (time: number) =>
+      (await pool.query('SELECT now() > $1 AS past', [new Date(time)])).rows[0].past;
     // The second run starts at least 500 ms after the first, so its deadline is that much later.
     await waitFor(() => dbClockPast(firstDeadline.getTime() - 1000), { what: 'half a second of the first run' });
     await app.queues.cancel(handle.workflowId);
@@ -215,26 +237,32 @@ describe('parity with DBOS queue semantics (one process)', () => {
   });
 
   describe('duplicate policies need a deduplication ID', () => {
-    it.each(['return-existing', 'replace'] as const)("refuses onDuplicate '%s' without one, before writing", async (onDuplicate) => {
-      const before = await rowCount();
-      await expect(app.queues.enqueue('plain', tasks.quick, ['x'], { onDuplicate })).rejects.toMatchObject({
-        name: 'InvalidArgumentError',
-        field: 'options.onDuplicate',
-      });
-      const bulk = app.queues.enqueueMany('plain', tasks.quick, [
-        // enqueueMany's items take no policy in their type; a JavaScript caller can still pass one.
-        { args: ['ok'], options: { deduplicationId: 'bulk-ok', onDuplicate } as never },
-        { args: ['bad'], options: { onDuplicate } as never },
-      ]);
-      await expect(bulk).rejects.toBeInstanceOf(InvalidArgumentError);
-      await expect(bulk).rejects.toMatchObject({ field: 'items[1].options.onDuplicate' });
-      expect(await rowCount()).toBe(before);
-    });
+    it.each(['return-existing', 'replace'] as const)(
+      "refuses onDuplicate '%s' without one, before writing",
+      async (onDuplicate) => {
+        const before = await rowCount();
+        await expect(app.queues.enqueue('plain', tasks.quick, ['x'], { onDuplicate })).rejects.toMatchObject({
+          name: 'InvalidArgumentError',
+          field: 'options.onDuplicate',
+        });
+        const bulk = app.queues.enqueueMany('plain', tasks.quick, [
+          // enqueueMany's items take no policy in their type; a JavaScript caller can still pass one.
+          { args: ['ok'], options: { deduplicationId: 'bulk-ok', onDuplicate } as never },
+          { args: ['bad'], options: { onDuplicate } as never },
+        ]);
+        await expect(bulk).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(bulk).rejects.toMatchObject({ field: 'items[1].options.onDuplicate' });
+        expect(await rowCount()).toBe(before);
+      },
+    );
   });
 
   describe('DELAYED', () => {
     it('reports a workflow waiting for its start time as DELAYED in getStatus, list, filters and counts; it holds its key', async () => {
-      const delayed = await app.queues.enqueue('held', tasks.quick, ['later'], { delayMs: 60_000, deduplicationId: 'delayed-key' });
+      const delayed = await app.queues.enqueue('held', tasks.quick, ['later'], {
+        delayMs: 60_000,
+        deduplicationId: 'delayed-key',
+      });
       await app.queues.pauseQueue('held');
       const ready = await app.queues.enqueue('held', tasks.quick, ['ready']);
       try {
@@ -247,7 +275,10 @@ describe('parity with DBOS queue semantics (one process)', () => {
         expect(ids(await app.queues.list({ queueName: 'held', status: 'ENQUEUED' }))).toEqual([ready.workflowId]);
         const notStarted = await app.queues.list({ queueName: 'held', status: ['ENQUEUED', 'DELAYED'] });
         expect(ids(notStarted)).toEqual([ready.workflowId, delayed.workflowId]);
-        expect((await app.queues.list({ queueName: 'held' })).map((workflow) => workflow.status)).toEqual(['ENQUEUED', 'DELAYED']);
+        expect((await app.queues.list({ queueName: 'held' })).map((workflow) => workflow.status)).toEqual([
+          'ENQUEUED',
+          'DELAYED',
+        ]);
         await expect(app.queues.countByStatus('held')).resolves.toEqual({ held: { ENQUEUED: 1, DELAYED: 1 } });
         const duplicate = app.queues.enqueue('held', tasks.quick, ['dup'], { deduplicationId: 'delayed-key' });
         await expect(duplicate).rejects.toBeInstanceOf(QueueDeduplicatedError);
@@ -266,7 +297,11 @@ describe('parity with DBOS queue semantics (one process)', () => {
     it('a retry backoff is DELAYED with the last error; resume runs it at once, the attempt counters go on', async () => {
       const handle = await app.queues.enqueue('plain', tasks.failsEveryTime, ['retry'], { priority: 7 });
       await waitFor(async () => (await row(handle.workflowId)).failed_attempts === 1, { what: 'the first failure' });
-      await expect(handle.getStatus()).resolves.toMatchObject({ status: 'DELAYED', attempts: 1, error: { message: 'retry#1 failed' } });
+      await expect(handle.getStatus()).resolves.toMatchObject({
+        status: 'DELAYED',
+        attempts: 1,
+        error: { message: 'retry#1 failed' },
+      });
       const listed = await app.queues.list({ status: 'DELAYED', workflowName: 'ParityTasks.failsEveryTime' });
       expect(listed.map((workflow) => workflow.workflowId)).toEqual([handle.workflowId]);
 
@@ -279,7 +314,11 @@ describe('parity with DBOS queue semantics (one process)', () => {
       expect(startOf('retry#2')!.at - resumedAt).toBeLessThan(5000);
       // The retry budget is not refreshed: the second run was the last of maxAttempts 2.
       expect(await row(handle.workflowId)).toMatchObject({
-        status: 'ERROR', attempts: 2, failed_attempts: 2, recovery_attempts: 0, priority: 7,
+        status: 'ERROR',
+        attempts: 2,
+        failed_attempts: 2,
+        recovery_attempts: 0,
+        priority: 7,
       });
     });
   });
@@ -297,7 +336,12 @@ describe('parity with DBOS queue semantics (one process)', () => {
       await app.queues.resume(delayed.workflowId);
       await expect(delayed.getResult({ timeoutMs: 5000 })).resolves.toBe('resume-delayed');
       expect(await row(delayed.workflowId)).toMatchObject({
-        status: 'SUCCESS', not_before: null, priority: 5, attempts: 1, recovery_attempts: 0, deduplication_id: 'rd',
+        status: 'SUCCESS',
+        not_before: null,
+        priority: 5,
+        attempts: 1,
+        recovery_attempts: 0,
+        deduplication_id: 'rd',
       });
 
       await app.queues.pauseQueue('held');
@@ -316,7 +360,10 @@ describe('parity with DBOS queue semantics (one process)', () => {
 
   describe('recorded step errors after a replay', () => {
     it("revive this library's and JavaScript's classes with their fields; a user's class comes back as Error with its name", async () => {
-      const holder = await app.queues.enqueue('plain', tasks.quick, ['holder'], { delayMs: 60_000, deduplicationId: 'err-held' });
+      const holder = await app.queues.enqueue('plain', tasks.quick, ['holder'], {
+        delayMs: 60_000,
+        deduplicationId: 'err-held',
+      });
       const handle = await app.queues.enqueue('plain', tasks.catchesStepErrors, ['err-held']);
       await waitFor(() => tasks.caught.length === 1, { what: 'the first run to catch its step errors' });
       const [firstStep] = (await steps(handle.workflowId)).sort((a, b) => a.step_index - b.step_index);
@@ -333,11 +380,15 @@ describe('parity with DBOS queue semantics (one process)', () => {
       expect(replayed).toEqual(second.seen);
       expect(second.seen).toEqual(afterReplay(first.seen));
       expect(first.seen[0]).toMatchObject({
-        name: 'QueueDeduplicatedError', isQueueDeduplicatedError: true, fields: { existingWorkflowId: holder.workflowId },
+        name: 'QueueDeduplicatedError',
+        isQueueDeduplicatedError: true,
+        fields: { existingWorkflowId: holder.workflowId },
       });
       expect(first.seen[1]).toMatchObject({ name: 'TypeError', isTypeError: true });
       expect(first.seen[2]).toMatchObject({
-        name: 'PaymentDeclinedError', isPaymentDeclinedError: true, fields: { code: 'card_declined', amount: 42 },
+        name: 'PaymentDeclinedError',
+        isPaymentDeclinedError: true,
+        fields: { code: 'card_declined', amount: 42 },
       });
       expect(second.seen.every((error) => error.isError && error.hasStack)).toBe(true);
       await app.queues.cancel(holder.workflowId);
@@ -346,10 +397,18 @@ describe('parity with DBOS queue semantics (one process)', () => {
     it('a recovery by another executor, after the first one shut down mid-run, replays them the same way', async () => {
       const holdKey = { delayMs: 60_000, deduplicationId: 'recovery-held' };
       const holder = await app.queues.enqueue('plain', tasks.quick, ['recovery-holder'], holdKey);
-      const options = { schema, queues: QUEUES, worker: { queues: ['recovery'] }, shutdownGraceMs: 50, heartbeatIntervalMs: 200 };
+      const options = {
+        schema,
+        queues: QUEUES,
+        worker: { queues: ['recovery'] },
+        shutdownGraceMs: 50,
+        heartbeatIntervalMs: 200,
+      };
       const leaving = await startQueueApp(options, [ParityTasks]);
       const leavingTasks = leaving.get(ParityTasks);
-      const { workflowId } = await leaving.queues.enqueue('recovery', leavingTasks.catchesStepErrors, ['recovery-held']);
+      const { workflowId } = await leaving.queues.enqueue('recovery', leavingTasks.catchesStepErrors, [
+        'recovery-held',
+      ]);
       await waitFor(() => leavingTasks.caught.length === 1, { what: 'the first run to catch its step errors' });
       await leaving.close();
       expect(await row(workflowId)).toMatchObject({ status: 'PENDING', attempts: 1 });

@@ -125,7 +125,9 @@ describe('graceful shutdown', () => {
     try {
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE "${schema}".workflows IN EXCLUSIVE MODE`);
-      await locker.query(`UPDATE "${schema}".workflows SET not_before = NULL WHERE workflow_id = $1`, [waiting.workflowId]);
+      await locker.query(`UPDATE "${schema}".workflows SET not_before = NULL WHERE workflow_id = $1`, [
+        waiting.workflowId,
+      ]);
       await pool.query('SELECT pg_notify($1, $2)', [`dedup_queue:${schema}`, 'inflight']);
       await waitFor(
         async () =>
@@ -185,7 +187,9 @@ describe('graceful shutdown', () => {
     await worker.message('ready');
     const handle = await enqueuer.queues.enqueue('sigterm', enqueuer.get(HoldingTasks).hold, ['sigterm-1']);
     const events = async () =>
-      (await pool.query(`SELECT kind FROM "${schema}".events WHERE key = 'sigterm-1' ORDER BY seq`)).rows.map((row) => row.kind);
+      (await pool.query(`SELECT kind FROM "${schema}".events WHERE key = 'sigterm-1' ORDER BY seq`)).rows.map(
+        (row) => row.kind,
+      );
     await waitFor(async () => (await events()).includes('started'), { what: 'the workflow to start in the child' });
 
     expect(await isListening(applicationName)).toBe(true);
@@ -199,6 +203,10 @@ describe('graceful shutdown', () => {
     await expect(worker.waitForExit()).resolves.toEqual({ code: 0, signal: null });
 
     expect(await events()).toEqual(['started', 'finished']);
-    expect(await rowOf(handle.workflowId)).toMatchObject({ status: 'SUCCESS', output: 'released sigterm-1', error: null });
+    expect(await rowOf(handle.workflowId)).toMatchObject({
+      status: 'SUCCESS',
+      output: 'released sigterm-1',
+      error: null,
+    });
   });
 });

@@ -25,12 +25,17 @@ describe('a pg_terminate_backend storm under load', () => {
     const { enqueuer, worker, children } = await startSteadyLoad('storm', options);
 
     let terminated = 0;
-    for (const stormEnd = Date.now() + 5000; Date.now() < stormEnd; ) {
+    for (const stormEnd = Date.now() + 5000; Date.now() < stormEnd;) {
       terminated += await server.terminateBackends(`application_name IN ('storm-app', 'storm-worker')`);
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
     const stormEndedAt = Date.now();
-    await waitForAcknowledged(children, enqueuer, acknowledgedCount(enqueuer) + 25, 'the app to enqueue again after the storm');
+    await waitForAcknowledged(
+      children,
+      enqueuer,
+      acknowledgedCount(enqueuer) + 25,
+      'the app to enqueue again after the storm',
+    );
     const resumedMs = Date.now() - stormEndedAt;
 
     await stopLoadProcesses([enqueuer]);
@@ -48,9 +53,13 @@ describe('a pg_terminate_backend storm under load', () => {
         balanced: true,
       });
       const errorsWithStacks = child.messages.filter(
-        (message) => message.type === 'log' && (message.details as string[]).some((detail) => detail.includes('\n    at ')),
+        (message) =>
+          message.type === 'log' && (message.details as string[]).some((detail) => detail.includes('\n    at ')),
       );
-      expect({ name: child.name, errorsWithStacks: errorsWithStacks.length }).toEqual({ name: child.name, errorsWithStacks: 0 });
+      expect({ name: child.name, errorsWithStacks: errorsWithStacks.length }).toEqual({
+        name: child.name,
+        errorsWithStacks: 0,
+      });
     }
   });
 });

@@ -48,7 +48,9 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'test servers', () => {
     try {
       expect(await primary.terminateBackends(`application_name = 'victim'`)).toBe(1);
       await expect(victim.query('SELECT 1')).rejects.toThrow();
-      expect(errors.map((error) => error.message).join()).toMatch(/terminating connection due to administrator command/);
+      expect(errors.map((error) => error.message).join()).toMatch(
+        /terminating connection due to administrator command/,
+      );
       expect((await bystander.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     } finally {
       await Promise.all([victim.end().catch(() => undefined), bystander.end()]);
@@ -62,11 +64,15 @@ describeWithTools(['postgres-15', 'pgbouncer'], 'test servers', () => {
       const pool = new Pool({ connectionString: bouncer.url, max: 2 });
       pool.on('error', () => undefined);
       try {
-        expect((await pool.query('SELECT current_setting($1) AS port', ['port'])).rows).toEqual([{ port: String(primary.port) }]);
+        expect((await pool.query('SELECT current_setting($1) AS port', ['port'])).rows).toEqual([
+          { port: String(primary.port) },
+        ]);
         expect(await bouncer.admin('SHOW POOLS')).toContainEqual(expect.objectContaining({ pool_mode: 'transaction' }));
         await bouncer.retarget(other.port);
         expect(bouncer.serverPort).toBe(other.port);
-        expect((await pool.query('SELECT current_setting($1) AS port', ['port'])).rows).toEqual([{ port: String(other.port) }]);
+        expect((await pool.query('SELECT current_setting($1) AS port', ['port'])).rows).toEqual([
+          { port: String(other.port) },
+        ]);
       } finally {
         await pool.end();
       }

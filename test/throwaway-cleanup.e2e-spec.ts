@@ -41,7 +41,12 @@ describe('throwaway-postgres cleanup', () => {
     env: NodeJS.ProcessEnv,
     { ownGroup = false } = {},
   ): { child: ChildProcess; output: () => string } {
-    const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: ownGroup });
+    const child = spawn(process.execPath, args, {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: ownGroup,
+    });
     started.push(child);
     let output = '';
     child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -80,24 +85,25 @@ describe('throwaway-postgres cleanup', () => {
     expect(entries.filter((name) => name.includes(basename(server.dataDir)))).toEqual([]);
   }
 
-  it.each(['SIGKILL', 'SIGHUP'] as const)('a demo killed with %s leaves no server and no data directory', async (signal) => {
-    const { child, server } = await startDemo();
-    expect(processesUsing(server.dataDir, ['postgres']).map(({ pid }) => pid)).toEqual([server.postmasterPid]);
-    expect(existsSync(server.dataDir)).toBe(true);
+  it.each(['SIGKILL', 'SIGHUP'] as const)(
+    'a demo killed with %s leaves no server and no data directory',
+    async (signal) => {
+      const { child, server } = await startDemo();
+      expect(processesUsing(server.dataDir, ['postgres']).map(({ pid }) => pid)).toEqual([server.postmasterPid]);
+      expect(existsSync(server.dataDir)).toBe(true);
 
-    child.kill(signal);
-    await waitFor(() => child.signalCode === signal, { what: `the demo to die of ${signal}` });
-    const killedAt = Date.now();
-    await expectNothingLeft(server, `the server of the demo killed with ${signal} to be gone`);
-    console.log(`[throwaway-cleanup] ${signal}: server and data directory gone ${Date.now() - killedAt} ms after the kill`);
-  });
+      child.kill(signal);
+      await waitFor(() => child.signalCode === signal, { what: `the demo to die of ${signal}` });
+      const killedAt = Date.now();
+      await expectNothingLeft(server, `the server of the demo killed with ${signal} to be gone`);
+      console.log(
+        `[throwaway-cleanup] ${signal}: server and data directory gone ${Date.now() - killedAt} ms after the kill`,
+      );
+    },
+  );
 
   it("a SIGKILL to the owner's whole process group (a terminal's processes) leaves nothing either", async () => {
-    const owner = spawnOwner(
-      ['-e', KEEP_A_SERVER],
-      process.env,
-      { ownGroup: true },
-    );
+    const owner = spawnOwner(['-e', KEEP_A_SERVER], process.env, { ownGroup: true });
     const server = await serverOf(owner.child.pid!);
     process.kill(-owner.child.pid!, 'SIGKILL');
     await waitFor(() => owner.child.signalCode === 'SIGKILL', { what: 'the owner to die' });

@@ -8,7 +8,13 @@
 import { Injectable } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { DedupQueueModule, InvalidArgumentError, QueueDeduplicatedError, QueueService, Workflow } from 'nest-dedup-queue';
+import {
+  DedupQueueModule,
+  InvalidArgumentError,
+  QueueDeduplicatedError,
+  QueueService,
+  Workflow,
+} from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { DataSource, EntityManager } from 'typeorm';
 import { Gate } from './fixtures/recording-tasks';
@@ -59,7 +65,12 @@ const variants: Array<[string, (schema: string) => Promise<Setup>]> = [
     async (schema) => {
       const module = await Test.createTestingModule({
         imports: [
-          DedupQueueModule.forRoot({ connection: { url: databaseUrl(), poolSize: 4 }, schema, queues: [{ name: 'tx' }], shutdownGraceMs: 1000 }),
+          DedupQueueModule.forRoot({
+            connection: { url: databaseUrl(), poolSize: 4 },
+            schema,
+            queues: [{ name: 'tx' }],
+            shutdownGraceMs: 1000,
+          }),
         ],
         providers: [TxTasks],
       }).compile();
@@ -84,7 +95,12 @@ const variants: Array<[string, (schema: string) => Promise<Setup>]> = [
           TypeOrmModule.forRoot({ type: 'postgres', url: databaseUrl(), poolSize: 6 }),
           DedupQueueModule.forRootAsync({
             inject: [DataSource],
-            useFactory: (dataSource: DataSource) => ({ dataSource, schema, queues: [{ name: 'tx' }], shutdownGraceMs: 1000 }),
+            useFactory: (dataSource: DataSource) => ({
+              dataSource,
+              schema,
+              queues: [{ name: 'tx' }],
+              shutdownGraceMs: 1000,
+            }),
           }),
         ],
         providers: [TxTasks],
@@ -125,14 +141,26 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
   });
 
   const rowsFor = async (key: string) =>
-    (await pool.query(`SELECT workflow_id, status, active_deduplication_id FROM ${table} WHERE deduplication_id = $1 ORDER BY seq`, [key])).rows;
-  const workflowExists = async (workflowId: string) => (await pool.query(`SELECT 1 FROM ${table} WHERE workflow_id = $1`, [workflowId])).rowCount === 1;
+    (
+      await pool.query(
+        `SELECT workflow_id, status, active_deduplication_id FROM ${table} WHERE deduplication_id = $1 ORDER BY seq`,
+        [key],
+      )
+    ).rows;
+  const workflowExists = async (workflowId: string) =>
+    (await pool.query(`SELECT 1 FROM ${table} WHERE workflow_id = $1`, [workflowId])).rowCount === 1;
   const orders = async (ids: string[]) =>
-    (await pool.query(`SELECT id FROM "${schema}".orders WHERE id = ANY($1) ORDER BY id`, [ids])).rows.map((row) => row.id);
+    (await pool.query(`SELECT id FROM "${schema}".orders WHERE id = ANY($1) ORDER BY id`, [ids])).rows.map(
+      (row) => row.id,
+    );
   /** How many statements on this schema's workflows wait for a lock (an enqueue of a key an open transaction holds). */
   const waitingInserts = async () =>
-    (await pool.query(`SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`%${table}%`]))
-      .rows[0].waiting as number;
+    (
+      await pool.query(
+        `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+        [`%${table}%`],
+      )
+    ).rows[0].waiting as number;
   /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */
   const settle = <T>(promise: Promise<T>) =>
     promise.then(
@@ -151,9 +179,11 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
       const handle = await queues.enqueue('tx', tasks.record, ['rolled-back'], { deduplicationId: key, manager });
       expect(handle.created).toBe(true);
       rolledBack = handle.workflowId;
-      expect(await manager.query(`SELECT status, active_deduplication_id FROM ${table} WHERE workflow_id = $1`, [rolledBack])).toEqual([
-        { status: 'ENQUEUED', active_deduplication_id: key },
-      ]);
+      expect(
+        await manager.query(`SELECT status, active_deduplication_id FROM ${table} WHERE workflow_id = $1`, [
+          rolledBack,
+        ]),
+      ).toEqual([{ status: 'ENQUEUED', active_deduplication_id: key }]);
       const bulk = await queues.enqueueMany(
         'tx',
         tasks.record,
@@ -165,7 +195,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
 
       // An enqueue of the same key outside the transaction waits for it: the open transaction holds the key.
       outside = settle(queues.enqueue('tx', tasks.record, ['outside'], { deduplicationId: key }));
-      await waitFor(async () => (await waitingInserts()) >= 1, { what: 'the outside enqueue to wait for the transaction' });
+      await waitFor(async () => (await waitingInserts()) >= 1, {
+        what: 'the outside enqueue to wait for the transaction',
+      });
       throw new Error('the caller rolls back');
     });
     await expect(rollback).rejects.toThrow('the caller rolls back');
@@ -182,7 +214,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
       await expect(queues.findByDeduplicationId('tx', `rollback-bulk-${n}`)).resolves.toBeUndefined();
     }
     expect(await orders(['order-rolled-back'])).toEqual([]);
-    await expect(queues.retrieve(waited.value!.workflowId).then((handle) => handle.getResult())).resolves.toBe('outside');
+    await expect(queues.retrieve(waited.value!.workflowId).then((handle) => handle.getResult())).resolves.toBe(
+      'outside',
+    );
     const again = await queues.enqueue('tx', tasks.record, ['bulk key free'], { deduplicationId: 'rollback-bulk-1' });
     expect(again.created).toBe(true);
     await again.getResult();
@@ -203,7 +237,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
       const probe = await queues.enqueue('tx', tasks.record, ['probe']);
       await expect(probe.getResult({ timeoutMs: 10_000 })).resolves.toBe('probe');
       expect(tasks.ran).not.toContain('committed');
-      expect(await manager.query(`SELECT status FROM ${table} WHERE workflow_id = $1`, [committed])).toEqual([{ status: 'ENQUEUED' }]);
+      expect(await manager.query(`SELECT status FROM ${table} WHERE workflow_id = $1`, [committed])).toEqual([
+        { status: 'ENQUEUED' },
+      ]);
     });
 
     expect(await workflowExists(committed)).toBe(true);
@@ -214,24 +250,42 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
   });
 
   it('raises QueueDeduplicatedError for a duplicate without aborting the caller’s transaction', async () => {
-    const holder = await queues.enqueue('tx', tasks.record, ['held'], { deduplicationId: 'dup-held', delayMs: 3_600_000 });
+    const holder = await queues.enqueue('tx', tasks.record, ['held'], {
+      deduplicationId: 'dup-held',
+      delayMs: 3_600_000,
+    });
     let takenInside = '';
     let bulkCreated = '';
 
     await dataSource.transaction(async (manager: EntityManager) => {
       await manager.query(`INSERT INTO "${schema}".orders (id) VALUES ('order-before')`);
 
-      const error = await queues.enqueue('tx', tasks.record, ['dup'], { deduplicationId: 'dup-held', manager }).catch((caught: unknown) => caught);
+      const error = await queues
+        .enqueue('tx', tasks.record, ['dup'], { deduplicationId: 'dup-held', manager })
+        .catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(QueueDeduplicatedError);
-      expect(error).toMatchObject({ queueName: 'tx', deduplicationId: 'dup-held', existingWorkflowId: holder.workflowId });
+      expect(error).toMatchObject({
+        queueName: 'tx',
+        deduplicationId: 'dup-held',
+        existingWorkflowId: holder.workflowId,
+      });
 
-      const existing = await queues.enqueue('tx', tasks.record, ['dup'], { deduplicationId: 'dup-held', onDuplicate: 'return-existing', manager });
-      expect({ workflowId: existing.workflowId, created: existing.created }).toEqual({ workflowId: holder.workflowId, created: false });
+      const existing = await queues.enqueue('tx', tasks.record, ['dup'], {
+        deduplicationId: 'dup-held',
+        onDuplicate: 'return-existing',
+        manager,
+      });
+      expect({ workflowId: existing.workflowId, created: existing.created }).toEqual({
+        workflowId: holder.workflowId,
+        created: false,
+      });
 
       // A key taken earlier in the same transaction is held for the rest of it.
       const inside = await queues.enqueue('tx', tasks.record, ['inside-1'], { deduplicationId: 'dup-inside', manager });
       takenInside = inside.workflowId;
-      await expect(queues.enqueue('tx', tasks.record, ['inside-2'], { deduplicationId: 'dup-inside', manager })).rejects.toMatchObject({
+      await expect(
+        queues.enqueue('tx', tasks.record, ['inside-2'], { deduplicationId: 'dup-inside', manager }),
+      ).rejects.toMatchObject({
         name: 'QueueDeduplicatedError',
         existingWorkflowId: takenInside,
       });
@@ -266,7 +320,7 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     await queues.cancel(holder.workflowId);
   });
 
-  it("waits for another open transaction that holds the key, then rejects without aborting this one", async () => {
+  it('waits for another open transaction that holds the key, then rejects without aborting this one', async () => {
     let first = '';
     let releaseFirst!: () => void;
     const firstMayCommit = new Promise<void>((resolve) => (releaseFirst = resolve));
@@ -275,7 +329,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
 
     const firstTransaction = dataSource.transaction(async (manager) => {
       // Delayed, so that it still holds the key when the second transaction looks (no worker runs it meanwhile).
-      first = (await queues.enqueue('tx', tasks.record, ['first'], { deduplicationId: 'two-tx', delayMs: 3_600_000, manager })).workflowId;
+      first = (
+        await queues.enqueue('tx', tasks.record, ['first'], { deduplicationId: 'two-tx', delayMs: 3_600_000, manager })
+      ).workflowId;
       firstEnqueued();
       await firstMayCommit;
     });
@@ -283,7 +339,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
 
     const secondTransaction = dataSource.transaction(async (manager) => {
       const second = settle(queues.enqueue('tx', tasks.record, ['second'], { deduplicationId: 'two-tx', manager }));
-      await waitFor(async () => (await waitingInserts()) >= 1, { what: 'the second transaction to wait for the first' });
+      await waitFor(async () => (await waitingInserts()) >= 1, {
+        what: 'the second transaction to wait for the first',
+      });
       releaseFirst();
       const { error } = await second;
       expect(error).toBeInstanceOf(QueueDeduplicatedError);
@@ -293,20 +351,36 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     await Promise.all([firstTransaction, secondTransaction]);
 
     expect(await orders(['order-second'])).toEqual(['order-second']);
-    expect(await rowsFor('two-tx')).toEqual([{ workflow_id: first, status: 'ENQUEUED', active_deduplication_id: 'two-tx' }]);
+    expect(await rowsFor('two-tx')).toEqual([
+      { workflow_id: first, status: 'ENQUEUED', active_deduplication_id: 'two-tx' },
+    ]);
     await queues.cancel(first);
   });
 
   it('undoes a replace of a queued holder when the transaction rolls back', async () => {
-    const holder = await queues.enqueue('tx', tasks.record, ['original'], { deduplicationId: 'replace-rollback', delayMs: 3_600_000 });
-    const inputs = async () => (await pool.query(`SELECT inputs::text AS inputs FROM ${table} WHERE workflow_id = $1`, [holder.workflowId])).rows[0].inputs;
+    const holder = await queues.enqueue('tx', tasks.record, ['original'], {
+      deduplicationId: 'replace-rollback',
+      delayMs: 3_600_000,
+    });
+    const inputs = async () =>
+      (await pool.query(`SELECT inputs::text AS inputs FROM ${table} WHERE workflow_id = $1`, [holder.workflowId]))
+        .rows[0].inputs;
     await expect(
       dataSource.transaction(async (manager) => {
-        const replaced = await queues.enqueue('tx', tasks.record, ['replacement'], { deduplicationId: 'replace-rollback', onDuplicate: 'replace', manager });
-        expect({ workflowId: replaced.workflowId, created: replaced.created }).toEqual({ workflowId: holder.workflowId, created: false });
-        expect(await manager.query(`SELECT inputs::text AS inputs FROM ${table} WHERE workflow_id = $1`, [holder.workflowId])).toEqual([
-          { inputs: '["replacement"]' },
-        ]);
+        const replaced = await queues.enqueue('tx', tasks.record, ['replacement'], {
+          deduplicationId: 'replace-rollback',
+          onDuplicate: 'replace',
+          manager,
+        });
+        expect({ workflowId: replaced.workflowId, created: replaced.created }).toEqual({
+          workflowId: holder.workflowId,
+          created: false,
+        });
+        expect(
+          await manager.query(`SELECT inputs::text AS inputs FROM ${table} WHERE workflow_id = $1`, [
+            holder.workflowId,
+          ]),
+        ).toEqual([{ inputs: '["replacement"]' }]);
         expect(await inputs()).toBe('["original"]');
         throw new Error('roll back the replace');
       }),
@@ -332,7 +406,12 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     });
 
     expect(followUp).toEqual({ workflowId: expect.any(String), created: true });
-    const rows = (await pool.query(`SELECT workflow_id, status, next_deduplication_id FROM ${table} WHERE deduplication_id = $1 ORDER BY seq`, [key])).rows;
+    const rows = (
+      await pool.query(
+        `SELECT workflow_id, status, next_deduplication_id FROM ${table} WHERE deduplication_id = $1 ORDER BY seq`,
+        [key],
+      )
+    ).rows;
     expect(rows).toEqual([
       { workflow_id: holder.workflowId, status: 'PENDING', next_deduplication_id: null },
       { workflow_id: followUp?.workflowId, status: 'ENQUEUED', next_deduplication_id: key },
@@ -340,7 +419,9 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     tasks.gate('tx-next-follow-up').open();
     tasks.gate('tx-next-holder').open();
     await expect(holder.getResult({ timeoutMs: 10_000 })).resolves.toBe('tx-next-holder');
-    await expect((await queues.retrieve(followUp!.workflowId)).getResult({ timeoutMs: 10_000 })).resolves.toBe('tx-next-follow-up');
+    await expect((await queues.retrieve(followUp!.workflowId)).getResult({ timeoutMs: 10_000 })).resolves.toBe(
+      'tx-next-follow-up',
+    );
   });
 
   it.each(['REPEATABLE READ', 'SERIALIZABLE'] as const)(
@@ -351,8 +432,11 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
       let outcome: unknown;
       await dataSource.transaction(isolation, async (manager) => {
         await manager.query(`INSERT INTO "${schema}".orders (id) VALUES ($1)`, [`${key}-before`]); // takes the snapshot
-        holder = (await queues.enqueue('tx', tasks.record, ['holder'], { deduplicationId: key, delayMs: 3_600_000 })).workflowId;
-        outcome = await queues.enqueue('tx', tasks.record, ['inside'], { deduplicationId: key, manager }).catch((caught: unknown) => caught);
+        holder = (await queues.enqueue('tx', tasks.record, ['holder'], { deduplicationId: key, delayMs: 3_600_000 }))
+          .workflowId;
+        outcome = await queues
+          .enqueue('tx', tasks.record, ['inside'], { deduplicationId: key, manager })
+          .catch((caught: unknown) => caught);
         if (!(outcome instanceof QueueDeduplicatedError)) return;
         await manager.query(`INSERT INTO "${schema}".orders (id) VALUES ($1)`, [`${key}-after`]);
       });
@@ -370,11 +454,17 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(error).toMatchObject({ field });
     };
-    await refused(queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: dataSource.manager }), 'options.manager');
+    await refused(
+      queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: dataSource.manager }),
+      'options.manager',
+    );
 
     const runner = dataSource.createQueryRunner();
     try {
-      await refused(queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: runner.manager }), 'options.manager');
+      await refused(
+        queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: runner.manager }),
+        'options.manager',
+      );
     } finally {
       await runner.release();
     }
@@ -383,10 +473,15 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     await dataSource.transaction(async (manager) => {
       finished = manager;
     });
-    await refused(queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: finished }), 'options.manager');
+    await refused(
+      queues.enqueue('tx', tasks.record, ['x'], { deduplicationId: 'no-tx', manager: finished }),
+      'options.manager',
+    );
 
     await refused(
-      queues.enqueueMany('tx', tasks.record, [{ args: ['x'], options: { deduplicationId: 'no-tx' } }], { manager: dataSource.manager }),
+      queues.enqueueMany('tx', tasks.record, [{ args: ['x'], options: { deduplicationId: 'no-tx' } }], {
+        manager: dataSource.manager,
+      }),
       'items[0].options.manager',
     );
     expect(await rowsFor('no-tx')).toEqual([]);

@@ -28,7 +28,7 @@ async function main() {
     await page.waitForSelector('main h1');
     await page.waitForSelector('table tbody tr');
     await page.waitForTimeout(300);
-    const height = await page.evaluate(() => document.querySelector('main').getBoundingClientRect().bottom);
+    const height = await page.evaluate(() => globalThis.document.querySelector('main').getBoundingClientRect().bottom);
     await page.screenshot({ path: file, clip: { x: 0, y: 0, width: 1280, height: Math.min(760, Math.ceil(height)) } });
     console.log(`wrote ${file}`);
   } finally {

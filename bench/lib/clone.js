@@ -20,7 +20,11 @@ async function cloneTemplateRow(url, table, templateWhere, templateParams, n, ov
     )
   ).map((row) => row.column_name);
   const select = columns.map((column) => (column in overrides ? `${overrides[column]}` : `t.${quote(column)}`));
-  const [template] = await query(url, `SELECT count(*)::int AS n FROM ${table} AS t WHERE ${templateWhere}`, templateParams);
+  const [template] = await query(
+    url,
+    `SELECT count(*)::int AS n FROM ${table} AS t WHERE ${templateWhere}`,
+    templateParams,
+  );
   if (template.n !== 1) throw new Error(`expected one template row in ${table}, found ${template.n}`);
   await query(
     url,

@@ -16,7 +16,8 @@ const REPO_DIR = path.resolve(BENCH_DIR, '..');
 // A run with a subset of systems or workloads, other sizes or fewer repetitions is "partial": it writes
 // results/partial-<time>.json only, and leaves latest.* and the README's table alone.
 const partial = Object.keys(process.env).some(
-  (name) => /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|W\d_)/.test(name) && process.env[name] !== '',
+  (name) =>
+    /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|W\d_)/.test(name) && process.env[name] !== '',
 );
 
 module.exports = {
@@ -36,9 +37,15 @@ module.exports = {
   },
 
   // Only these systems (comma-separated ids), e.g. BENCH_SYSTEMS=nest-dedup-queue,raw-sql
-  systems: process.env.BENCH_SYSTEMS ? process.env.BENCH_SYSTEMS.split(',').map((s) => s.trim()).filter(Boolean) : null,
+  systems: process.env.BENCH_SYSTEMS
+    ? process.env.BENCH_SYSTEMS.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : null,
   // Only these workloads, e.g. BENCH_WORKLOADS=w1,w2
-  workloads: process.env.BENCH_WORKLOADS ? process.env.BENCH_WORKLOADS.split(',').map((s) => s.trim().toLowerCase()) : null,
+  workloads: process.env.BENCH_WORKLOADS
+    ? process.env.BENCH_WORKLOADS.split(',').map((s) => s.trim().toLowerCase())
+    : null,
 
   reps: int('BENCH_REPS', 3),
   // W2 with stale statistics runs in the first `staleReps` repetitions; nest-dedup-queue's W2 variants (PgBouncer,
@@ -48,7 +55,12 @@ module.exports = {
   variants: int('BENCH_VARIANTS', 1) > 0,
   queueName: 'bench',
   // A W1 storm still running after maxSeconds is cut short (rate over the calls made; see workloads/w1-dedup-storm.js).
-  w1: { calls: int('BENCH_W1_CALLS', 20_000), keys: int('BENCH_W1_KEYS', 2_000), producers: 16, maxSeconds: int('BENCH_W1_MAX_SECONDS', 30) },
+  w1: {
+    calls: int('BENCH_W1_CALLS', 20_000),
+    keys: int('BENCH_W1_KEYS', 2_000),
+    producers: 16,
+    maxSeconds: int('BENCH_W1_MAX_SECONDS', 30),
+  },
   w2: { jobs: int('BENCH_W2_JOBS', 20_000), concurrency: 32 },
   w3: { jobs: int('BENCH_W3_JOBS', 2_000), ratePerSecond: 200, concurrency: 32 },
   w4: { finished: int('BENCH_W4_FINISHED', 1_000_000) },

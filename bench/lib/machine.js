@@ -9,7 +9,9 @@ async function machineInfo(adminUrl, redisVersion, repoDir) {
   let cpuModel = 'unknown';
   try {
     cpuModel = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.+)$/m) || [])[1] || cpuModel;
-  } catch {}
+  } catch {
+    // no /proc/cpuinfo: the model stays unknown
+  }
   const postgres = await withClient(adminUrl, async (client) => {
     const version = (await client.query('SHOW server_version')).rows[0].server_version.split(' ')[0];
     const settings = {};

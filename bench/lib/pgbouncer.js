@@ -64,7 +64,9 @@ async function startPgBouncer(serverUrl) {
     stop() {
       try {
         process.kill(pid, 'SIGTERM');
-      } catch {}
+      } catch {
+        // already gone
+      }
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -6,7 +6,16 @@ const NEST = 'nest-dedup-queue';
 
 /** Medians of what a drain cost and how its worker started (see workloads/w2-drain.js). */
 function costOf(list) {
-  const pick = (fn) => median(list.map((r) => { try { return fn(r); } catch { return null; } }));
+  const pick = (fn) =>
+    median(
+      list.map((r) => {
+        try {
+          return fn(r);
+        } catch {
+          return null;
+        }
+      }),
+    );
   return {
     workerUsPerJob: pick((r) => r.cpu.workerUsPerJob),
     storeUsPerJob: pick((r) => r.cpu.storeUsPerJob),
@@ -137,22 +146,45 @@ function evaluateTargets(summary) {
     const job = nest.w2.readyToFirstJobMs;
     add('start-up: claiming < 30 ms after app.init()', claim, 30, claim === null ? null : claim < 30, 'ms');
     add('start-up: first job < 100 ms after app.init()', job, 100, job === null ? null : job < 100, 'ms');
-    const cpu = (s) => (s && s.w2 && s.w2.workerUsPerJob !== null && s.w2.storeUsPerJob !== null ? s.w2.workerUsPerJob + s.w2.storeUsPerJob : null);
+    const cpu = (s) =>
+      s && s.w2 && s.w2.workerUsPerJob !== null && s.w2.storeUsPerJob !== null
+        ? s.w2.workerUsPerJob + s.w2.storeUsPerJob
+        : null;
     const ours = cpu(nest);
     const theirs = cpu(graphile);
-    add('CPU per job (worker + Postgres) ≤ graphile-worker', ours, theirs, ours === null || theirs === null ? null : ours <= theirs, `µs vs ${fmtInt(theirs)} µs`);
+    add(
+      'CPU per job (worker + Postgres) ≤ graphile-worker',
+      ours,
+      theirs,
+      ours === null || theirs === null ? null : ours <= theirs,
+      `µs vs ${fmtInt(theirs)} µs`,
+    );
     const st = nest.w2.statementsPerJob ?? nest.w2.commitsPerJob;
-    add('statements per job < 0.2', st, 0.2, st === null ? null : st < 0.2, `statements (commits ${fmtRatio3(nest.w2.commitsPerJob)})`);
+    add(
+      'statements per job < 0.2',
+      st,
+      0.2,
+      st === null ? null : st < 0.2,
+      `statements (commits ${fmtRatio3(nest.w2.commitsPerJob)})`,
+    );
   }
   if (nest.w4) atLeast('W4 ≥ 0.9 of W2', nest.w4.ratio, 0.9);
   if (nest.w5) {
-    add('W5 worker RSS flat under a backlog', nest.w5.peakRssMiB, nest.w5.w2PeakRssMiB, nest.w5.flat, 'MiB (backlog peak vs W2 peak)');
+    add(
+      'W5 worker RSS flat under a backlog',
+      nest.w5.peakRssMiB,
+      nest.w5.w2PeakRssMiB,
+      nest.w5.flat,
+      'MiB (backlog peak vs W2 peak)',
+    );
   }
   return targets;
 }
 
-const fmtInt = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : Math.round(v).toLocaleString('en-US'));
-const fmtMs = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v < 10 ? v.toFixed(2) : v.toFixed(1));
+const fmtInt = (v) =>
+  v === null || v === undefined || !Number.isFinite(v) ? '—' : Math.round(v).toLocaleString('en-US');
+const fmtMs = (v) =>
+  v === null || v === undefined || !Number.isFinite(v) ? '—' : v < 10 ? v.toFixed(2) : v.toFixed(1);
 const fmtRatio3 = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v.toFixed(3));
 const fmtRatio = (v) => (v === null || v === undefined || !Number.isFinite(v) ? '—' : v.toFixed(2));
 
@@ -173,7 +205,9 @@ function rows(systems, summary) {
       s.w3 ? fmtMs(s.w3.p50) + flag(s.w3) : '—',
       s.w3 ? fmtMs(s.w3.p95) : '—',
       s.w3 ? fmtMs(s.w3.p99) : '—',
-      s.w2 ? `${s.w2.readyToFirstClaimMs === null ? '' : `${fmtInt(s.w2.readyToFirstClaimMs)} / `}${fmtInt(s.w2.readyToFirstJobMs)}` : '—',
+      s.w2
+        ? `${s.w2.readyToFirstClaimMs === null ? '' : `${fmtInt(s.w2.readyToFirstClaimMs)} / `}${fmtInt(s.w2.readyToFirstJobMs)}`
+        : '—',
       s.w4 ? `${fmtRatio(s.w4.ratio)} (${fmtInt(s.w4.perSecond)}/s)${flag(s.w4)}` : '—',
       w5,
     ];
@@ -181,12 +215,25 @@ function rows(systems, summary) {
 }
 
 const HEADER = [
-  'system', 'W1 calls/s', 'W2 jobs/s (fresh stats)', 'W2 jobs/s (stale stats)', 'W3 p50 ms', 'W3 p95 ms', 'W3 p99 ms',
-  'start-up ms (claim / first job)', 'W4 ratio to W2', 'W5 RSS MiB (W2 / backlog)',
+  'system',
+  'W1 calls/s',
+  'W2 jobs/s (fresh stats)',
+  'W2 jobs/s (stale stats)',
+  'W3 p50 ms',
+  'W3 p95 ms',
+  'W3 p99 ms',
+  'start-up ms (claim / first job)',
+  'W4 ratio to W2',
+  'W5 RSS MiB (W2 / backlog)',
 ];
 
 const COST_HEADER = [
-  'system', 'W1 producer CPU µs/call', 'W1 commits/call', 'W2 CPU µs/job (worker + store)', 'W2 commits/job', 'W2 statements/job',
+  'system',
+  'W1 producer CPU µs/call',
+  'W1 commits/call',
+  'W2 CPU µs/job (worker + store)',
+  'W2 commits/job',
+  'W2 statements/job',
 ];
 
 function costRows(systems, summary) {
@@ -208,8 +255,16 @@ function variantRows(summary) {
   const v = summary[NEST] && summary[NEST].variants;
   if (!v || !Object.values(v).some(Boolean)) return null;
   const cell = (d) => (d ? fmtInt(d.perSecond) + (d.ok === false ? ' ✗' : '') : '—');
-  const cpu = (d) => (d && d.workerUsPerJob !== null ? `${fmtInt(d.workerUsPerJob)} + ${fmtInt(d.storeUsPerJob)}` : '—');
-  const header = ['', 'direct', 'through PgBouncer (transaction pooling)', '1 worker process', '2 worker processes', '4 worker processes'];
+  const cpu = (d) =>
+    d && d.workerUsPerJob !== null ? `${fmtInt(d.workerUsPerJob)} + ${fmtInt(d.storeUsPerJob)}` : '—';
+  const header = [
+    '',
+    'direct',
+    'through PgBouncer (transaction pooling)',
+    '1 worker process',
+    '2 worker processes',
+    '4 worker processes',
+  ];
   const order = [v.direct, v.pgbouncer, v.workers1, v.workers2, v.workers4];
   return [header, ['W2 jobs/s', ...order.map(cell)], ['CPU µs/job (worker + store)', ...order.map(cpu)]];
 }
@@ -225,7 +280,8 @@ function markdownRows([header, ...body]) {
 function textTable(systems, summary) {
   const body = rows(systems, summary);
   const widths = HEADER.map((h, i) => Math.max(h.length, ...body.map((r) => String(r[i]).length)));
-  const line = (cells) => cells.map((c, i) => (i === 0 ? String(c).padEnd(widths[i]) : String(c).padStart(widths[i]))).join('  ');
+  const line = (cells) =>
+    cells.map((c, i) => (i === 0 ? String(c).padEnd(widths[i]) : String(c).padStart(widths[i]))).join('  ');
   return [line(HEADER), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 
@@ -294,7 +350,9 @@ function markdownReport({ systems, summary, targets, machine, startedAt, duratio
   const lines = [];
   lines.push(`# nest-dedup-queue benchmark: latest run`);
   lines.push('');
-  lines.push(`Run ${startedAt}, ${Math.round(durationS)} s end to end, medians of ${config.reps} interleaved repetitions.`);
+  lines.push(
+    `Run ${startedAt}, ${Math.round(durationS)} s end to end, medians of ${config.reps} interleaved repetitions.`,
+  );
   lines.push('');
   lines.push(
     `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB; ${machine.os}; Node ${machine.node}; ` +
@@ -310,15 +368,15 @@ function markdownReport({ systems, summary, targets, machine, startedAt, duratio
       'W2: jobs/s draining 20,000 no-op jobs, one worker process, concurrency 32 (all recorded complete, checked), ' +
       `with fresh statistics (ANALYZE after the prefill, as autovacuum gives a running system; medians of ${config.reps}) ` +
       `and stale ones (no ANALYZE: whatever the table's earlier use left; medians of ${config.staleReps}). ` +
-      'Start-up: from the worker\'s boot resolving (for nest-dedup-queue `createApplicationContext`, i.e. `app.init()`) ' +
-      'to its first claim statement (where the adapter can see it) / to the first job\'s start, jobs waiting (W2, fresh). ' +
-      'CPU: utime + stime from /proc over the drain, of the worker process and of the store (the database\'s client ' +
-      'backends other than the orchestrator\'s; redis-server for BullMQ-Redis; plus PgBouncer behind it). Commits: ' +
-      'pg_stat_database xact_commit + xact_rollback deltas less the orchestrator\'s own statements (W1: the producer\'s ' +
+      "Start-up: from the worker's boot resolving (for nest-dedup-queue `createApplicationContext`, i.e. `app.init()`) " +
+      "to its first claim statement (where the adapter can see it) / to the first job's start, jobs waiting (W2, fresh). " +
+      "CPU: utime + stime from /proc over the drain, of the worker process and of the store (the database's client " +
+      "backends other than the orchestrator's; redis-server for BullMQ-Redis; plus PgBouncer behind it). Commits: " +
+      "pg_stat_database xact_commit + xact_rollback deltas less the orchestrator's own statements (W1: the producer's " +
       'boot included). Statements: every statement the worker sent, boot to shutdown (counted on its pg client; ' +
       'nest-dedup-queue only). ' +
       'W3: enqueue-to-start latency, 2,000 jobs at 200/s. W4: W2 with 1,000,000 finished jobs in the table, as a ratio to W2. ' +
-      'W5: the worker\'s peak RSS during W2 and on a 100,000-job backlog (* = ran for ' +
+      "W5: the worker's peak RSS during W2 and on a 100,000-job backlog (* = ran for " +
       `${config.w5.maxSeconds} s without draining it). † = the storm was cut short at ${config.w1.maxSeconds} s ` +
       '(rate over the calls made, accepted count checked against the keys called). ✗ = a correctness check failed (see latest.json).',
   );
@@ -357,7 +415,9 @@ function barPanel({ x, y, width, title, items, unit, format, cap, series }) {
   const out = [`<text x="${x}" y="${y}" font-size="14" font-weight="bold">${esc(title)}</text>`];
   let cy = y + 14;
   for (const item of items) {
-    out.push(`<text x="${x + labelWidth - 6}" y="${cy + (rowHeight - 8) / 2 + 4}" font-size="11" text-anchor="end">${esc(item.label)}</text>`);
+    out.push(
+      `<text x="${x + labelWidth - 6}" y="${cy + (rowHeight - 8) / 2 + 4}" font-size="11" text-anchor="end">${esc(item.label)}</text>`,
+    );
     item.values.forEach((value, k) => {
       const by = cy + k * barHeight;
       if (!Number.isFinite(value)) {
@@ -367,7 +427,9 @@ function barPanel({ x, y, width, title, items, unit, format, cap, series }) {
       const clipped = value > scaleMax;
       const w = Math.max(1, (Math.min(value, scaleMax) / scaleMax) * plotWidth);
       const fill = item.highlight ? series[k].highlight : series[k].color;
-      out.push(`<rect x="${x + labelWidth}" y="${by}" width="${w.toFixed(1)}" height="${barHeight - 2}" fill="${fill}"/>`);
+      out.push(
+        `<rect x="${x + labelWidth}" y="${by}" width="${w.toFixed(1)}" height="${barHeight - 2}" fill="${fill}"/>`,
+      );
       out.push(
         `<text x="${x + labelWidth + w + 4}" y="${by + barHeight - 2}" font-size="10">${clipped ? '› ' : ''}${esc(format(value))}${unit}</text>`,
       );
@@ -396,8 +458,20 @@ function svgChart(systems, summary, { title, subtitle }) {
   const k = (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)}k` : `${Math.round(v)}`);
   const blue = [{ name: '', color: '#8aa4c8', highlight: '#d9534f' }];
   const specs = [
-    { title: 'W1 dedup storm: enqueue calls/s (higher is better)', items: pick((s) => [s.w1 ? s.w1.perSecond : NaN]), unit: '/s', format: k, series: blue },
-    { title: 'W2 drain: jobs/s, concurrency 32 (higher is better)', items: pick((s) => [s.w2 ? s.w2.perSecond : NaN]), unit: '/s', format: k, series: blue },
+    {
+      title: 'W1 dedup storm: enqueue calls/s (higher is better)',
+      items: pick((s) => [s.w1 ? s.w1.perSecond : NaN]),
+      unit: '/s',
+      format: k,
+      series: blue,
+    },
+    {
+      title: 'W2 drain: jobs/s, concurrency 32 (higher is better)',
+      items: pick((s) => [s.w2 ? s.w2.perSecond : NaN]),
+      unit: '/s',
+      format: k,
+      series: blue,
+    },
     {
       title: 'W3 enqueue-to-start latency, ms (lower is better; scale cut at 25 ms)',
       items: pick((s) => (s.w3 ? [s.w3.p50, s.w3.p99] : [NaN, NaN])),
@@ -426,4 +500,13 @@ function svgChart(systems, summary, { title, subtitle }) {
   ].join('\n');
 }
 
-module.exports = { summarize, evaluateTargets, textTable, markdownTable, markdownReport, readmeSection, targetsText, svgChart };
+module.exports = {
+  summarize,
+  evaluateTargets,
+  textTable,
+  markdownTable,
+  markdownReport,
+  readmeSection,
+  targetsText,
+  svgChart,
+};

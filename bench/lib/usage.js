@@ -37,7 +37,9 @@ function pidsNamed(name) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       if (fs.readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === name) pids.push(Number(entry));
-    } catch {}
+    } catch {
+      // the process ended while we looked
+    }
   }
   return pids;
 }

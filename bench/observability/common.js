@@ -15,7 +15,8 @@ const core = fromRoot('@nestjs/core');
 const lib = require(LIBRARY_DIST);
 const { Pool } = fromRoot('pg');
 
-const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const DATABASE_URL =
+  process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
 /** A provider with one no-op `@Workflow()`, `BenchTasks.run`. */
 function benchTasks() {

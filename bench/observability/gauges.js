@@ -46,7 +46,10 @@ async function main() {
   console.log(`seeded ${FINISHED} finished + 2032 active rows in ${Date.now() - started} ms`);
 
   const results = {};
-  for (const [label, finishedCountsMaxAgeMs] of [['recount finished at every scrape', 0], ['default (finished recounted every 60 s)', 60_000]]) {
+  for (const [label, finishedCountsMaxAgeMs] of [
+    ['recount finished at every scrape', 0],
+    ['default (finished recounted every 60 s)', 60_000],
+  ]) {
     const registry = new Registry();
     const { app } = await startApp({
       schema: SCHEMA,
@@ -66,7 +69,12 @@ async function main() {
       .split('\n')
       .filter((line) => line.startsWith('dedup_queue_workflows{'))
       .reduce((sum, line) => sum + Number(line.split(' ')[1]), 0);
-    results[label] = { firstMs: times[0], medianMs: median(times.slice(1)), maxMs: Math.max(...times.slice(1)), rowsCounted: total };
+    results[label] = {
+      firstMs: times[0],
+      medianMs: median(times.slice(1)),
+      maxMs: Math.max(...times.slice(1)),
+      rowsCounted: total,
+    };
   }
   console.table(results);
   for (const sql of [

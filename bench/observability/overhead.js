@@ -31,12 +31,18 @@ async function runOnce(mode, pool) {
   const traced = mode.includes('tracing');
   const provider = traced
     ? new NodeTracerProvider({
-        spanProcessors: [new BatchSpanProcessor({ export: (spans, done) => done({ code: 0 }), shutdown: async () => {} })],
+        spanProcessors: [
+          new BatchSpanProcessor({ export: (spans, done) => done({ code: 0 }), shutdown: async () => {} }),
+        ],
       })
     : undefined;
   provider?.register();
   const registry = mode.includes('metrics') ? new Registry() : undefined;
-  const options = { schema: SCHEMA, queues: [{ name: 'bench', workerConcurrency: 32 }], ...(registry ? { metrics: { registry } } : {}) };
+  const options = {
+    schema: SCHEMA,
+    queues: [{ name: 'bench', workerConcurrency: 32 }],
+    ...(registry ? { metrics: { registry } } : {}),
+  };
   const scraper = registry && setInterval(() => void registry.metrics(), 1000);
   try {
     const producer = await startApp({ ...options, worker: false });

@@ -29,7 +29,9 @@ async function measure(mode) {
   const tracer = new WorkflowTracer(lifecycle);
   const provider = mode.includes('tracing')
     ? new NodeTracerProvider({
-        spanProcessors: [new BatchSpanProcessor({ export: (spans, done) => done({ code: 0 }), shutdown: async () => {} })],
+        spanProcessors: [
+          new BatchSpanProcessor({ export: (spans, done) => done({ code: 0 }), shutdown: async () => {} }),
+        ],
       })
     : undefined;
   provider?.register();
@@ -43,7 +45,12 @@ async function measure(mode) {
   for (let i = 0; i < N; i++) {
     const workflow = { workflowId: `w${i}`, queueName: 'bench', workflowName: 'BenchTasks.run', traceContext: null };
     await tracer.send('bench', [workflow], async () => {
-      lifecycle.emit({ event: 'enqueued', workflowId: workflow.workflowId, queueName: 'bench', workflowName: 'BenchTasks.run' });
+      lifecycle.emit({
+        event: 'enqueued',
+        workflowId: workflow.workflowId,
+        queueName: 'bench',
+        workflowName: 'BenchTasks.run',
+      });
     });
     const ref = { workflowId: workflow.workflowId, queueName: 'bench', workflowName: 'BenchTasks.run' };
     lifecycle.emit({ event: 'started', ...ref, attempt: 1, waitSeconds: 0.01 });

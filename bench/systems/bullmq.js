@@ -88,7 +88,14 @@ module.exports = {
   },
 
   async pending(ctx) {
-    const counts = await adminQueue(ctx).getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'paused');
+    const counts = await adminQueue(ctx).getJobCounts(
+      'waiting',
+      'active',
+      'delayed',
+      'prioritized',
+      'waiting-children',
+      'paused',
+    );
     return Object.values(counts).reduce((sum, n) => sum + n, 0);
   },
 

@@ -55,16 +55,28 @@ module.exports = {
   async prefill(ctx, n) {
     const { runRole } = require('../lib/proc');
     const prefix = `p${Date.now()}-`;
-    await runRole({ module: 'dbos', ctx, role: 'enqueue-many', args: { n: 1, producers: 1, keyPrefix: prefix } }, 60_000);
-    const [template] = await query(ctx.databaseUrl, `SELECT workflow_uuid FROM ${STATUS} WHERE deduplication_id = $1`, [`${prefix}0`]);
+    await runRole(
+      { module: 'dbos', ctx, role: 'enqueue-many', args: { n: 1, producers: 1, keyPrefix: prefix } },
+      60_000,
+    );
+    const [template] = await query(ctx.databaseUrl, `SELECT workflow_uuid FROM ${STATUS} WHERE deduplication_id = $1`, [
+      `${prefix}0`,
+    ]);
     const id = `'${prefix}' || i`;
     await cloneTemplateRow(ctx.databaseUrl, STATUS, 't.workflow_uuid = $1', [template.workflow_uuid], n, {
       workflow_uuid: id,
       deduplication_id: id,
     });
-    await cloneTemplateRow(ctx.databaseUrl, 'dbos.workflow_input', 't.workflow_uuid = $1', [template.workflow_uuid], n, {
-      workflow_uuid: id,
-    });
+    await cloneTemplateRow(
+      ctx.databaseUrl,
+      'dbos.workflow_input',
+      't.workflow_uuid = $1',
+      [template.workflow_uuid],
+      n,
+      {
+        workflow_uuid: id,
+      },
+    );
   },
 
   async pending(ctx) {
@@ -86,7 +98,9 @@ module.exports = {
   },
 
   async stored(ctx) {
-    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${STATUS} WHERE queue_name = $1`, [ctx.queueName]);
+    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${STATUS} WHERE queue_name = $1`, [
+      ctx.queueName,
+    ]);
     return row.n;
   },
 

@@ -42,7 +42,8 @@ module.exports = {
     try {
       for (let start = 0; start < n; start += 5000) {
         const specs = [];
-        for (let i = start; i < Math.min(n, start + 5000); i++) specs.push({ identifier: TASK, payload: { i }, jobKey: `p${i}` });
+        for (let i = start; i < Math.min(n, start + 5000); i++)
+          specs.push({ identifier: TASK, payload: { i }, jobKey: `p${i}` });
         await utils.addJobs(specs);
       }
     } finally {

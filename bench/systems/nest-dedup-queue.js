@@ -149,7 +149,9 @@ module.exports = {
   },
 
   async stored(ctx) {
-    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${TABLE} WHERE queue_name = $1`, [ctx.queueName]);
+    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${TABLE} WHERE queue_name = $1`, [
+      ctx.queueName,
+    ]);
     return row.n;
   },
 

@@ -88,7 +88,9 @@ module.exports = {
   },
 
   async stored(ctx) {
-    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${JOB} WHERE name = $1`, [ctx.queueName]);
+    const [row] = await query(ctx.databaseUrl, `SELECT count(*)::int AS n FROM ${JOB} WHERE name = $1`, [
+      ctx.queueName,
+    ]);
     return row.n;
   },
 

@@ -111,7 +111,11 @@ module.exports = {
            RETURNING id`;
     return {
       async enqueue(key, payload) {
-        const result = await pool.query({ name: `enqueue-${mode}`, text: insert, values: [ctx.queueName, key, payload] });
+        const result = await pool.query({
+          name: `enqueue-${mode}`,
+          text: insert,
+          values: [ctx.queueName, key, payload],
+        });
         return result.rowCount === 1;
       },
       close: () => pool.end(),

@@ -17,7 +17,9 @@ function distinctKeys(calls, keys, made) {
 module.exports = async function dedupStorm(system, ctx, config) {
   await system.adapter.reset(ctx);
   const { calls, keys, producers, maxSeconds } = config.w1;
-  const transactions = ctx.databaseUrl ? new Transactions({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl }) : null;
+  const transactions = ctx.databaseUrl
+    ? new Transactions({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl })
+    : null;
   if (transactions) await transactions.start();
   const result = await runRole(
     { module: system.module, ctx, role: 'storm', args: { calls, keys, producers, maxSeconds } },

@@ -11,7 +11,10 @@ async function prefill(system, ctx, n, runRoleTimeoutMs = 600_000) {
   if (system.adapter.prefill) return system.adapter.prefill(ctx, n);
   // No bulk path: the system's own enqueue API, 16 producers (not measured).
   const { runRole } = require('../lib/proc');
-  const result = await runRole({ module: system.module, ctx, role: 'enqueue-many', args: { n, producers: 16, keyPrefix: `p${Date.now()}-` } }, runRoleTimeoutMs);
+  const result = await runRole(
+    { module: system.module, ctx, role: 'enqueue-many', args: { n, producers: 16, keyPrefix: `p${Date.now()}-` } },
+    runRoleTimeoutMs,
+  );
   if (result.accepted !== n) throw new Error(`prefill accepted ${result.accepted} of ${n}`);
 }
 
@@ -34,12 +37,20 @@ async function drain(
   const pendingBefore = await system.adapter.pending(ctx);
   if (pendingBefore !== jobs) throw new Error(`prefill left ${pendingBefore} pending jobs, expected ${jobs}`);
 
-  const transactions = ctx.databaseUrl ? new Transactions({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl }) : null;
+  const transactions = ctx.databaseUrl
+    ? new Transactions({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl })
+    : null;
   if (transactions) await transactions.start();
   const tFork = nowNs();
   const children = Array.from(
     { length: workers },
-    () => new Child({ module: system.module, ctx, role: 'worker', args: { mode: 'drain', expect: jobs, concurrency: config.w2.concurrency } }),
+    () =>
+      new Child({
+        module: system.module,
+        ctx,
+        role: 'worker',
+        args: { mode: 'drain', expect: jobs, concurrency: config.w2.concurrency },
+      }),
   );
   const child = children[0];
   const samples = [];
@@ -55,14 +66,18 @@ async function drain(
   let startup = null;
   try {
     const first = await Promise.any(children.map((c) => c.waitFor('first', 60_000)));
-    const store = new StoreCpu({ adminUrl: ctx.adminUrl, databaseUrl: ctx.databaseUrl, extraPids: ctx.storePids || [] });
+    const store = new StoreCpu({
+      adminUrl: ctx.adminUrl,
+      databaseUrl: ctx.databaseUrl,
+      extraPids: ctx.storePids || [],
+    });
     const workerCpu0 = children.map((c) => cpuSeconds(c.pid));
     await store.start();
     const tFirst = BigInt(first.t);
     let done = null;
     try {
       done = workers === 1 ? await child.waitFor('bodies-done', timeoutMs) : true;
-    } catch (error) {
+    } catch {
       timedOut = true;
       problems.push(`not drained within ${Math.round(timeoutMs / 1000)} s`);
     }
@@ -78,7 +93,9 @@ async function drain(
           break;
         }
         if (Date.now() > deadline) {
-          problems.push(`${left} jobs still not recorded complete ${workers === 1 ? '30 s after their bodies ran' : 'in time'}`);
+          problems.push(
+            `${left} jobs still not recorded complete ${workers === 1 ? '30 s after their bodies ran' : 'in time'}`,
+          );
           break;
         }
         await sleep(workers === 1 ? 2 : 20);
@@ -86,7 +103,10 @@ async function drain(
       if (tEnd) {
         elapsedMs = Number(tEnd - tFirst) / 1e6;
         perSecond = jobs / (elapsedMs / 1000);
-        const workerSeconds = children.reduce((sum, c, i) => sum + ((cpuSeconds(c.pid) ?? NaN) - (workerCpu0[i] ?? NaN)), 0);
+        const workerSeconds = children.reduce(
+          (sum, c, i) => sum + ((cpuSeconds(c.pid) ?? NaN) - (workerCpu0[i] ?? NaN)),
+          0,
+        );
         const storeSeconds = await store.stop();
         cpu = { workerUsPerJob: (workerSeconds * 1e6) / jobs, storeUsPerJob: (storeSeconds * 1e6) / jobs };
       }
@@ -108,7 +128,8 @@ async function drain(
   await Promise.all(children.map((c) => c.stop()));
   const stopped = children.map((c) => c.messages.find((m) => m.type === 'stopped'));
   if (startup && stopped[0] && stopped[0].tFirstClaim) {
-    startup.readyToFirstClaimMs = Number(BigInt(stopped[0].tFirstClaim) - BigInt(child.messages.find((m) => m.type === 'ready').tReady)) / 1e6;
+    startup.readyToFirstClaimMs =
+      Number(BigInt(stopped[0].tFirstClaim) - BigInt(child.messages.find((m) => m.type === 'ready').tReady)) / 1e6;
   }
   if (!timedOut) {
     const ran = stopped.every(Boolean) ? stopped.reduce((sum, m) => sum + m.count, 0) : null;

@@ -8,14 +8,22 @@ const { percentile, sleep } = require('../lib/stats');
 module.exports = async function latency(system, ctx, config) {
   await system.adapter.reset(ctx);
   const { jobs, ratePerSecond, concurrency } = config.w3;
-  const worker = new Child({ module: system.module, ctx, role: 'worker', args: { mode: 'latency', expect: jobs, concurrency } });
+  const worker = new Child({
+    module: system.module,
+    ctx,
+    role: 'worker',
+    args: { mode: 'latency', expect: jobs, concurrency },
+  });
   const problems = [];
   try {
     await worker.waitFor('ready', 60_000);
     await sleep(500);
     const latenciesPromise = worker.waitFor('latencies', 60_000 + (jobs / ratePerSecond) * 1000);
     latenciesPromise.catch(() => {});
-    const produced = await runRole({ module: system.module, ctx, role: 'latency-producer', args: { jobs, ratePerSecond } }, 120_000);
+    const produced = await runRole(
+      { module: system.module, ctx, role: 'latency-producer', args: { jobs, ratePerSecond } },
+      120_000,
+    );
     if (produced.errors) problems.push(`${produced.errors} enqueues failed`);
     const { values } = await latenciesPromise;
     return {

@@ -158,7 +158,9 @@ async function main() {
     const { Module } = require('@nestjs/common');
     class AppModule {}
     Module({
-      imports: [DedupQueueModule.forRoot({ connection: { url: databaseUrl }, schema, queues: [{ name: 'user_tasks' }] })],
+      imports: [
+        DedupQueueModule.forRoot({ connection: { url: databaseUrl }, schema, queues: [{ name: 'user_tasks' }] }),
+      ],
       controllers: [ProcessController],
       providers: [UserTasks],
     })(AppModule);

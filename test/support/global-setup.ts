@@ -14,7 +14,9 @@ export default async function globalSetup(): Promise<void> {
   const database = await databaseUrlOrThrowaway();
   process.env.DATABASE_URL = database.url;
   globalThis.__testDatabase = { ...database, previousDatabaseUrl };
-  const where = database.throwaway ? `a throwaway PostgreSQL server at ${database.url}` : `DATABASE_URL (${redact(database.url)})`;
+  const where = database.throwaway
+    ? `a throwaway PostgreSQL server at ${database.url}`
+    : `DATABASE_URL (${redact(database.url)})`;
   console.log(`\n[test] database: ${where}`);
 }
 

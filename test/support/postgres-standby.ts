@@ -49,7 +49,8 @@ export async function startPostgresStandby(
     async promote(): Promise<void> {
       await standby.pgCtl(['-t', '60', 'promote']);
       await waitFor(
-        async () => (await standby.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery'))[0].recovery === false,
+        async () =>
+          (await standby.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery'))[0].recovery === false,
         { timeoutMs: 30_000, what: 'the promoted standby to accept writes' },
       );
     },

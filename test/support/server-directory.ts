@@ -34,7 +34,10 @@ export function serverAccount(name: string): ServerAccount | undefined {
   return account;
 }
 
-export async function createServerDirectory(prefix: string, account: ServerAccount | undefined): Promise<ServerDirectory> {
+export async function createServerDirectory(
+  prefix: string,
+  account: ServerAccount | undefined,
+): Promise<ServerDirectory> {
   const path = await mkdtemp(join(tmpdir(), `${prefix}-`));
   if (account) await chown(path, account.uid, account.gid);
   const watchdog = startOwnerWatchdog({ directories: [path] });

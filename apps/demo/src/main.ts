@@ -16,7 +16,9 @@ async function bootstrap(): Promise<void> {
   app.enableShutdownHooks();
   const port = Number(process.env.PORT ?? 3000);
   await app.listen(port);
-  logger.log(`Listening on http://localhost:${port}  (try: curl -i -X POST http://localhost:${port}/process/u1, twice)`);
+  logger.log(
+    `Listening on http://localhost:${port}  (try: curl -i -X POST http://localhost:${port}/process/u1, twice)`,
+  );
   logger.log(`Dashboard: http://localhost:${port}/queues`);
 }
 

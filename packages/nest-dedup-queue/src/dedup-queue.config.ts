@@ -137,7 +137,9 @@ export function resolveConfig(
   const heartbeatIntervalMs =
     positiveIntegerOrUndefined(options.heartbeatIntervalMs, 'heartbeatIntervalMs', fail) ?? Math.ceil(leaseMs / 3);
   if (heartbeatIntervalMs >= leaseMs) fail('`heartbeatIntervalMs` must be shorter than `leaseMs`');
-  const endpoint = describeEndpoint((options.dataSource?.options ?? options.connection) as EndpointSettings | undefined);
+  const endpoint = describeEndpoint(
+    (options.dataSource?.options ?? options.connection) as EndpointSettings | undefined,
+  );
   if (options.pooler !== undefined && options.pooler !== 'transaction' && options.pooler !== 'none') {
     fail("`pooler` must be 'transaction' (PgBouncer pool_mode = transaction, Supavisor, ...) or 'none'");
   }
@@ -158,7 +160,8 @@ export function resolveConfig(
     workerQueues,
     executorId,
     externalWorkflows: resolveExternalWorkflows(options.externalWorkflows, fail),
-    pollIntervalMs: positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
+    pollIntervalMs:
+      positiveIntegerOrUndefined(options.pollIntervalMs, 'pollIntervalMs', fail) ?? DEFAULT_POLL_INTERVAL_MS,
     shutdownGraceMs: nonNegativeInteger(options.shutdownGraceMs, 'shutdownGraceMs', fail) ?? DEFAULT_SHUTDOWN_GRACE_MS,
     leaseMs,
     heartbeatIntervalMs,
@@ -254,7 +257,11 @@ export function resolveLimits(
   const workerConcurrency =
     positiveIntegerOrUndefined(limits.workerConcurrency, `${prefix}workerConcurrency`, fail) ??
     Math.min(concurrency ?? DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_CONCURRENCY);
-  const partitionConcurrency = positiveIntegerOrUndefined(limits.partitionConcurrency, `${prefix}partitionConcurrency`, fail);
+  const partitionConcurrency = positiveIntegerOrUndefined(
+    limits.partitionConcurrency,
+    `${prefix}partitionConcurrency`,
+    fail,
+  );
   const rateLimit = limits.rateLimit;
   if (rateLimit !== undefined) {
     if (rateLimit === null || typeof rateLimit !== 'object') fail(`\`${prefix}rateLimit\` must be { limit, periodMs }`);
@@ -279,7 +286,11 @@ export function isPartitioned(queue: ResolvedQueue): boolean {
   return queue.partitionConcurrency !== undefined || queue.rateLimit?.perPartition === true;
 }
 
-function positiveIntegerOrUndefined(value: unknown, name: string, fail: (message: string) => never): number | undefined {
+function positiveIntegerOrUndefined(
+  value: unknown,
+  name: string,
+  fail: (message: string) => never,
+): number | undefined {
   if (value === undefined) return undefined;
   if (!Number.isInteger(value) || (value as number) < 1) fail(`\`${name}\` must be a positive integer`);
   return value as number;

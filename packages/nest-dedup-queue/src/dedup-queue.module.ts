@@ -64,7 +64,11 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
       useFactory: (options: DedupQueueModuleOptions, config: DedupQueueConfig) => createQueueDatabase(options, config),
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
-    { provide: WorkflowStore, useFactory: (database: QueueDatabase) => new WorkflowStore(database), inject: [QueueDatabase] },
+    {
+      provide: WorkflowStore,
+      useFactory: (database: QueueDatabase) => new WorkflowStore(database),
+      inject: [QueueDatabase],
+    },
     {
       provide: QueueControlStore,
       useFactory: (database: QueueDatabase) => new QueueControlStore(database),

@@ -89,7 +89,10 @@ export class QueueService {
   }
 
   /** A handle to the workflow that holds a deduplication ID in a queue now, or undefined when the ID is free. */
-  async findByDeduplicationId<R = unknown>(queueName: string, deduplicationId: string): Promise<WorkflowHandle<R> | undefined> {
+  async findByDeduplicationId<R = unknown>(
+    queueName: string,
+    deduplicationId: string,
+  ): Promise<WorkflowHandle<R> | undefined> {
     return this.lookup.findByDeduplicationId<R>(queueName, deduplicationId);
   }
 

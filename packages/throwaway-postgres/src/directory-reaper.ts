@@ -34,7 +34,7 @@ function signal(pid: number, name: NodeJS.Signals): void {
 }
 
 async function until(condition: () => boolean, timeoutMs: number): Promise<boolean> {
-  for (const deadline = Date.now() + timeoutMs; !condition(); ) {
+  for (const deadline = Date.now() + timeoutMs; !condition();) {
     if (Date.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }

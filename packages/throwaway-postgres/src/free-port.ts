@@ -15,4 +15,3 @@ export function findFreePort(host = '127.0.0.1'): Promise<number> {
     });
   });
 }
-

@@ -142,7 +142,18 @@ async function initdb(
   log: LogTail,
   deadline: number,
 ): Promise<void> {
-  const args = ['-D', dataDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-locale', '--no-sync', '--no-instructions'];
+  const args = [
+    '-D',
+    dataDir,
+    '-U',
+    'postgres',
+    '--auth=trust',
+    '-E',
+    'UTF8',
+    '--no-locale',
+    '--no-sync',
+    '--no-instructions',
+  ];
   const child = spawn(binaries.initdb, args, spawnOptions);
   log.attach(child.stdout, '[initdb] ');
   log.attach(child.stderr, '[initdb] ');
@@ -235,7 +246,7 @@ class ServerProcess {
       signal(child, 'SIGQUIT');
       const pidFile = path.join(this.dataDir, 'postmaster.pid');
       const sleeper = new Int32Array(new SharedArrayBuffer(4));
-      for (const until = Date.now() + 3000; existsSync(pidFile) && Date.now() < until; ) Atomics.wait(sleeper, 0, 0, 10);
+      for (const until = Date.now() + 3000; existsSync(pidFile) && Date.now() < until;) Atomics.wait(sleeper, 0, 0, 10);
       if (existsSync(pidFile)) signal(child, 'SIGKILL');
     }
     this.child = undefined;

@@ -36,7 +36,9 @@ export class QueueControlService {
     assertQueueDeclared(this.config, queueName);
     const unknown = unknownKey(limits ?? {}, QUEUE_LIMIT_KEYS);
     if (unknown) throw new InvalidArgumentError(`limits.${unknown.key}`, unknown.reason);
-    const given = Object.fromEntries(Object.entries(limits ?? {}).filter(([, value]) => value !== null && value !== undefined));
+    const given = Object.fromEntries(
+      Object.entries(limits ?? {}).filter(([, value]) => value !== null && value !== undefined),
+    );
     resolveLimits(queueName, given, 'limits.', (message) => {
       throw new InvalidArgumentError('limits', message);
     });

@@ -59,13 +59,20 @@ export class WorkflowControlService {
         const row = await this.store.findRow(workflowId);
         const key = row?.deduplication_id as string;
         const holder = await this.inserter.findHolder(row?.queue_name as string, key);
-        throw new QueueDeduplicatedError(row?.queue_name as string, key, holder?.workflowId ?? '(finished meanwhile; try again)');
+        throw new QueueDeduplicatedError(
+          row?.queue_name as string,
+          key,
+          holder?.workflowId ?? '(finished meanwhile; try again)',
+        );
       }
       throw error;
     }
     if (!resumed) throw new WorkflowNotFoundError(workflowId);
     if (resumed.before === 'SUCCESS' || resumed.before === 'ERROR') {
-      throw new InvalidArgumentError('workflowId', `names a workflow that ended with ${resumed.before}; only CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows can be resumed`);
+      throw new InvalidArgumentError(
+        'workflowId',
+        `names a workflow that ended with ${resumed.before}; only CANCELLED or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows can be resumed`,
+      );
     }
     return this.handles.handle<R>(workflowId);
   }
@@ -80,7 +87,10 @@ export class WorkflowControlService {
     });
     if (status === undefined) throw new WorkflowNotFoundError(workflowId);
     if (status !== 'ENQUEUED') {
-      throw new InvalidArgumentError('workflowId', `names a workflow that is ${status}; only ENQUEUED workflows can be rescheduled`);
+      throw new InvalidArgumentError(
+        'workflowId',
+        `names a workflow that is ${status}; only ENQUEUED workflows can be rescheduled`,
+      );
     }
   }
 }

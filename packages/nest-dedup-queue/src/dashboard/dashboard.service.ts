@@ -8,11 +8,7 @@ import { UnknownQueueError } from '../errors/unknown-queue.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { DedupQueueDashboardOptions } from '../interfaces/dashboard-options.interface';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
-import {
-  WORKFLOW_STATUSES,
-  WorkflowErrorInfo,
-  WorkflowStatus,
-} from '../interfaces/workflow-status.interface';
+import { WORKFLOW_STATUSES, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { QueueService } from '../queue.service';
 import type {
   DashboardCount,
@@ -24,7 +20,6 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
-
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;

@@ -42,5 +42,12 @@ export function describeEndpoint(settings: EndpointSettings | undefined): Databa
   const port = Number(settings?.port ?? fromUrl.port ?? 5432);
   const user = settings?.username ?? settings?.user ?? fromUrl.user ?? process.env.PGUSER ?? 'postgres';
   const database = settings?.database ?? fromUrl.database ?? user;
-  return { host, port, database, user, label: `${host}:${port}/${database}`, connectTimeoutMs: fromUrl.connectTimeoutMs };
+  return {
+    host,
+    port,
+    database,
+    user,
+    label: `${host}:${port}/${database}`,
+    connectTimeoutMs: fromUrl.connectTimeoutMs,
+  };
 }

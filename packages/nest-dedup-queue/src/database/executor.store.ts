@@ -56,7 +56,9 @@ export class ExecutorStore {
   }
 
   async remove(executorId: string): Promise<void> {
-    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], { idempotent: true });
+    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], {
+      idempotent: true,
+    });
   }
 
   /**
@@ -80,7 +82,12 @@ export class ExecutorStore {
     );
     return rows.map((row) => ({
       workflowId: row.workflow_id,
-      reason: row.status !== 'CANCELLED' ? 'ownership-lost' : row.error_name === 'WorkflowTimeoutError' ? 'timed-out' : 'cancelled',
+      reason:
+        row.status !== 'CANCELLED'
+          ? 'ownership-lost'
+          : row.error_name === 'WorkflowTimeoutError'
+            ? 'timed-out'
+            : 'cancelled',
       attempt: row.attempts ?? undefined,
     }));
   }
@@ -144,11 +151,11 @@ export class ExecutorStore {
        recovered AS (
          UPDATE ${this.workflows} AS w
          SET ${finishWorkflowSql({
-               row: 'w.',
-               status: `CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+           row: 'w.',
+           status: `CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                              ELSE ${STATUS_SQL.ENQUEUED} END`,
-               endsWhen: DEAD_LETTERED,
-             })},
+           endsWhen: DEAD_LETTERED,
+         })},
              recovery_attempts = w.recovery_attempts + 1,
              executor_id = NULL
          FROM orphans WHERE w.workflow_id = orphans.workflow_id

@@ -17,7 +17,10 @@ const logger = new Logger('DedupQueueModule');
  * cannot be reached it tries again `retryAttempts` times, `retryDelay` apart, logging one line per attempt; then
  * fails with an error that names the module, the host, port, database and user, and what to check.
  */
-export async function createQueueDatabase(options: DedupQueueModuleOptions, config: DedupQueueConfig): Promise<QueueDatabase> {
+export async function createQueueDatabase(
+  options: DedupQueueModuleOptions,
+  config: DedupQueueConfig,
+): Promise<QueueDatabase> {
   if (options.dataSource && options.dataSource.options.type !== 'postgres') {
     throw new DedupQueueConfigurationError(
       `DedupQueueModule: the dataSource is of type "${options.dataSource.options.type}"; nest-dedup-queue needs Postgres`,
@@ -25,16 +28,22 @@ export async function createQueueDatabase(options: DedupQueueModuleOptions, conf
   }
   const endpoint = config.endpoint;
   for (let attempt = 1; ; attempt++) {
-    const database = new QueueDatabase(options.dataSource ?? ownDataSource(options, config), config.schema, !options.dataSource, {
-      endpoint,
-      preparedStatements: !config.transactionPooler,
-      connectTimeoutMs: config.connectTimeoutMs,
-    });
+    const database = new QueueDatabase(
+      options.dataSource ?? ownDataSource(options, config),
+      config.schema,
+      !options.dataSource,
+      {
+        endpoint,
+        preparedStatements: !config.transactionPooler,
+        connectTimeoutMs: config.connectTimeoutMs,
+      },
+    );
     try {
       if (!database.dataSource.isInitialized) await database.dataSource.initialize();
       database.guardPoolConnections();
       const applied = await runMigrations(database, MIGRATIONS);
-      if (applied.length > 0) logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
+      if (applied.length > 0)
+        logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
       return database;
     } catch (error) {
       await database.close().catch(() => undefined);

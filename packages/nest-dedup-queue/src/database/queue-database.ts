@@ -122,7 +122,11 @@ export class QueueDatabase implements OnApplicationShutdown {
    * violation, a lock timeout) gives its connection back to the pool instead of destroying it; only a broken
    * connection is discarded.
    */
-  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = [], options: QueryOptions = {}): Promise<T[]> {
+  async query<T = Record<string, unknown>>(
+    sql: string,
+    params: unknown[] = [],
+    options: QueryOptions = {},
+  ): Promise<T[]> {
     const name = options.prepared && this.settings.preparedStatements ? statementName(sql) : undefined;
     for (let attempt = 1; ; attempt++) {
       let sent = false;
@@ -153,7 +157,7 @@ export class QueueDatabase implements OnApplicationShutdown {
     const connection = await this.connect();
     try {
       await connection.client.query('BEGIN');
-      const query: Query = async <R,>(sql: string, params: unknown[] = []) =>
+      const query: Query = async <R>(sql: string, params: unknown[] = []) =>
         (await connection.client.query<R>(sql, params)).rows;
       const result = await work(query);
       await connection.client.query('COMMIT');
@@ -161,7 +165,10 @@ export class QueueDatabase implements OnApplicationShutdown {
       this.monitor.succeeded();
       return result;
     } catch (error) {
-      const rolledBack = await connection.client.query('ROLLBACK').then(() => true, () => false);
+      const rolledBack = await connection.client.query('ROLLBACK').then(
+        () => true,
+        () => false,
+      );
       connection.release(rolledBack && keepsConnection(error) ? undefined : (error as Error));
       throw this.classify(error);
     }
@@ -229,7 +236,8 @@ export class QueueDatabase implements OnApplicationShutdown {
       this.monitor.failed(error);
       return this.unavailable(error);
     }
-    if (isServerError(error) && !(error instanceof DedupQueueError)) return new DatabaseQueryError(driverErrorOf(error));
+    if (isServerError(error) && !(error instanceof DedupQueueError))
+      return new DatabaseQueryError(driverErrorOf(error));
     return error;
   }
 

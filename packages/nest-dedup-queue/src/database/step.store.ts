@@ -40,7 +40,12 @@ export class StepStore {
   }
 
   async load(workflowId: string): Promise<Map<number, RecordedStep>> {
-    const rows = await this.database.query<{ step_index: number; step_name: string; output: string | null; error: WorkflowErrorInfo | null }>(
+    const rows = await this.database.query<{
+      step_index: number;
+      step_name: string;
+      output: string | null;
+      error: WorkflowErrorInfo | null;
+    }>(
       `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps} WHERE workflow_id = $1`,
       [workflowId],
       { idempotent: true },
@@ -79,7 +84,9 @@ export class StepStore {
   async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     try {
       return await this.database.dataSource.transaction(async (manager) => {
-        await manager.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`);
+        await manager.query(
+          `SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`,
+        );
         return work(manager);
       });
     } catch (error) {

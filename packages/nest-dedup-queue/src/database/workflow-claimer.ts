@@ -85,13 +85,18 @@ export class WorkflowClaimer {
     const partitioned = isPartitioned(request.queue);
     if (!hasGlobalLimits(request.queue)) {
       const sql = this.claimSql(false);
-      return { workflows: toClaimed(await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), { prepared: true })) };
+      return {
+        workflows: toClaimed(
+          await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), { prepared: true }),
+        ),
+      };
     }
     return this.database.transaction(async (query) => {
       await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
-      const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1 FOR UPDATE`, [
-        request.queue.name,
-      ]);
+      const [queue] = await query<{ paused: boolean }>(
+        `SELECT paused FROM ${this.queues} WHERE queue_name = $1 FOR UPDATE`,
+        [request.queue.name],
+      );
       if (queue?.paused) return { workflows: [] };
       const { limit, retryInMs } = await this.allowedStarts(query, request);
       if (limit <= 0) return { workflows: [], retryInMs };

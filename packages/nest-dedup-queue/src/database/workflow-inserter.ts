@@ -115,9 +115,13 @@ export class WorkflowInserter {
     return rows.map((row): InsertResult => {
       if (row.inserted) return { outcome: 'inserted' };
       if (row.existing_queue !== null) {
-        return { outcome: 'duplicate-workflow-id', existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string } };
+        return {
+          outcome: 'duplicate-workflow-id',
+          existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string },
+        };
       }
-      if (row.deduplication_id !== null) return { outcome: 'deduplicated', ...(row.holder_id ? { holderId: row.holder_id } : {}) };
+      if (row.deduplication_id !== null)
+        return { outcome: 'deduplicated', ...(row.holder_id ? { holderId: row.holder_id } : {}) };
       return { outcome: 'retry' };
     });
   }
@@ -130,7 +134,11 @@ export class WorkflowInserter {
     const holder = await this.findHolderWith(this.query, queueName, deduplicationId);
     if (holder || !this.savepoints) return holder;
     // A caller's REPEATABLE READ snapshot may predate the holder's commit: look with a fresh one.
-    return this.findHolderWith((sql, params) => this.database.query(sql, params, { idempotent: true }), queueName, deduplicationId);
+    return this.findHolderWith(
+      (sql, params) => this.database.query(sql, params, { idempotent: true }),
+      queueName,
+      deduplicationId,
+    );
   }
 
   private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {
@@ -153,7 +161,14 @@ export class WorkflowInserter {
                              ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED} AND attempts = 0
        RETURNING workflow_id`,
-      [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.runAt, workflow.delayMs],
+      [
+        workflow.queueName,
+        workflow.deduplicationId,
+        workflow.inputsJson,
+        workflow.workflowName,
+        workflow.runAt,
+        workflow.delayMs,
+      ],
     );
     return rows[0]?.workflow_id;
   }
@@ -191,7 +206,10 @@ export class WorkflowInserter {
       [workflowId],
     );
     if (!rows[0]) return { outcome: 'retry' };
-    return { outcome: 'duplicate-workflow-id', existing: { queueName: rows[0].queue_name, workflowName: rows[0].workflow_name } };
+    return {
+      outcome: 'duplicate-workflow-id',
+      existing: { queueName: rows[0].queue_name, workflowName: rows[0].workflow_name },
+    };
   }
 
   private async guarded<T>(statement: () => Promise<T>): Promise<T> {

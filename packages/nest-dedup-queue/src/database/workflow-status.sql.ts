@@ -14,7 +14,10 @@ function isStored(status: WorkflowStatus): status is StoredWorkflowStatus {
 
 /** A list of statuses as SQL, for `status IN ...`: `('ENQUEUED', 'PENDING')`. */
 export function statusListSql(statuses: readonly WorkflowStatus[]): string {
-  return `(${statuses.filter(isStored).map((status) => `'${status}'`).join(', ')})`;
+  return `(${statuses
+    .filter(isStored)
+    .map((status) => `'${status}'`)
+    .join(', ')})`;
 }
 
 /**

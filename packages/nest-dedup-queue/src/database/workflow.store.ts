@@ -116,11 +116,11 @@ export class WorkflowStore {
       `WITH finished AS (
          UPDATE ${this.table} AS w
          SET ${finishWorkflowSql({
-               row: 'w.',
-               status: `CASE WHEN o.status = 'RETRY' THEN ${STATUS_SQL.ENQUEUED} ELSE o.status END`,
-               endsWhen: `o.status <> 'RETRY'`,
-               keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
-             })},
+           row: 'w.',
+           status: `CASE WHEN o.status = 'RETRY' THEN ${STATUS_SQL.ENQUEUED} ELSE o.status END`,
+           endsWhen: `o.status <> 'RETRY'`,
+           keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
+         })},
              executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
              not_before = now() + o.retry_delay_ms * interval '1 millisecond',
              failed_attempts = w.failed_attempts + (o.status <> ${STATUS_SQL.SUCCESS})::int,
@@ -248,7 +248,9 @@ export class WorkflowStore {
    * deduplication ID again (a unique violation if another workflow holds it meanwhile) and keeps its completed
    * steps. Returns the status it had before, or undefined when it does not exist.
    */
-  async resume(workflowId: string): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
+  async resume(
+    workflowId: string,
+  ): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
     const row = await this.findRow(workflowId);
     if (!row) return undefined;
     if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
@@ -321,7 +323,10 @@ export class WorkflowStore {
     if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
     if (filter.status !== undefined) {
       const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
-      params.push(wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)), wanted);
+      params.push(
+        wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)),
+        wanted,
+      );
       const [stored, reported] = [params.length - 1, params.length];
       conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
     }

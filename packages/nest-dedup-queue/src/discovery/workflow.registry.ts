@@ -41,7 +41,9 @@ export class WorkflowRegistry {
   register(workflow: RegisteredWorkflow): void {
     const { maxAttempts, maxRecoveryAttempts, queue } = workflow.options;
     if (maxAttempts !== undefined && !(Number.isInteger(maxAttempts) && maxAttempts >= 1)) {
-      throw new DedupQueueConfigurationError(`${workflow.declaredAt}: @Workflow({ maxAttempts }) must be a positive integer`);
+      throw new DedupQueueConfigurationError(
+        `${workflow.declaredAt}: @Workflow({ maxAttempts }) must be a positive integer`,
+      );
     }
     if (maxRecoveryAttempts !== undefined && !(Number.isInteger(maxRecoveryAttempts) && maxRecoveryAttempts >= 0)) {
       throw new DedupQueueConfigurationError(
@@ -128,7 +130,7 @@ export class WorkflowRegistry {
     if (!this.workflows.has(metadata.name)) {
       throw new UnknownWorkflowError(
         metadata.name,
-        'its class is not a provider of this application; add it to a module\'s providers',
+        "its class is not a provider of this application; add it to a module's providers",
       );
     }
     return metadata.name;

@@ -65,12 +65,20 @@ export class EnqueueService {
     const prepared = [];
     for (const [index, item] of items.entries()) {
       prepared.push(
-        await this.prepare(queueName, workflow, item?.args, { ...item?.options, manager: options.manager }, `items[${index}].options`, `items[${index}].args`),
+        await this.prepare(
+          queueName,
+          workflow,
+          item?.args,
+          { ...item?.options, manager: options.manager },
+          `items[${index}].options`,
+          `items[${index}].args`,
+        ),
       );
     }
     const ids = new Set<string>();
     prepared.forEach(({ row }, index) => {
-      if (ids.has(row.workflowId)) throw new InvalidArgumentError(`items[${index}].options.workflowId`, 'repeats an earlier item\'s workflowId');
+      if (ids.has(row.workflowId))
+        throw new InvalidArgumentError(`items[${index}].options.workflowId`, "repeats an earlier item's workflowId");
       ids.add(row.workflowId);
     });
     const rows = prepared.map(({ row }) => row);
@@ -102,7 +110,12 @@ export class EnqueueService {
     const workflowName = this.registry.resolveName(workflow);
     const workflowOptions = this.registry.runOptions(workflowName);
     const inputsJson = serialiseArgs(args, argsField);
-    const valid = validateEnqueueOptions(options, queueName, await this.isPartitioned(queueName, options), optionsField);
+    const valid = validateEnqueueOptions(
+      options,
+      queueName,
+      await this.isPartitioned(queueName, options),
+      optionsField,
+    );
     const row: NewWorkflow = {
       workflowId: valid.workflowId ?? randomUUID(),
       queueName,
@@ -131,7 +144,11 @@ export class EnqueueService {
     return isPartitioned(this.settings.effective(queueName));
   }
 
-  private async bulkOutcome(row: NewWorkflow, result: InsertResult, manager?: EntityManager): Promise<BulkEnqueueResult> {
+  private async bulkOutcome(
+    row: NewWorkflow,
+    result: InsertResult,
+    manager?: EntityManager,
+  ): Promise<BulkEnqueueResult> {
     if (result.outcome === 'inserted') {
       this.enqueuer.inserted(row);
       return { status: 'created', workflowId: row.workflowId };
@@ -149,7 +166,12 @@ export class EnqueueService {
       return { status: 'duplicate', workflowId: result.holderId };
     }
     try {
-      const enqueued = await this.enqueuer.enqueue(row, { onDuplicate: 'reject', whenRunning: 'reject' }, manager, false);
+      const enqueued = await this.enqueuer.enqueue(
+        row,
+        { onDuplicate: 'reject', whenRunning: 'reject' },
+        manager,
+        false,
+      );
       return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };
     } catch (error) {
       if (error instanceof QueueDeduplicatedError) return { status: 'duplicate', workflowId: error.existingWorkflowId };

@@ -60,7 +60,10 @@ export class WorkflowEnqueuer {
           this.inserted(workflow);
           return { workflowId: workflow.workflowId, created: true };
         case 'duplicate-workflow-id':
-          if (result.existing.queueName !== workflow.queueName || result.existing.workflowName !== workflow.workflowName) {
+          if (
+            result.existing.queueName !== workflow.queueName ||
+            result.existing.workflowName !== workflow.workflowName
+          ) {
             throw new WorkflowIdConflictError(workflow.workflowId, result.existing);
           }
           return { workflowId: workflow.workflowId, created: false };
@@ -71,7 +74,9 @@ export class WorkflowEnqueuer {
         }
       }
     }
-    throw new Error(`Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`);
+    throw new Error(
+      `Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`,
+    );
   }
 
   /** Undefined when the holder is gone by now: the caller inserts again. */
@@ -94,7 +99,10 @@ export class WorkflowEnqueuer {
       case 'retry':
         return undefined;
       case 'return-existing':
-        return this.hit(workflow, holder.workflowId, 'returned-existing', { workflowId: holder.workflowId, created: false });
+        return this.hit(workflow, holder.workflowId, 'returned-existing', {
+          workflowId: holder.workflowId,
+          created: false,
+        });
       case 'queue-next': {
         const followUp = await inserter.upsertFollowUp(workflow);
         if (followUp?.created) this.inserted({ ...workflow, workflowId: followUp.workflowId });
@@ -114,12 +122,15 @@ export class WorkflowEnqueuer {
   }
 
   private hit<T>(workflow: NewWorkflow, existingWorkflowId: string, outcome: DeduplicationOutcome, result: T): T {
-    this.events.emit({
-      queueName: workflow.queueName,
-      deduplicationId: workflow.deduplicationId as string,
-      existingWorkflowId,
-      outcome,
-    }, workflow.workflowName);
+    this.events.emit(
+      {
+        queueName: workflow.queueName,
+        deduplicationId: workflow.deduplicationId as string,
+        existingWorkflowId,
+        outcome,
+      },
+      workflow.workflowName,
+    );
     return result;
   }
 }

@@ -24,7 +24,9 @@ export class DatabaseQueryError extends DedupQueueError {
     override readonly cause: unknown,
   ) {
     const fields = (cause ?? {}) as ServerErrorFields;
-    super(`Postgres refused a statement of nest-dedup-queue: ${fields.code ? `${fields.code}: ` : ''}${fields.message ?? String(cause)}`);
+    super(
+      `Postgres refused a statement of nest-dedup-queue: ${fields.code ? `${fields.code}: ` : ''}${fields.message ?? String(cause)}`,
+    );
     this.code = fields.code;
     this.constraint = fields.constraint;
   }

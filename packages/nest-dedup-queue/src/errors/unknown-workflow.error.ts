@@ -5,7 +5,10 @@ import { DedupQueueError } from './dedup-queue.error';
  * `forRoot({ externalWorkflows })` does not list.
  */
 export class UnknownWorkflowError extends DedupQueueError {
-  constructor(readonly workflowName: string, hint: string) {
+  constructor(
+    readonly workflowName: string,
+    hint: string,
+  ) {
     super(`Workflow "${workflowName}" is not registered: ${hint}`);
   }
 }

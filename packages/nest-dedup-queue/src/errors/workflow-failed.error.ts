@@ -6,7 +6,10 @@ export class WorkflowFailedError extends DedupQueueError {
   /** The `name` of the error the workflow threw. */
   readonly causeName: string;
 
-  constructor(readonly workflowId: string, readonly recordedError: WorkflowErrorInfo) {
+  constructor(
+    readonly workflowId: string,
+    readonly recordedError: WorkflowErrorInfo,
+  ) {
     super(`Workflow "${workflowId}" failed: ${recordedError.message}`);
     this.causeName = recordedError.name;
   }

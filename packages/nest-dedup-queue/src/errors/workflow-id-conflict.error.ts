@@ -5,7 +5,10 @@ import { DedupQueueError } from './dedup-queue.error';
  * function. (Reusing it for the same queue and function is idempotent and returns the existing handle.)
  */
 export class WorkflowIdConflictError extends DedupQueueError {
-  constructor(readonly workflowId: string, existing: { queueName: string; workflowName: string }) {
+  constructor(
+    readonly workflowId: string,
+    existing: { queueName: string; workflowName: string },
+  ) {
     super(
       `Workflow ID "${workflowId}" is already used by workflow "${existing.workflowName}" in queue "${existing.queueName}"`,
     );

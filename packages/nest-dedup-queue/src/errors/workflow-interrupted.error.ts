@@ -15,7 +15,10 @@ const EXPLANATIONS: Record<InterruptReason, string> = {
  * Workflow code may catch it to clean up; the workflow's recorded state is already decided.
  */
 export class WorkflowInterruptedError extends DedupQueueError {
-  constructor(readonly workflowId: string, readonly reason: InterruptReason) {
+  constructor(
+    readonly workflowId: string,
+    readonly reason: InterruptReason,
+  ) {
     super(`Workflow "${workflowId}" ${EXPLANATIONS[reason]}`);
   }
 }

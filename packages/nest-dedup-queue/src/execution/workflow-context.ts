@@ -21,7 +21,9 @@ export interface WorkflowContext {
 export function workflowContext(): WorkflowContext {
   const frame = executionFrames.getStore();
   if (!frame) {
-    throw new DedupQueueError('workflowContext() is only available while a workflow runs (inside a @Workflow() method)');
+    throw new DedupQueueError(
+      'workflowContext() is only available while a workflow runs (inside a @Workflow() method)',
+    );
   }
   return frame.execution.context;
 }

@@ -71,12 +71,7 @@ export class WorkflowExecution {
     return fromStoredJson<T>(recorded.output);
   }
 
-  private async runThenRecord<T>(
-    index: number,
-    name: string,
-    fn: () => Promise<T> | T,
-    startedAt: number,
-  ): Promise<T> {
+  private async runThenRecord<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
     const result = await executionFrames.run({ execution: this, inStep: true }, async () => fn());
     await this.record(this.checkpoint(index, name, result, null, startedAt));
     return result;

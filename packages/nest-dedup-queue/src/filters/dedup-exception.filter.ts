@@ -92,7 +92,12 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
       });
     }
     if (error instanceof InvalidArgumentError) {
-      return this.reply(response, { statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', message: error.message, field: error.field });
+      return this.reply(response, {
+        statusCode: HttpStatus.BAD_REQUEST,
+        error: 'Bad Request',
+        message: error.message,
+        field: error.field,
+      });
     }
     if (error instanceof WorkflowNotFoundError || error instanceof ScheduleNotFoundError) {
       return this.reply(response, { statusCode: HttpStatus.NOT_FOUND, error: 'Not Found', message: error.message });
@@ -101,7 +106,11 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
       return this.reply(response, { statusCode: HttpStatus.CONFLICT, error: 'Conflict', message: error.message });
     }
     this.logger.error(error.message, error.stack);
-    this.reply(response, { statusCode: HttpStatus.INTERNAL_SERVER_ERROR, error: 'Internal Server Error', message: 'Internal server error' });
+    this.reply(response, {
+      statusCode: HttpStatus.INTERNAL_SERVER_ERROR,
+      error: 'Internal Server Error',
+      message: 'Internal server error',
+    });
   }
 
   private reply(response: HttpResponse, body: DeduplicatedResponseBody | DedupQueueErrorResponseBody): void {

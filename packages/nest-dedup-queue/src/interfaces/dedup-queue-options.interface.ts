@@ -5,7 +5,8 @@ import type { QueueOptions } from './queue-options.interface';
 /** TypeORM Postgres connection options, without `type` (always `'postgres'`). At least `url`, or host/port/... */
 export type DedupQueueConnectionOptions = Omit<
   Extract<DataSourceOptions, { type: 'postgres' }>,
-  'type' | 'entities' | 'synchronize' | 'migrations' | 'migrationsRun'>;
+  'type' | 'entities' | 'synchronize' | 'migrations' | 'migrationsRun'
+>;
 
 /** Options of `DedupQueueModule.forRoot()` (and the result of `forRootAsync`'s `useFactory`). */
 export interface DedupQueueModuleOptions {

@@ -8,13 +8,7 @@
  * - `SUCCESS`, `ERROR`, `CANCELLED`, `MAX_RECOVERY_ATTEMPTS_EXCEEDED`: finished; the deduplication ID is free.
  */
 export type WorkflowStatus =
-  | 'ENQUEUED'
-  | 'DELAYED'
-  | 'PENDING'
-  | 'SUCCESS'
-  | 'ERROR'
-  | 'CANCELLED'
-  | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
+  'ENQUEUED' | 'DELAYED' | 'PENDING' | 'SUCCESS' | 'ERROR' | 'CANCELLED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
 
 /** The statuses in which a workflow holds its deduplication ID. */
 export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'DELAYED', 'PENDING'];
@@ -28,7 +22,10 @@ export const FINISHED_WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
 ];
 
 /** Every status, active ones first, as the dashboard and the metrics list them. */
-export const WORKFLOW_STATUSES: readonly WorkflowStatus[] = [...ACTIVE_WORKFLOW_STATUSES, ...FINISHED_WORKFLOW_STATUSES];
+export const WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
+  ...ACTIVE_WORKFLOW_STATUSES,
+  ...FINISHED_WORKFLOW_STATUSES,
+];
 
 /** The error a failed workflow recorded, as stored in Postgres. */
 export interface WorkflowErrorInfo {

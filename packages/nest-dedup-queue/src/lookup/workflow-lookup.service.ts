@@ -38,7 +38,10 @@ export class WorkflowLookupService {
   }
 
   /** See `QueueService.findByDeduplicationId`. */
-  async findByDeduplicationId<R = unknown>(queueName: string, deduplicationId: string): Promise<WorkflowHandle<R> | undefined> {
+  async findByDeduplicationId<R = unknown>(
+    queueName: string,
+    deduplicationId: string,
+  ): Promise<WorkflowHandle<R> | undefined> {
     assertQueueDeclared(this.config, queueName);
     const holder = await this.inserter.findHolder(queueName, deduplicationId);
     return holder && this.handles.handle<R>(holder.workflowId);

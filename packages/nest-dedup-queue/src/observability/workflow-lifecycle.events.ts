@@ -12,8 +12,7 @@ type InternalEvent =
 
 /** One change of state of a workflow, in the process that made it. */
 export type LifecycleEvent =
-  | WorkflowEvent
-  | (InternalEvent & Pick<WorkflowEvent, 'workflowId' | 'queueName' | 'workflowName'>);
+  WorkflowEvent | (InternalEvent & Pick<WorkflowEvent, 'workflowId' | 'queueName' | 'workflowName'>);
 
 /** The event for a run's recorded outcome: completed, failed, or (a failed attempt to be tried again) retrying. */
 export function runOutcomeEvent(

@@ -42,7 +42,10 @@ export class ExecutorHeartbeat {
     this.onLeaseLost = onLeaseLost;
     await this.executors.register(this.config.executorId);
     this.lastRenewedAt = new Date();
-    this.report('left by an earlier process with this executor ID', await this.executors.recoverOwn(this.config.executorId));
+    this.report(
+      'left by an earlier process with this executor ID',
+      await this.executors.recoverOwn(this.config.executorId),
+    );
     this.renewTimer = setInterval(() => {
       this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
     }, this.config.heartbeatIntervalMs);
@@ -59,9 +62,13 @@ export class ExecutorHeartbeat {
     clearInterval(this.sweepTimer);
     await Promise.all([this.renewing, this.sweeping]);
     if (leave) {
-      await this.executors.remove(this.config.executorId).catch((error: unknown) =>
-        this.logger.warn(`Could not remove executor ${this.config.executorId} (peers recover its work after its lease): ${describeError(error)}`),
-      );
+      await this.executors
+        .remove(this.config.executorId)
+        .catch((error: unknown) =>
+          this.logger.warn(
+            `Could not remove executor ${this.config.executorId} (peers recover its work after its lease): ${describeError(error)}`,
+          ),
+        );
     }
   }
 
@@ -107,7 +114,9 @@ export class ExecutorHeartbeat {
     const deadLettered = recovered.filter((workflow) => workflow.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED');
     this.logger.warn(
       `Recovered ${recovered.length - deadLettered.length} workflow(s) ${source}` +
-        (deadLettered.length ? `; dead-lettered ${deadLettered.map((w) => w.workflowId).join(', ')} (MAX_RECOVERY_ATTEMPTS_EXCEEDED)` : ''),
+        (deadLettered.length
+          ? `; dead-lettered ${deadLettered.map((w) => w.workflowId).join(', ')} (MAX_RECOVERY_ATTEMPTS_EXCEEDED)`
+          : ''),
     );
   }
 }

@@ -82,8 +82,11 @@ export class NotificationListener {
     const listen = this.config.listen;
     let connection: DedicatedConnection | undefined;
     try {
-      connection = listen.mode === 'direct' ? await this.database.connectOutsidePool(listen.url) : await this.database.connect();
-      const [{ standby }] = (await connection.client.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby')).rows;
+      connection =
+        listen.mode === 'direct' ? await this.database.connectOutsidePool(listen.url) : await this.database.connect();
+      const [{ standby }] = (
+        await connection.client.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby')
+      ).rows;
       if (standby) throw new Error('the server is a standby (in recovery); waiting for a primary');
       this.attach(connection);
       for (const channel of [...this.handlers.keys(), this.selfTestChannel]) {
@@ -142,9 +145,12 @@ export class NotificationListener {
     this.monitor.failed(error);
     this.failedConnects += 1;
     clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = setTimeout(() => {
-      void this.connect().then((listening) => listening && this.handlers.forEach((handle) => handle(undefined)));
-    }, backoffDelayMs(this.failedConnects, RECONNECT_BACKOFF));
+    this.reconnectTimer = setTimeout(
+      () => {
+        void this.connect().then((listening) => listening && this.handlers.forEach((handle) => handle(undefined)));
+      },
+      backoffDelayMs(this.failedConnects, RECONNECT_BACKOFF),
+    );
     this.reconnectTimer.unref();
   }
 

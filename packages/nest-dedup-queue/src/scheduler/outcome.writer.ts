@@ -84,11 +84,19 @@ export class OutcomeWriter {
     const firstQueue = batch[0].queueName;
     let claim = this.closed
       ? undefined
-      : this.claimWith(firstQueue, batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome));
+      : this.claimWith(
+          firstQueue,
+          batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome),
+        );
     while (!this.closed) {
       try {
         const outcomes = batch.map((item) => item.outcome);
-        const { recorded, claimedJson } = await this.store.recordOutcomes(this.config.executorId, outcomes, wake, claim);
+        const { recorded, claimedJson } = await this.store.recordOutcomes(
+          this.config.executorId,
+          outcomes,
+          wake,
+          claim,
+        );
         claim?.deliver(claimedJson);
         this.failures.succeeded();
         return new Set(recorded);

@@ -79,9 +79,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     this.pollTimer = setInterval(() => void this.poll(), this.config.pollIntervalMs);
     this.pollTimer.unref();
     this.wake(undefined);
-    this.logger.log(
-      `Executor ${this.config.executorId} draining ${queues.map((name) => `"${name}"`).join(', ')}`,
-    );
+    this.logger.log(`Executor ${this.config.executorId} draining ${queues.map((name) => `"${name}"`).join(', ')}`);
   }
 
   async beforeApplicationShutdown(): Promise<void> {
@@ -167,7 +165,10 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private async interruptNotOwned(): Promise<void> {
     if (!this.started) return;
     try {
-      for (const { workflowId, reason, attempt } of await this.executors.notOwned(this.config.executorId, this.runningIds())) {
+      for (const { workflowId, reason, attempt } of await this.executors.notOwned(
+        this.config.executorId,
+        this.runningIds(),
+      )) {
         if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
         else this.cancelled({ workflowId, reason, attempt });
       }
@@ -195,11 +196,15 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       try {
         const released = await this.executors.releaseUnknown(this.config.executorId, this.runningIds());
         if (released.length > 0) {
-          this.logger.warn(`Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`);
+          this.logger.warn(
+            `Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`,
+          );
         }
         return;
       } catch {
-        await new Promise((resolve) => setTimeout(resolve, backoffDelayMs(attempt, { initialDelayMs: 250, maxDelayMs: 5000 })));
+        await new Promise((resolve) =>
+          setTimeout(resolve, backoffDelayMs(attempt, { initialDelayMs: 250, maxDelayMs: 5000 })),
+        );
       }
     }
   }

@@ -409,11 +409,14 @@ export class QueueWorker {
     abort(run, 'timed-out');
     try {
       const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
-      if (cancelled?.cancelled) this.deps.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'timed-out' });
+      if (cancelled?.cancelled)
+        this.deps.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'timed-out' });
       if (cancelled?.status === 'CANCELLED') this.release(run.workflowId, 'timed-out', run.attempt);
     } catch (error) {
       if (error instanceof DatabaseUnavailableError) return;
-      this.logger.warn(`Cancelling timed-out workflow ${run.workflowId} failed (the next sweep retries): ${describeError(error)}`);
+      this.logger.warn(
+        `Cancelling timed-out workflow ${run.workflowId} failed (the next sweep retries): ${describeError(error)}`,
+      );
     }
   }
 }

@@ -1,6 +1,9 @@
 /** Why a value cannot be stored as JSON without changing, with the path to it (e.g. `args[0].tags`). */
 export class UnstorableValueError extends Error {
-  constructor(readonly path: string, readonly reason: string) {
+  constructor(
+    readonly path: string,
+    readonly reason: string,
+  ) {
     super(`${path} ${reason}`);
     this.name = 'UnstorableValueError';
   }
@@ -37,7 +40,10 @@ function assertStorable(value: unknown, path: string, ancestors: Set<object>): v
     return;
   }
   if (value instanceof Map || value instanceof Set) {
-    throw new UnstorableValueError(path, `is a ${value.constructor.name}, which JSON would store as {}; pass an array or object`);
+    throw new UnstorableValueError(
+      path,
+      `is a ${value.constructor.name}, which JSON would store as {}; pass an array or object`,
+    );
   }
   if (ancestors.has(value)) {
     throw new UnstorableValueError(path, 'is a circular reference, which JSON cannot hold');
