@@ -278,6 +278,7 @@ describe('queue declarations refused at boot', () => {
     const twice = new RegExp(`queue "audio" is declared twice, in ${place} and in ${place};`);
     expect(message).toMatch(twice);
     const [, first, second] = twice.exec(message) as RegExpExecArray;
+    expect(first).toMatch(/per-queue-injection\.e2e-spec\.ts:\d+:\d+$/);
     expect(first).not.toBe(second);
   });
 

@@ -1,6 +1,7 @@
 import { relative, resolve } from 'node:path';
 
-const PACKAGE_ROOT = resolve(__dirname, '..');
+// NOTE: the package's root, not dist/: with source maps on (--enable-source-maps), frames of dist/ name src/ files.
+const PACKAGE_ROOT = resolve(__dirname, '..', '..');
 
 /**
  * Where the application called into this package, as `file:line:column` relative to the working directory: the
