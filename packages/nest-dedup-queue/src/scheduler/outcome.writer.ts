@@ -6,6 +6,8 @@ import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
+/** Writes in flight at once: one being answered while the next records what finished meanwhile. */
+const MAX_IN_FLIGHT = 2;
 const RETRY_DELAY_MS = 500;
 
 /** A worker's next claim, made in the statement that records its finished workflows. */
@@ -23,8 +25,8 @@ interface QueuedOutcome {
 }
 
 /**
- * Records workflow outcomes, combining those that finish while a write is in flight into one statement
- * (group commit): one round trip for many completions, no added delay for a lone one. The worker of the batch's
+ * Records workflow outcomes, combining those that finish in the same turn of the event loop, or while a write is in
+ * flight, into one statement (group commit): one round trip for many completions, no timer for a lone one. The worker of the batch's
  * first queue may attach its next claim to the statement (`attachClaims`), so that finishing and claiming take one round
  * trip and one commit. A failed write is retried
  * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
@@ -35,7 +37,8 @@ interface QueuedOutcome {
 export class OutcomeWriter {
   private readonly logger = new Logger('DedupQueueScheduler');
   private queued: QueuedOutcome[] = [];
-  private flushing?: Promise<void>;
+  private readonly inFlight = new Set<Promise<void>>();
+  private sendScheduled = false;
   private closed = false;
   private claimWith: ClaimWithOutcomesHook = () => undefined;
   private readonly failures = new FailureLog(this.logger);
@@ -55,13 +58,15 @@ export class OutcomeWriter {
   write(outcome: WorkflowOutcome, queueName: string): Promise<boolean> {
     return new Promise((settle) => {
       this.queued.push({ outcome, queueName, settle });
-      this.flushing ??= this.flush().finally(() => (this.flushing = undefined));
+      this.sendSoon();
     });
   }
 
   /** Waits until everything queued so far has been written. */
   async drained(): Promise<void> {
-    while (this.flushing) await this.flushing;
+    while (this.inFlight.size > 0 || this.queued.length > 0) {
+      await (this.inFlight.size > 0 ? Promise.all(this.inFlight) : new Promise((resolve) => setImmediate(resolve)));
+    }
   }
 
   /** Stops retrying failed writes; what is still unwritten settles as not recorded. */
@@ -69,11 +74,28 @@ export class OutcomeWriter {
     this.closed = true;
   }
 
-  private async flush(): Promise<void> {
-    while (this.queued.length > 0) {
+  /** Sends what is queued once the current turn of the event loop is over (so that it can gather more). */
+  private sendSoon(): void {
+    if (this.sendScheduled) return;
+    this.sendScheduled = true;
+    setImmediate(() => {
+      this.sendScheduled = false;
+      this.send();
+    });
+  }
+
+  private send(): void {
+    while (this.inFlight.size < MAX_IN_FLIGHT && this.queued.length > 0) {
       const batch = this.queued.splice(0, MAX_BATCH);
-      const recorded = await this.writeWithRetry(batch);
-      for (const item of batch) item.settle(recorded.has(item.outcome.workflowId));
+      const writing: Promise<void> = this.writeWithRetry(batch)
+        .then((recorded) => {
+          for (const item of batch) item.settle(recorded.has(item.outcome.workflowId));
+        })
+        .finally(() => {
+          this.inFlight.delete(writing);
+          this.sendSoon();
+        });
+      this.inFlight.add(writing);
     }
   }
 
@@ -82,12 +104,8 @@ export class OutcomeWriter {
       hasGlobalLimits(this.settings.effective(queueName)),
     );
     const firstQueue = batch[0].queueName;
-    let claim = this.closed
-      ? undefined
-      : this.claimWith(
-          firstQueue,
-          batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome),
-        );
+    const firstQueueOutcomes = batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome);
+    let claim = this.closed ? undefined : this.claimWith(firstQueue, firstQueueOutcomes);
     while (!this.closed) {
       try {
         const outcomes = batch.map((item) => item.outcome);

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { hasGlobalLimits } from '../dedup-queue.config';
+import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import { type ClaimedWorkflow, type WorkflowClaimer, claimedRows } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
@@ -26,6 +26,13 @@ const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
 const ABANDONED_WARNING_AFTER_MS = 1000;
 /** Later reminders that an abandoned body still runs: at 1 minute, then each time its age doubles, at least hourly. */
 const ABANDONED_REMINDER = { firstMs: 60_000, maxIntervalMs: 3_600_000 };
+/**
+ * A queue's workflows are quick while their bodies take less than this on average and one returned less than this
+ * ago: they are then claimed ahead of free slots, into a local buffer.
+ */
+const QUICK_BODY_MS = 10;
+/** A buffered workflow not started within this long is put back in its queue, for any process to take. */
+const BUFFER_HOLD_MS = 250;
 
 export interface QueueWorkerDependencies {
   store: WorkflowStore;
@@ -56,6 +63,12 @@ interface RunningWorkflow {
   free: () => void;
 }
 
+/** Claimed ahead of a free slot: PENDING under this executor, started in claim order as slots free. */
+interface BufferedWorkflow {
+  workflow: ClaimedWorkflow;
+  bufferedAt: number;
+}
+
 interface AbandonedRun {
   run: RunningWorkflow;
   reason: 'cancelled' | 'timed-out';
@@ -67,15 +80,30 @@ interface AbandonedRun {
 /**
  * Drains one queue in this process: claims as many workflows as it has free slots (`workerConcurrency`, and the
  * queue's global `concurrency` as counted in Postgres), runs each on its provider with its recorded steps, records
- * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. In a queue without
- * global limits, the claim for the slots that recorded outcomes free is made in the statement that records them. At
- * most one claim is in flight per queue and process.
+ * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. A slot frees when its
+ * body returns; its outcome is written meanwhile. In a queue without global limits, the next claim is made in the
+ * statement that records outcomes, and a slot frees once its outcome is recorded: the executor's PENDING rows are at
+ * most `workerConcurrency`. Quick workflows (see `QUICK_BODY_MS`) are also claimed ahead, up to `workerConcurrency`
+ * more, into a local buffer that fills slots as they free, by two claims in flight at once, and their slots free
+ * when the body returns, so that claiming overlaps running; a buffered workflow not started within
+ * `BUFFER_HOLD_MS`, or still buffered at shutdown, is given back to its queue.
  */
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
+  /** Runs whose body returned while their outcome is being written: still PENDING here, outside any slot. */
+  private readonly recording = new Map<string, RunningWorkflow>();
+  private readonly buffered: BufferedWorkflow[] = [];
+  private bufferTimer?: NodeJS.Timeout;
+  private givingBack: Promise<unknown> = Promise.resolve();
+  /** A moving average of how long bodies take, in milliseconds; undefined before the first returns. */
+  private bodyMs?: number;
+  private lastReturnAt = -Infinity;
   private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
-  private claiming?: Promise<void>;
+  /** The claims in flight (at most two: see `claimRoom`), and how many workflows they ask for in all. */
+  private readonly claims = new Set<Promise<void>>();
+  private claimingLimit = 0;
+  private claimLoopRun?: Promise<void>;
   private claimAgain = false;
   /** False once an unconstrained claim came back short and nothing announced new work since. */
   private mayHaveWork = true;
@@ -100,23 +128,26 @@ export class QueueWorker {
 
   private claimSoon(): void {
     if (this.stopped || !this.mayHaveWork) return;
-    if (this.claiming) {
+    if (this.claimLoopRun || this.claims.size >= this.claimLanes(this.deps.settings.effective(this.queueName))) {
       this.claimAgain = true;
       return;
     }
-    this.claiming = this.claimLoop().finally(() => (this.claiming = undefined));
+    this.claimLoopRun = this.claimLoop().finally(() => (this.claimLoopRun = undefined));
   }
 
-  /** Stops claiming; running workflows go on. */
+  /** Stops claiming and gives back the buffered workflows; running workflows go on. */
   stop(): void {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    clearTimeout(this.bufferTimer);
+    this.giveBack(this.buffered.splice(0));
   }
 
-  /** Aborts the signal of a workflow running here, if it is. */
+  /** Aborts the signal of a workflow running here, if it is; a buffered one is dropped (it is no longer ours). */
   interrupt(workflowId: string, reason: InterruptReason): void {
     const run = this.running.get(workflowId);
     if (run) abort(run, reason);
+    this.dropBuffered(workflowId);
   }
 
   /**
@@ -129,7 +160,8 @@ export class QueueWorker {
   release(workflowId: string, reason: 'cancelled' | 'timed-out', attempt?: number): void {
     const run = this.running.get(workflowId);
     if (run && (attempt === undefined || run.attempt <= attempt)) this.abandon(run, reason);
-    else if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
+    else if (!this.dropBuffered(workflowId, attempt) && hasGlobalLimits(this.deps.settings.effective(this.queueName)))
+      this.wake();
   }
 
   /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
@@ -150,15 +182,21 @@ export class QueueWorker {
   }
 
   /**
-   * Resolves when the claim in flight (whose workflows must run: they are already PENDING under this executor) and
-   * every running workflow have finished and their outcomes are written, or after `timeoutMs`.
+   * Resolves when the claim in flight (whose workflows must run or be given back: they are already PENDING under
+   * this executor) and every running workflow have finished and their outcomes are written, or after `timeoutMs`.
    */
   async waitForRunning(timeoutMs: number): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
     const finished = (async () => {
-      await this.claiming;
-      while (this.running.size > 0) await Promise.all([...this.running.values()].map((run) => run.freed));
+      await this.claimSettled();
+      while (this.running.size > 0 || this.recording.size > 0) {
+        await Promise.all([
+          ...[...this.running.values()].map((run) => run.freed),
+          ...[...this.recording.values()].map((run) => run.done),
+        ]);
+      }
+      await this.givingBack;
       return true as const;
     })();
     try {
@@ -168,13 +206,15 @@ export class QueueWorker {
     }
   }
 
-  /** Resolves when no claim of this worker is in flight. */
+  /** Resolves when no claim of this worker is in flight (and what the last one claimed has started or is buffered). */
   async claimSettled(): Promise<void> {
-    while (this.claiming) await this.claiming;
+    while (this.claims.size > 0 || this.claimLoopRun) await Promise.all([...this.claims, this.claimLoopRun]);
   }
 
+  /** The workflows PENDING under this executor that this worker knows: running, being recorded, or buffered. */
   runningIds(): string[] {
-    return [...this.running.keys()];
+    const buffered = this.buffered.map(({ workflow }) => workflow.workflowId);
+    return [...new Set([...this.running.keys(), ...this.recording.keys(), ...buffered])];
   }
 
   get runningCount(): number {
@@ -182,28 +222,26 @@ export class QueueWorker {
   }
 
   /**
-   * The claim to make in the statement that records `outcomes` of this queue: as many as the slots free once they
-   * are recorded. None while a claim is in flight, claims are held or the queue has global limits or is paused.
+   * The claim to make in the statement that records `outcomes` of this queue: as many as `claimRoom`, counting the
+   * slots that recording them frees. None while claims are held or the queue has global limits or is paused.
    */
   claimWithOutcomes(outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
-    if (this.stopped || this.claiming || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
+    if (this.stopped || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
     const queue = this.deps.settings.effective(this.queueName);
     if (queue.paused || hasGlobalLimits(queue)) return undefined;
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
-    const limit = queue.workerConcurrency - this.running.size + freeing.length;
+    const limit = this.claimRoom(queue, freeing.length);
     if (limit <= 0) return undefined;
-    let settle = () => undefined as void;
-    this.claiming = new Promise<void>((resolve) => (settle = resolve));
+    const settle = this.claimStarted(limit);
     this.claimAgain = false;
     const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
     return {
       ...this.deps.claimer.attachable(request),
       deliver: (claimedJson, error) => {
-        this.claiming = undefined;
         settle();
         if (claimedJson) {
           const workflows = claimedRows(claimedJson);
-          for (const workflow of workflows) this.start(workflow);
+          this.take(workflows);
           if (workflows.length < limit) this.mayHaveWork = this.claimAgain;
         } else if (error instanceof DatabaseUnavailableError) {
           this.deps.claimMayHaveBeenLost();
@@ -218,19 +256,17 @@ export class QueueWorker {
       do {
         this.claimAgain = false;
         const queue = this.deps.settings.effective(this.queueName);
-        const free = queue.workerConcurrency - this.running.size;
-        if (free <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
-        const { workflows, retryInMs } = await this.deps.claimer.claim({
-          queue,
-          executorId: this.deps.executorId,
-          limit: free,
-          workflowNames: this.deps.registry.names(),
-        });
+        const limit = this.claimRoom(queue);
+        if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
+        const settle = this.claimStarted(limit);
+        const { workflows, retryInMs } = await this.deps.claimer
+          .claim({ queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() })
+          .finally(settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();
-        for (const workflow of workflows) this.start(workflow);
+        this.take(workflows);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
-        else if (workflows.length === free) this.claimAgain = true;
+        else if (workflows.length === limit) this.claimAgain = true;
         else if (!hasGlobalLimits(queue)) this.mayHaveWork = this.claimAgain;
       } while (this.claimAgain && !this.stopped);
     } catch (error) {
@@ -246,6 +282,90 @@ export class QueueWorker {
     clearTimeout(this.retryTimer);
     this.retryTimer = setTimeout(() => this.wake(), delayMs);
     this.retryTimer.unref();
+  }
+
+  /**
+   * How many to claim now (0: none): the free slots, less what the claims in flight ask for. Quick workflows are also
+   * claimed ahead into the buffer, by two claims in flight each asking for at most half, so that one claim's
+   * workflows run while the other is in the database.
+   */
+  private claimRoom(queue: ResolvedQueue, freeing = 0): number {
+    const lanes = this.claimLanes(queue);
+    if (this.claims.size >= lanes) return 0;
+    const capacity = queue.workerConcurrency * lanes;
+    const room = capacity - (this.running.size - freeing) - this.buffered.length - this.claimingLimit;
+    return Math.min(room, Math.ceil(capacity / lanes) + freeing);
+  }
+
+  /** Two claims in flight for quick workflows (see `QUICK_BODY_MS`), each for up to `workerConcurrency`; else one. */
+  private claimLanes(queue: ResolvedQueue): number {
+    const quick =
+      !hasGlobalLimits(queue) &&
+      this.bodyMs !== undefined &&
+      this.bodyMs < QUICK_BODY_MS &&
+      performance.now() - this.lastReturnAt < QUICK_BODY_MS;
+    return quick ? 2 : 1;
+  }
+
+  /** Counts a claim of `limit` as in flight until the returned function is called. */
+  private claimStarted(limit: number): () => void {
+    let settle = () => undefined as void;
+    const claim = new Promise<void>((resolve) => (settle = resolve));
+    this.claims.add(claim);
+    this.claimingLimit += limit;
+    return () => {
+      if (!this.claims.delete(claim)) return;
+      this.claimingLimit -= limit;
+      settle();
+    };
+  }
+
+  /** Starts claimed workflows in free slots and buffers the rest (given back at once when stopped). */
+  private take(workflows: ClaimedWorkflow[]): void {
+    const bufferedAt = performance.now();
+    for (const workflow of workflows) this.buffered.push({ workflow, bufferedAt });
+    this.startBuffered();
+    if (this.stopped) this.giveBack(this.buffered.splice(0));
+    else if (this.buffered.length > 0)
+      this.bufferTimer ??= setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
+  }
+
+  private startBuffered(): void {
+    const { workerConcurrency } = this.deps.settings.effective(this.queueName);
+    while (this.running.size < workerConcurrency && this.buffered.length > 0) {
+      const { workflow, bufferedAt } = this.buffered.shift()!;
+      const waited = performance.now() - bufferedAt;
+      this.start({ ...workflow, remainingMs: workflow.remainingMs === null ? null : workflow.remainingMs - waited });
+    }
+  }
+
+  /** Removes a buffered workflow (of `attempt` or earlier, when given); whether one was. */
+  private dropBuffered(workflowId: string, attempt?: number): boolean {
+    const index = this.buffered.findIndex(
+      ({ workflow }) => workflow.workflowId === workflowId && (attempt === undefined || workflow.attempts <= attempt),
+    );
+    if (index >= 0) this.buffered.splice(index, 1);
+    return index >= 0;
+  }
+
+  private giveBackStale(): void {
+    this.bufferTimer = undefined;
+    const heldSince = performance.now() - BUFFER_HOLD_MS;
+    const firstFresh = this.buffered.findIndex(({ bufferedAt }) => bufferedAt > heldSince);
+    this.giveBack(this.buffered.splice(0, firstFresh < 0 ? this.buffered.length : firstFresh));
+    if (this.buffered.length > 0) this.bufferTimer = setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
+  }
+
+  private giveBack(entries: BufferedWorkflow[]): void {
+    if (entries.length === 0) return;
+    const runs = entries.map(({ workflow }) => ({ workflowId: workflow.workflowId, attempt: workflow.attempts }));
+    const given = this.deps.store.giveBack(this.deps.executorId, runs).catch((error: unknown) => {
+      this.logger.warn(
+        `Giving back ${runs.length} buffered workflow(s) of queue "${this.queueName}" failed (they stay PENDING ` +
+          `for recovery): ${describeError(error)}`,
+      );
+    });
+    this.givingBack = Promise.all([this.givingBack, given]);
   }
 
   private start(claimed: ClaimedWorkflow): void {
@@ -268,9 +388,21 @@ export class QueueWorker {
     run.done = this.execute(claimed, run).finally(() => this.finished(run));
   }
 
+  /** The body returned and its outcome is being written: its slot goes to the next workflow. */
+  private bodyReturned(run: RunningWorkflow): void {
+    if (this.running.get(run.workflowId) !== run) return;
+    this.running.delete(run.workflowId);
+    this.recording.set(run.workflowId, run);
+    run.free();
+    if (this.claims.size > 0) this.claimAgain = true;
+    this.startBuffered();
+  }
+
   private finished(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) === run) this.running.delete(run.workflowId);
+    if (this.recording.get(run.workflowId) === run) this.recording.delete(run.workflowId);
     run.free();
+    this.startBuffered();
     const abandoned = this.abandoned.get(run);
     if (abandoned) {
       this.abandoned.delete(run);
@@ -291,6 +423,7 @@ export class QueueWorker {
     const abandoned: AbandonedRun = { run, reason, abandonedAt: Date.now(), warned: false };
     this.abandoned.set(run, abandoned);
     this.remindLater(abandoned, ABANDONED_WARNING_AFTER_MS);
+    this.startBuffered();
     this.claimSoon();
   }
 
@@ -331,10 +464,13 @@ export class QueueWorker {
           : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`)),
       );
       const durationMs = performance.now() - startedAt;
+      this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
+      this.lastReturnAt = performance.now();
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
       }
+      if (this.claimLanes(this.deps.settings.effective(this.queueName)) > 1) this.bodyReturned(run);
       if (await this.deps.outcomes.write(outcome, this.queueName)) {
         this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
       }
