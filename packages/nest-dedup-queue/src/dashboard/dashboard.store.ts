@@ -2,7 +2,7 @@ import type { QueryOptions, QueueDatabase } from '../database/queue-database';
 import type { NewWorkflow } from '../database/workflow-inserter';
 import { REPORTED_STATUS_SQL } from '../database/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
-import { DELAYED_SQL, READY_SQL } from '../database/workflow-status.sql';
+import { DELAYED_SQL, NOT_PENDING_SQL, READY_SQL, STATUS_SQL } from '../database/workflow-status.sql';
 
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
 export interface ListCursor {
@@ -87,7 +87,8 @@ const PREPARED_READ: QueryOptions = { prepared: true, idempotent: true };
 
 /**
  * The SQL of the dashboard: capped counts, recent throughput, filtered lists paged by `(created_at, seq)`, one
- * workflow with its steps. Every query is served by an index (see migration 010); no count reads past its limit.
+ * workflow with its steps. Every query is served by an index (see migrations 010 and 012: the list indexes leave
+ * PENDING rows out, which are read through `workflows_running`); no count reads past its limit.
  */
 export class DashboardStore {
   private readonly table: string;
@@ -167,8 +168,9 @@ export class DashboardStore {
    * One page of workflows, newest first, after `cursor`. NOTE: Postgres cannot walk one index in (created_at, seq)
    * order across several statuses, and sorting a whole queue is what must not happen; so with a queue, a workflow
    * name or a status, each status (and, without queue and name, each queue) is read as its own UNION ALL branch,
-   * `limit` rows at most, and the branches are merged. Its values are bound parameters of an unnamed statement, so
-   * each branch is planned for its own status (a rare one walks the (queue_name, status, ...) index).
+   * `limit` rows at most, and the branches are merged; otherwise PENDING rows and the others are the two branches.
+   * Its values are bound parameters of an unnamed statement, so each branch is planned for its own status (a rare
+   * one walks the (queue_name, status, ...) index).
    */
   async list(
     filter: WorkflowListFilter,
@@ -185,13 +187,6 @@ export class DashboardStore {
     params.push(limit);
     const limitParam = `$${params.length}`;
     const branches = await this.branches(filter, allStatuses, conditions, params);
-    if (!branches) {
-      return this.database.query<SummaryRow>(
-        `SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(conditions)} ${NEWEST_FIRST} LIMIT ${limitParam}`,
-        params,
-        READ,
-      );
-    }
     const union = branches
       .map(
         (branch) =>
@@ -210,7 +205,7 @@ export class DashboardStore {
     const { conditions, params } = this.conditions(filter);
     params.push(limit + 1);
     const limitParam = `$${params.length}`;
-    const branches = (await this.branches(filter, allStatuses, conditions, params)) ?? [conditions];
+    const branches = await this.branches(filter, allStatuses, conditions, params);
     const union = branches
       .map((branch) => `(SELECT 1 FROM ${this.table} ${whereClause(branch)} LIMIT ${limitParam})`)
       .join(' UNION ALL ');
@@ -223,16 +218,16 @@ export class DashboardStore {
   }
 
   /**
-   * The conditions of each branch a filtered read is split into (see `list`), or undefined when one index walk
-   * serves the read (`conditions` then take the statuses): no queue, name or status, or a deduplication ID,
-   * partition key or search (few rows to sort).
+   * The conditions of each branch a read is split into (see `list`). With no queue, name or status, or with a
+   * deduplication ID, partition key or search (few rows to sort), one index walk serves the rows that are not
+   * PENDING, and `workflows_running` the PENDING ones.
    */
   private async branches(
     filter: WorkflowListFilter,
     allStatuses: readonly WorkflowStatus[],
     conditions: string[],
     params: unknown[],
-  ): Promise<string[][] | undefined> {
+  ): Promise<string[][]> {
     const selective =
       filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
     const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
@@ -244,7 +239,10 @@ export class DashboardStore {
       if (filter.statuses) {
         conditions.push(`(${filter.statuses.map((status) => statusCondition(status, param)).join(' OR ')})`);
       }
-      return undefined;
+      return [
+        [...conditions, NOT_PENDING_SQL],
+        [...conditions, `status = ${STATUS_SQL.PENDING}`],
+      ];
     }
     const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, statusCondition(status, param)]);
     if (keyed) return byStatus;
@@ -314,12 +312,13 @@ export class DashboardStore {
 
 /**
  * The condition for a reported status. NOTE: DELAYED is not stored (see `REPORTED_STATUS_SQL`): it and ENQUEUED are
- * told apart by the start time; every other status is its stored value, read from the index alone.
+ * told apart by the start time; every other status is its stored value, read from the index alone. A status other
+ * than PENDING says so (`NOT_PENDING_SQL`), for the planner to use the list indexes, which leave PENDING rows out.
  */
 function statusCondition(status: WorkflowStatus, param: (value: unknown) => string): string {
-  if (status === 'DELAYED') return DELAYED_SQL;
-  if (status === 'ENQUEUED') return READY_SQL;
-  return `status = ${param(status)}`;
+  if (status === 'PENDING') return `status = ${param(status)}`;
+  const stored = status === 'DELAYED' ? DELAYED_SQL : status === 'ENQUEUED' ? READY_SQL : `status = ${param(status)}`;
+  return `(${stored} AND ${NOT_PENDING_SQL})`;
 }
 
 function whereClause(conditions: string[]): string {

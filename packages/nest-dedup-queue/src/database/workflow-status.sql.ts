@@ -44,3 +44,9 @@ export const DELAYED_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND not_before > no
 
 /** An ENQUEUED row that is due (no start time, or one that has come): reported as `ENQUEUED`, and claimable. */
 export const READY_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND (not_before IS NULL OR not_before <= now()))`;
+
+/**
+ * Any row but a PENDING one. The dashboard's indexes leave PENDING rows out (a claim then writes fewer index
+ * entries), so every read they serve states it; PENDING rows are read through `workflows_running`.
+ */
+export const NOT_PENDING_SQL = `status <> ${STATUS_SQL.PENDING}`;

@@ -9,6 +9,7 @@ import { traceContext } from './008-trace-context.migration';
 import { schedules } from './009-schedules.migration';
 import { dashboard } from './010-dashboard.migration';
 import { followUpHandOver } from './011-follow-up-hand-over.migration';
+import { dashboardIndexesWithoutPending } from './012-dashboard-indexes-without-pending.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -24,6 +25,7 @@ export const MIGRATIONS: readonly Migration[] = [
   schedules,
   dashboard,
   followUpHandOver,
+  dashboardIndexesWithoutPending,
 ];
 
 export type { Migration } from './migration.interface';
