@@ -14,6 +14,8 @@ export interface EffectiveQueue extends ResolvedQueue {
 @Injectable()
 export class QueueSettings implements OnModuleInit {
   private overrides = new Map<string, QueueOverrides>();
+  /** `effective` per queue, made once per read of the overrides (workers ask for it several times per workflow). */
+  private readonly computed = new Map<string, EffectiveQueue>();
   private refreshing?: Promise<void>;
 
   constructor(
@@ -30,12 +32,22 @@ export class QueueSettings implements OnModuleInit {
   refresh(): Promise<void> {
     this.refreshing ??= this.control
       .load()
-      .then((overrides) => void (this.overrides = overrides))
+      .then((overrides) => {
+        this.overrides = overrides;
+        this.computed.clear();
+      })
       .finally(() => (this.refreshing = undefined));
     return this.refreshing;
   }
 
-  effective(queueName: string): EffectiveQueue {
+  /** The queue's settings now; the same object until the overrides are read again (do not change it). */
+  effective(queueName: string): Readonly<EffectiveQueue> {
+    let queue = this.computed.get(queueName);
+    if (!queue) this.computed.set(queueName, (queue = this.compute(queueName)));
+    return queue;
+  }
+
+  private compute(queueName: string): EffectiveQueue {
     const declared = this.config.queues.get(queueName) as ResolvedQueue;
     const override = this.overrides.get(queueName);
     const limits = override?.limits ?? {};
