@@ -25,13 +25,12 @@ interface QueuedOutcome {
 }
 
 /**
- * Records workflow outcomes, combining those that finish in the same turn of the event loop, or while a write is in
- * flight, into one statement (group commit): one round trip for many completions, no timer for a lone one. The worker of the batch's
- * first queue may attach its next claim to the statement (`attachClaims`), so that finishing and claiming take one round
- * trip and one commit. A failed write is retried
- * until it succeeds or the writer is closed; an unwritten outcome leaves its workflow PENDING (to be recovered),
- * never marked done. A queue with global limits has its workers woken everywhere by the write (a freed slot there
- * may let another process start work).
+ * Records workflow outcomes, combining those that finish in the same turn of the event loop, or while writes are in
+ * flight, into one statement (group commit): one round trip for many completions, no timer for a lone one. The
+ * worker of the batch's first queue may attach its next claim to the statement (`attachClaims`), so that finishing
+ * and claiming take one round trip and one commit. A failed write is retried until it succeeds or the writer is
+ * closed; an unwritten outcome leaves its workflow PENDING (to be recovered), never marked done. A queue with global
+ * limits has its workers woken everywhere by the write (a freed slot there may let another process start work).
  */
 @Injectable()
 export class OutcomeWriter {
@@ -104,8 +103,12 @@ export class OutcomeWriter {
       hasGlobalLimits(this.settings.effective(queueName)),
     );
     const firstQueue = batch[0].queueName;
-    const firstQueueOutcomes = batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome);
-    let claim = this.closed ? undefined : this.claimWith(firstQueue, firstQueueOutcomes);
+    let claim = this.closed
+      ? undefined
+      : this.claimWith(
+          firstQueue,
+          batch.filter((item) => item.queueName === firstQueue).map((item) => item.outcome),
+        );
     while (!this.closed) {
       try {
         const outcomes = batch.map((item) => item.outcome);

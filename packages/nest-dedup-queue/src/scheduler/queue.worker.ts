@@ -80,13 +80,13 @@ interface AbandonedRun {
 /**
  * Drains one queue in this process: claims as many workflows as it has free slots (`workerConcurrency`, and the
  * queue's global `concurrency` as counted in Postgres), runs each on its provider with its recorded steps, records
- * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. A slot frees when its
- * body returns; its outcome is written meanwhile. In a queue without global limits, the next claim is made in the
- * statement that records outcomes, and a slot frees once its outcome is recorded: the executor's PENDING rows are at
- * most `workerConcurrency`. Quick workflows (see `QUICK_BODY_MS`) are also claimed ahead, up to `workerConcurrency`
- * more, into a local buffer that fills slots as they free, by two claims in flight at once, and their slots free
- * when the body returns, so that claiming overlaps running; a buffered workflow not started within
- * `BUFFER_HOLD_MS`, or still buffered at shutdown, is given back to its queue.
+ * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. In a queue without
+ * global limits, the next claim is made in the statement that records outcomes. A slot frees once its outcome is
+ * recorded, so the executor's PENDING rows are at most `workerConcurrency`; but quick workflows (see
+ * `QUICK_BODY_MS`) free their slot when the body returns (the outcome is written meanwhile) and are claimed ahead,
+ * up to `workerConcurrency` more, into a local buffer that fills slots as they free, by two claims in flight at
+ * once, so that claiming overlaps running. A buffered workflow not started within `BUFFER_HOLD_MS`, or still
+ * buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
  */
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
@@ -123,6 +123,7 @@ export class QueueWorker {
    */
   wake(): void {
     this.mayHaveWork = true;
+    this.startBuffered();
     this.claimSoon();
   }
 
@@ -285,9 +286,10 @@ export class QueueWorker {
   }
 
   /**
-   * How many to claim now (0: none): the free slots, less what the claims in flight ask for. Quick workflows are also
-   * claimed ahead into the buffer, by two claims in flight each asking for at most half, so that one claim's
-   * workflows run while the other is in the database.
+   * How many to claim now (0: none): the free slots (with those `freeing`: outcomes being recorded with this claim),
+   * less the buffer and what the claims in flight ask for. Quick workflows are also claimed ahead into the buffer, by
+   * two claims in flight each asking for at most half of twice `workerConcurrency`, so that one claim's workflows run
+   * while the other is in the database.
    */
   private claimRoom(queue: ResolvedQueue, freeing = 0): number {
     const lanes = this.claimLanes(queue);
@@ -330,8 +332,10 @@ export class QueueWorker {
       this.bufferTimer ??= setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
   }
 
+  /** Starts buffered workflows in the free slots; gives them all back while the queue is paused. */
   private startBuffered(): void {
-    const { workerConcurrency } = this.deps.settings.effective(this.queueName);
+    const { workerConcurrency, paused } = this.deps.settings.effective(this.queueName);
+    if (paused) return this.giveBack(this.buffered.splice(0));
     while (this.running.size < workerConcurrency && this.buffered.length > 0) {
       const { workflow, bufferedAt } = this.buffered.shift()!;
       const waited = performance.now() - bufferedAt;
