@@ -332,15 +332,22 @@ export class QueueWorker {
       this.bufferTimer ??= setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
   }
 
-  /** Starts buffered workflows in the free slots; gives them all back while the queue is paused. */
+  /**
+   * Starts buffered workflows in the free slots. Gives them all back while the queue is paused, and gives back
+   * instead of starting one held past `BUFFER_HOLD_MS` (after an event-loop stall its lease may have been lost and
+   * the workflow recovered elsewhere).
+   */
   private startBuffered(): void {
     const { workerConcurrency, paused } = this.deps.settings.effective(this.queueName);
     if (paused) return this.giveBack(this.buffered.splice(0));
+    const stale: BufferedWorkflow[] = [];
     while (this.running.size < workerConcurrency && this.buffered.length > 0) {
-      const { workflow, bufferedAt } = this.buffered.shift()!;
-      const waited = performance.now() - bufferedAt;
-      this.start({ ...workflow, remainingMs: workflow.remainingMs === null ? null : workflow.remainingMs - waited });
+      const entry = this.buffered.shift()!;
+      const waited = performance.now() - entry.bufferedAt;
+      if (waited > BUFFER_HOLD_MS) stale.push(entry);
+      else this.start({ ...entry.workflow, remainingMs: remainingAfter(entry.workflow.remainingMs, waited) });
     }
+    this.giveBack(stale);
   }
 
   /** Removes a buffered workflow (of `attempt` or earlier, when given); whether one was. */
@@ -559,6 +566,11 @@ export class QueueWorker {
       );
     }
   }
+}
+
+/** A claim's time left until its timeout, `waitedMs` later. */
+function remainingAfter(remainingMs: number | null, waitedMs: number): number | null {
+  return remainingMs === null ? null : remainingMs - waitedMs;
 }
 
 /** Aborts a run's signal; the first reason stays. */
