@@ -1,11 +1,12 @@
-import { ConsoleLogger, Injectable } from '@nestjs/common';
+import { ConsoleLogger } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { DedupQueueConfigurationError, DedupQueueModule, QueueService, Workflow } from 'nest-dedup-queue';
+import { DedupQueueConfigurationError, DedupQueueModule, QueueService } from 'nest-dedup-queue';
 import { Migration, MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { DoublingTasks } from './fixtures/doubling-tasks';
 
 const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1].version;
 const BOOTING_PROCESSES = 10;
@@ -16,14 +17,6 @@ const nextMigration = (name: string, up: (schemaSql: string) => string): Migrati
   name,
   up,
 });
-
-@Injectable()
-class NoteTasks {
-  @Workflow()
-  async double(value: number): Promise<number> {
-    return value * 2;
-  }
-}
 
 /** Keeps the module's warnings for assertions (and prints nothing). */
 class CapturingLogger extends ConsoleLogger {
@@ -203,14 +196,14 @@ describe('schema migrations', () => {
     const logger = new CapturingLogger();
     const module = await Test.createTestingModule({
       imports: [DedupQueueModule.forRoot({ connection: { url: databaseUrl() }, schema, queues: [{ name: 'tasks' }] })],
-      providers: [NoteTasks],
+      providers: [DoublingTasks],
     })
       .setLogger(logger)
       .compile();
     await module.init();
     try {
       const queue = module.get(QueueService);
-      const handle = await queue.enqueue('tasks', module.get(NoteTasks).double, [21]);
+      const handle = await queue.enqueue('tasks', module.get(DoublingTasks).double, [21]);
 
       await expect(handle.getResult()).resolves.toBe(42);
       expect(logger.warnings.filter((line) => line.startsWith(`Schema "${schema}" is at migration`))).toHaveLength(1);

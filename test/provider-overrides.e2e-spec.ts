@@ -1,6 +1,5 @@
-import { Injectable } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
-import { DedupQueueModule, QueueService, Workflow } from 'nest-dedup-queue';
+import { DedupQueueModule, QueueService } from 'nest-dedup-queue';
 import {
   OutcomeWriter,
   QueueDatabase,
@@ -11,14 +10,7 @@ import {
 } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-
-@Injectable()
-class DoublingTasks {
-  @Workflow()
-  async double(value: number): Promise<number> {
-    return value * 2;
-  }
-}
+import { DoublingTasks } from './fixtures/doubling-tasks';
 
 /** The module's own writer, recording what it was asked to write (and whether Postgres took it). */
 class RecordingOutcomeWriter extends OutcomeWriter {

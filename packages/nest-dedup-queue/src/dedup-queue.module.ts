@@ -1,4 +1,4 @@
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, FactoryProvider, Module } from '@nestjs/common';
 import { DiscoveryModule, DiscoveryService } from '@nestjs/core';
 import { DedupQueueConfig, resolveConfig } from './dedup-queue.config';
 import { ConfigurableModuleClass, DEDUP_QUEUE_OPTIONS } from './dedup-queue.module-definition';
@@ -64,22 +64,10 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
       useFactory: (options: DedupQueueModuleOptions, config: DedupQueueConfig) => createQueueDatabase(options, config),
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
-    {
-      provide: WorkflowStore,
-      useFactory: (database: QueueDatabase) => new WorkflowStore(database),
-      inject: [QueueDatabase],
-    },
-    {
-      provide: QueueControlStore,
-      useFactory: (database: QueueDatabase) => new QueueControlStore(database),
-      inject: [QueueDatabase],
-    },
+    onDatabase(WorkflowStore),
+    onDatabase(QueueControlStore),
     QueueSettings,
-    {
-      provide: WorkflowInserter,
-      useFactory: (database: QueueDatabase) => new WorkflowInserter(database),
-      inject: [QueueDatabase],
-    },
+    onDatabase(WorkflowInserter),
     WorkflowLifecycle,
     WorkflowTracer,
     QueueMetrics,
@@ -89,16 +77,8 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowRegistry,
     WorkflowExplorer,
     WorkflowCompletions,
-    {
-      provide: WorkflowClaimer,
-      useFactory: (database: QueueDatabase) => new WorkflowClaimer(database),
-      inject: [QueueDatabase],
-    },
-    {
-      provide: ExecutorStore,
-      useFactory: (database: QueueDatabase) => new ExecutorStore(database),
-      inject: [QueueDatabase],
-    },
+    onDatabase(WorkflowClaimer),
+    onDatabase(ExecutorStore),
     {
       provide: StepStore,
       useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),
@@ -116,11 +96,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     QueueControlService,
     QueueService,
     DedupQueueHealthIndicator,
-    {
-      provide: ScheduleStore,
-      useFactory: (database: QueueDatabase) => new ScheduleStore(database),
-      inject: [QueueDatabase],
-    },
+    onDatabase(ScheduleStore),
     { provide: SCHEDULE_CLOCK, useValue: systemClock },
     TickEnqueuer,
     ScheduleExplorer,
@@ -157,4 +133,9 @@ export class DedupQueueModule extends ConfigurableModuleClass {
   static registerQueue(...queues: QueueOptions[]): DynamicModule {
     return DedupQueueRegistrationModule.register(queues);
   }
+}
+
+/** A provider of `store`, built on the module's `QueueDatabase`. */
+function onDatabase<T>(store: new (database: QueueDatabase) => T): FactoryProvider<T> {
+  return { provide: store, useFactory: (database: QueueDatabase) => new store(database), inject: [QueueDatabase] };
 }
