@@ -27,8 +27,9 @@ const ABANDONED_WARNING_AFTER_MS = 1000;
 /** Later reminders that an abandoned body still runs: at 1 minute, then each time its age doubles, at least hourly. */
 const ABANDONED_REMINDER = { firstMs: 60_000, maxIntervalMs: 3_600_000 };
 /**
- * A queue's workflows are quick while their bodies take less than this on average and one returned less than this
- * ago: they are then claimed ahead of free slots, into a local buffer.
+ * A queue's workflows are quick while their bodies take less than this on average, and at least `workerConcurrency`
+ * of them returned in a row, each less than this after the one before, the last less than this ago: they are then
+ * claimed ahead of free slots, into a local buffer.
  */
 const QUICK_BODY_MS = 10;
 /** A buffered workflow not started within this long is put back in its queue, for any process to take. */
@@ -99,6 +100,8 @@ export class QueueWorker {
   /** A moving average of how long bodies take, in milliseconds; undefined before the first returns. */
   private bodyMs?: number;
   private lastReturnAt = -Infinity;
+  /** Bodies returned in a row, each less than `QUICK_BODY_MS` after the one before. */
+  private quickReturns = 0;
   private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
   /** The claims in flight (at most two: see `claimRoom`), and how many workflows they ask for in all. */
   private readonly claims = new Set<Promise<void>>();
@@ -305,6 +308,7 @@ export class QueueWorker {
       !hasGlobalLimits(queue) &&
       this.bodyMs !== undefined &&
       this.bodyMs < QUICK_BODY_MS &&
+      this.quickReturns >= queue.workerConcurrency &&
       performance.now() - this.lastReturnAt < QUICK_BODY_MS;
     return quick ? 2 : 1;
   }
@@ -476,7 +480,9 @@ export class QueueWorker {
       );
       const durationMs = performance.now() - startedAt;
       this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
-      this.lastReturnAt = performance.now();
+      const returnedAt = performance.now();
+      this.quickReturns = returnedAt - this.lastReturnAt < QUICK_BODY_MS ? this.quickReturns + 1 : 1;
+      this.lastReturnAt = returnedAt;
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
