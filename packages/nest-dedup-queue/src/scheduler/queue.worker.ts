@@ -234,7 +234,7 @@ export class QueueWorker {
     const queue = this.deps.settings.effective(this.queueName);
     if (queue.paused || hasGlobalLimits(queue)) return undefined;
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
-    const limit = this.claimRoom(queue, freeing.length);
+    const limit = this.claimRoom(queue, freeing.length, true);
     if (limit <= 0) return undefined;
     const settle = this.claimStarted(limit);
     this.claimAgain = false;
@@ -294,12 +294,14 @@ export class QueueWorker {
    * two claims in flight each asking for at most half of twice `workerConcurrency`, so that one claim's workflows run
    * while the other is in the database.
    */
-  private claimRoom(queue: ResolvedQueue, freeing = 0): number {
+  private claimRoom(queue: ResolvedQueue, freeing = 0, attached = false): number {
     const lanes = this.claimLanes(queue);
     if (this.claims.size >= lanes) return 0;
-    const capacity = queue.workerConcurrency * lanes;
+    // NOTE: claiming ahead rides on recorded outcomes: a claim in their statement, or the second lane beside one.
+    const ahead = lanes > 1 && (attached || this.claims.size > 0);
+    const capacity = queue.workerConcurrency * (ahead ? 2 : 1);
     const room = capacity - (this.running.size - freeing) - this.buffered.length - this.claimingLimit;
-    return Math.min(room, Math.ceil(capacity / lanes) + freeing);
+    return Math.min(room, queue.workerConcurrency + freeing);
   }
 
   /** Two claims in flight for quick workflows (see `QUICK_BODY_MS`), each for up to `workerConcurrency`; else one. */
