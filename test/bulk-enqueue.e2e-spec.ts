@@ -277,7 +277,7 @@ describe('enqueueMany', () => {
           PERFORM pg_sleep(0.001);
           RETURN NEW;
         END $$;
-        CREATE TRIGGER test_slow_race_insert BEFORE INSERT ON ${table}
+        CREATE TRIGGER test_slow_race_insert BEFORE INSERT ON "${schema}".workflow_queue
           FOR EACH ROW WHEN (NEW.deduplication_id LIKE 'opposite-order-%') EXECUTE FUNCTION "${schema}".slow_race_insert();
       `);
       children = ['a', 'b'].map((name) =>

@@ -39,8 +39,7 @@ describe('crash recovery', () => {
   afterEach(async () => {
     await killFixtures();
     await pool.query(
-      `UPDATE "${schema}".workflows SET status = 'CANCELLED', active_deduplication_id = NULL, completed_at = now()
-       WHERE status IN ('ENQUEUED', 'PENDING')`,
+      `DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`,
     );
     await pool.query(`DELETE FROM "${schema}".executors`);
   });
@@ -274,7 +273,7 @@ describe('crash recovery', () => {
          VALUES ('race-dead', 'gone', 0, now() - interval '2 hours', now() - interval '1 hour')`,
       );
       await locker.query(
-        `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, deduplication_id,
+        `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, deduplication_id,
             active_deduplication_id, inputs, executor_id, attempts, started_at)
          SELECT id, 'durable', 'DurableTasks.record', 'PENDING', id, id, json_build_array(id), 'race-dead', 1,
                 now() - interval '1 hour'
@@ -361,7 +360,7 @@ describe('crash recovery', () => {
           [dead],
         );
         await pool.query(
-          `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, deduplication_id,
+          `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, deduplication_id,
               active_deduplication_id, inputs, executor_id, attempts)
            SELECT id, 'durable', 'DurableTasks.record', 'PENDING', id, id, '[]', owner, 1
            FROM unnest($1::text[], $2::text[]) AS o(id, owner)`,
@@ -413,7 +412,7 @@ describe('crash recovery', () => {
             `concurrent recoverExpired() calls recovered something (${returned.length} workflows in all)`,
         );
         await pool.query(
-          `UPDATE "${schema}".workflows SET status = 'CANCELLED', active_deduplication_id = NULL WHERE workflow_id = ANY($1)`,
+          `DELETE FROM "${schema}".workflow_queue WHERE workflow_id = ANY($1)`,
           [workflowIds],
         );
       }

@@ -214,11 +214,11 @@ describe('dashboard admin API over HTTP (Express)', () => {
 
     it('caps the total at 10,000 ("10,000+") and estimates the counts per status past 1,000', async () => {
       await pool.query(
-        `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, inputs, completed_at)
+        `INSERT INTO "${schema}".workflow_history (workflow_id, queue_name, workflow_name, status, inputs, completed_at)
          SELECT 'seeded-' || i, 'tenants', $1, 'SUCCESS', '[]', now() - interval '1 hour' FROM generate_series(1, 10050) AS i`,
         [REPORT],
       );
-      await pool.query(`ANALYZE "${schema}".workflows`);
+      await pool.query(`ANALYZE "${schema}".workflow_history`);
       const page = await list('queue=tenants');
       expect(page.total).toEqual({ value: 10_000, exact: false });
       expect(page.workflows).toHaveLength(50);
@@ -227,7 +227,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
       expect(tenants.counts.SUCCESS).toEqual({ value: 1000, exact: false, estimate: expect.any(Number) });
       expect(tenants.counts.SUCCESS.estimate).toBeGreaterThan(5000);
       expect(tenants.counts.ENQUEUED).toEqual({ value: 3, exact: true });
-      await pool.query(`DELETE FROM "${schema}".workflows WHERE workflow_id LIKE 'seeded-%'`);
+      await pool.query(`DELETE FROM "${schema}".workflow_history WHERE workflow_id LIKE 'seeded-%'`);
     });
 
     it('refuses unknown filters, statuses, queues, bad limits, dates and cursors with 400/404 and a message', async () => {

@@ -34,7 +34,7 @@ describe('refusals of the database reach each caller as typed errors', () => {
         IF NEW.inputs::text LIKE '%poison%' THEN RAISE EXCEPTION 'poison row refused'; END IF;
         RETURN NEW;
       END $$;
-      CREATE TRIGGER refuse_poison BEFORE INSERT ON "${schema}".workflows
+      CREATE TRIGGER refuse_poison BEFORE INSERT ON "${schema}".workflow_queue
         FOR EACH ROW EXECUTE FUNCTION "${schema}".refuse_poison();`);
   });
 

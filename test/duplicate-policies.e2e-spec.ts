@@ -62,8 +62,8 @@ beforeAll(async () => {
       INSERT INTO "${schema}".inputs_log (op, workflow_id, inputs) VALUES (TG_OP, NEW.workflow_id, NEW.inputs::text);
       RETURN NULL;
     END $$;
-    CREATE TRIGGER test_log_inputs AFTER INSERT OR UPDATE OF inputs ON ${table}
-      FOR EACH ROW EXECUTE FUNCTION "${schema}".log_inputs();
+    CREATE TRIGGER test_log_inputs AFTER INSERT OR UPDATE OF inputs ON "${schema}".workflow_queue
+      FOR EACH ROW WHEN (NEW.status IN ('ENQUEUED', 'PENDING')) EXECUTE FUNCTION "${schema}".log_inputs();
   `);
 });
 
@@ -592,7 +592,7 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
         PERFORM pg_sleep(0.001);
         RETURN NEW;
       END $$;
-      CREATE TRIGGER test_slow_many_insert BEFORE INSERT ON ${table}
+      CREATE TRIGGER test_slow_many_insert BEFORE INSERT ON "${schema}".workflow_queue
         FOR EACH ROW WHEN (NEW.deduplication_id LIKE 'many-%') EXECUTE FUNCTION "${schema}".slow_many_insert();
     `);
     for (let attempt = 1; attempt <= 2; attempt++) {

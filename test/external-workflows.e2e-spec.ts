@@ -81,7 +81,12 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
     await handle.getResult();
     // As if its process had died while running it for the fourth time after as many recoveries.
     await pool.query(
-      `UPDATE "${schema}".workflows SET status = 'PENDING', executor_id = 'gone', recovery_attempts = 4,
+      `WITH finished AS (DELETE FROM "${schema}".workflow_history WHERE workflow_id = $1 RETURNING *)
+       INSERT INTO "${schema}".workflow_queue SELECT * FROM finished`,
+      [handle.workflowId],
+    );
+    await pool.query(
+      `UPDATE "${schema}".workflow_queue SET status = 'PENDING', executor_id = 'gone', recovery_attempts = 4,
          completed_at = NULL WHERE workflow_id = $1`,
       [handle.workflowId],
     );
@@ -127,7 +132,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
   it("runs a row shaped as the previous version wrote it, by the worker's options", async () => {
     // The columns and values the previous release's inserter wrote, its producer's decorator saying 1 attempt.
     await pool.query(
-      `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, deduplication_id,
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, deduplication_id,
          active_deduplication_id, inputs, timeout_ms, max_attempts, max_recovery_attempts, partition_key, priority,
          not_before, dedup_window_ms, release_key_on_error, trace_context)
        VALUES ('legacy-1', 'tasks', 'ExtTasks.flaky', 'ENQUEUED', 'legacy', 'legacy', '["legacy"]', NULL, 1, 10,

@@ -139,7 +139,7 @@ describe('@OnWorkflowEvent', () => {
     const recovered = await queues.enqueue('parked', tasks.ok, ['r']);
     const deadLettered = await queues.enqueue('parked', tasks.ok, ['d']);
     await pool.query(
-      `UPDATE "${schema}".workflows SET status = 'PENDING', executor_id = 'gone', attempts = 1,
+      `UPDATE "${schema}".workflow_queue SET status = 'PENDING', executor_id = 'gone', attempts = 1,
               recovery_attempts = CASE WHEN workflow_id = $2 THEN max_recovery_attempts ELSE 0 END
        WHERE workflow_id = ANY($1::text[])`,
       [[recovered.workflowId, deadLettered.workflowId], deadLettered.workflowId],

@@ -34,7 +34,7 @@ describe('retention of finished workflows', () => {
     await windowed.getResult();
     const running = await app.queues.enqueue('tasks', tasks.blocked, ['retention']);
     await pool.query(
-      `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, inputs, completed_at)
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, completed_at)
        VALUES ('dead-lettered', 'tasks', 'RecordingTasks.echo', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', '[]', now() - interval '1 day')`,
     );
 

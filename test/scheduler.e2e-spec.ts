@@ -92,7 +92,7 @@ describe('scheduler', () => {
     const schema = newSchema('poll');
     const app = await start({ schema, pollIntervalMs: 100 }, [RecordingTasks]);
     await pool.query(
-      `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, inputs)
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
        VALUES ('silent', 'tasks', 'RecordingTasks.echo', 'ENQUEUED', '["quiet"]')`,
     );
     await expect((await app.queues.retrieve('silent')).getResult({ timeoutMs: 5_000 })).resolves.toBe('quiet');
@@ -113,7 +113,7 @@ describe('scheduler', () => {
     const schema = newSchema('unknown');
     const timed = await start({ schema, pollIntervalMs: 50 }, [TimedTasks]);
     await pool.query(
-      `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, inputs)
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
        VALUES ('foreign', 'tasks', 'SomeoneElse.run', 'ENQUEUED', '[]')`,
     );
     const handle = await timed.queues.enqueue('tasks', timed.get(TimedTasks).work, [1, 1]);

@@ -114,7 +114,7 @@ describe('graceful shutdown', () => {
   it('does not lose a workflow whose claim is in flight when shutdown begins: it stays ENQUEUED or ends recorded', async () => {
     const applicationName = `inflight-${schema}`;
     const waiting = await enqueuer.queues.enqueue('inflight', enqueuer.get(RecordingTasks).echo, ['in flight']);
-    await pool.query(`UPDATE "${schema}".workflows SET not_before = now() + interval '1 hour' WHERE workflow_id = $1`, [
+    await pool.query(`UPDATE "${schema}".workflow_queue SET not_before = now() + interval '1 hour' WHERE workflow_id = $1`, [
       waiting.workflowId,
     ]);
     const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'inflight' }] });
@@ -124,8 +124,8 @@ describe('graceful shutdown', () => {
     const locker = await pool.connect();
     try {
       await locker.query('BEGIN');
-      await locker.query(`LOCK TABLE "${schema}".workflows IN EXCLUSIVE MODE`);
-      await locker.query(`UPDATE "${schema}".workflows SET not_before = NULL WHERE workflow_id = $1`, [
+      await locker.query(`LOCK TABLE "${schema}".workflow_queue IN EXCLUSIVE MODE`);
+      await locker.query(`UPDATE "${schema}".workflow_queue SET not_before = NULL WHERE workflow_id = $1`, [
         waiting.workflowId,
       ]);
       await pool.query('SELECT pg_notify($1, $2)', [`dedup_queue:${schema}`, 'inflight']);

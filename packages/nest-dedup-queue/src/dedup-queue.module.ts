@@ -6,6 +6,7 @@ import { QueueDatabase } from './database/queue-database';
 import { createQueueDatabase } from './database/queue-database.factory';
 import { QueueControlStore } from './database/queue-control.store';
 import { WorkflowStore } from './database/workflow.store';
+import { HistoryPartitions } from './database/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflow-inserter';
 import { DeduplicationEvents } from './enqueue/deduplication-events';
@@ -79,6 +80,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowCompletions,
     onDatabase(WorkflowClaimer),
     onDatabase(ExecutorStore),
+    onDatabase(HistoryPartitions),
     {
       provide: StepStore,
       useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),

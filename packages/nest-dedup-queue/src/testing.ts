@@ -8,6 +8,7 @@ export { runMigrations } from './database/migration.runner';
 export { MIGRATIONS } from './database/migrations';
 export type { Migration } from './database/migrations';
 export { ExecutorStore } from './database/executor.store';
+export { HistoryPartitions } from './database/history-partitions';
 export { SCHEDULE_CLOCK } from './scheduling/schedule.clock';
 export type { ScheduleClock } from './scheduling/schedule.clock';
 export { TickCalculator } from './scheduling/tick.calculator';

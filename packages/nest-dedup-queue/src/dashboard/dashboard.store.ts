@@ -1,5 +1,6 @@
 import type { QueryOptions, QueueDatabase } from '../database/queue-database';
 import type { NewWorkflow } from '../database/workflow-inserter';
+import { WorkflowTables, workflowTables } from '../database/workflow-tables';
 import { REPORTED_STATUS_SQL } from '../database/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { DELAYED_SQL, NOT_PENDING_SQL, READY_SQL, STATUS_SQL } from '../database/workflow-status.sql';
@@ -91,13 +92,15 @@ const PREPARED_READ: QueryOptions = { prepared: true, idempotent: true };
  * PENDING rows out, which are read through `workflows_running`); no count reads past its limit.
  */
 export class DashboardStore {
+  private readonly tables: WorkflowTables;
   private readonly table: string;
   private readonly steps: string;
   private readonly queues: string;
 
   constructor(private readonly database: QueueDatabase) {
-    this.table = `${database.schemaSql}.workflows`;
-    this.steps = `${database.schemaSql}.steps`;
+    this.tables = workflowTables(database.schemaSql);
+    this.table = this.tables.workflows;
+    this.steps = this.tables.steps;
     this.queues = `${database.schemaSql}.queues`;
   }
 
@@ -130,25 +133,36 @@ export class DashboardStore {
    */
   async estimatedCounts(): Promise<{ rows: number; queues: Map<string, number>; statuses: Map<string, number> }> {
     const stats = await this.database.query<{
+      relname: string;
       attname: string;
       vals: string[] | null;
       freqs: number[] | null;
       rows: number;
     }>(
-      `SELECT a.attname, s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,
+      `SELECT c.relname, a.attname, s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,
               greatest(c.reltuples, 0)::float8 AS rows
        FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
        CROSS JOIN (VALUES ('queue_name'), ('status')) AS a(attname)
        LEFT JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = a.attname
-       WHERE n.nspname = $1 AND c.relname = 'workflows'`,
+       WHERE n.nspname = $1 AND c.relkind = 'r'
+         AND (c.relname = 'workflow_queue'
+              OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '${this.tables.history}'::regclass))`,
       [this.database.schema],
       READ,
     );
+    const rowsOf = new Map(stats.map((stat) => [stat.relname, stat.rows]));
+    const rows = [...rowsOf.values()].reduce((sum, n) => sum + n, 0);
+    // NOTE: each table's frequencies weighed by its rows, as the planner would see one table of them all.
     const frequencies = (attname: string) => {
-      const row = stats.find((stat) => stat.attname === attname);
-      return new Map((row?.vals ?? []).map((value, index) => [value, row?.freqs?.[index] ?? 0]));
+      const counts = new Map<string, number>();
+      for (const stat of stats.filter((row) => row.attname === attname)) {
+        (stat.vals ?? []).forEach((value, index) =>
+          counts.set(value, (counts.get(value) ?? 0) + (stat.freqs?.[index] ?? 0) * stat.rows),
+        );
+      }
+      return new Map([...counts].map(([value, count]) => [value, rows > 0 ? count / rows : 0]));
     };
-    return { rows: stats[0]?.rows ?? 0, queues: frequencies('queue_name'), statuses: frequencies('status') };
+    return { rows, queues: frequencies('queue_name'), statuses: frequencies('status') };
   }
 
   /** Per queue, how many workflows finished in the last minute and the last 5 minutes (the completed_at index). */
@@ -156,7 +170,7 @@ export class DashboardStore {
     return this.database.query(
       `SELECT queue_name, count(*) FILTER (WHERE completed_at > now() - interval '1 minute')::int AS last_minute,
               count(*)::int AS last_5_minutes
-       FROM ${this.table}
+       FROM ${this.tables.history}
        WHERE completed_at > now() - interval '5 minutes'
        GROUP BY queue_name`,
       [],
@@ -258,7 +272,7 @@ export class DashboardStore {
     const rows = await this.database.query<DetailRow>(
       `SELECT ${SUMMARY_COLUMNS}, inputs, output, error, failed_attempts, max_attempts, recovery_attempts,
               max_recovery_attempts, timeout_ms, deadline_at, updated_at
-       FROM ${this.table} WHERE workflow_id = $1`,
+       FROM ${this.table} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       READ,
     );
@@ -268,8 +282,8 @@ export class DashboardStore {
   /** What a re-run copies: everything a new workflow row needs except its ID and start time. */
   async findRerunSource(
     workflowId: string,
-  ): Promise<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'> | undefined> {
-    const rows = await this.database.query<Omit<NewWorkflow, 'workflowId' | 'runAt' | 'delayMs'>>(
+  ): Promise<Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs'> | undefined> {
+    const rows = await this.database.query<Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs'>>(
       `SELECT queue_name AS "queueName", workflow_name AS "workflowName", deduplication_id AS "deduplicationId",
               inputs::text AS "inputsJson", timeout_ms AS "timeoutMs", max_attempts AS "maxAttempts",
               max_recovery_attempts AS "maxRecoveryAttempts", partition_key AS "partitionKey", priority,

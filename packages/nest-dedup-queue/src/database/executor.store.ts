@@ -2,8 +2,9 @@ import { hostname } from 'node:os';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { finishWorkflowSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, handOverSql } from './workflow-finish.sql';
 import { STATUS_SQL } from './workflow-status.sql';
+import { WorkflowTables, workflowTables } from './workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
@@ -18,7 +19,10 @@ export interface NotOwnedWorkflow {
   attempt?: number;
 }
 
-/** A recovered workflow past its recovery budget: it is dead-lettered instead of put back in its queue. */
+/**
+ * A recovered workflow past its recovery budget: it is dead-lettered instead of put back in its queue. A dead letter
+ * stays in the active table (it lets go of its key) until `resume` or a cancel.
+ */
 const DEAD_LETTERED = 'w.recovery_attempts >= w.max_recovery_attempts';
 
 /**
@@ -27,12 +31,14 @@ const DEAD_LETTERED = 'w.recovery_attempts >= w.max_recovery_attempts';
  * recovery budget), keeping their deduplication IDs.
  */
 export class ExecutorStore {
+  private readonly tables: WorkflowTables;
   private readonly executors: string;
   private readonly workflows: string;
 
   constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
     this.executors = `${database.schemaSql}.executors`;
-    this.workflows = `${database.schemaSql}.workflows`;
+    this.workflows = this.tables.active;
   }
 
   async register(executorId: string): Promise<void> {
@@ -75,7 +81,7 @@ export class ExecutorStore {
     }>(
       `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
        FROM unnest($1::text[]) AS ids(id)
-       LEFT JOIN ${this.workflows} AS w ON w.workflow_id = ids.id
+       LEFT JOIN ${this.tables.workflows} AS w ON w.workflow_id = ids.id
        WHERE w.workflow_id IS NULL OR w.status <> ${STATUS_SQL.PENDING} OR w.executor_id IS DISTINCT FROM $2`,
       [workflowIds, executorId],
       { idempotent: true },
@@ -117,7 +123,7 @@ export class ExecutorStore {
   recoverOwn(executorId: string): Promise<RecoveredWorkflow[]> {
     return this.recover(
       '',
-      `SELECT workflow_id FROM ${this.workflows}
+      `SELECT workflow_id, queue_name, active_deduplication_id FROM ${this.workflows}
        WHERE status = ${STATUS_SQL.PENDING} AND executor_id = $2
        FOR UPDATE SKIP LOCKED`,
       executorId,
@@ -136,7 +142,7 @@ export class ExecutorStore {
          DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
          RETURNING executor_id
        ),`,
-      `SELECT w.workflow_id FROM ${this.workflows} AS w
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
        WHERE w.status = ${STATUS_SQL.PENDING}
          AND (w.executor_id IN (SELECT executor_id FROM expired)
               OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
@@ -150,19 +156,26 @@ export class ExecutorStore {
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
        recovered AS (
          UPDATE ${this.workflows} AS w
-         SET ${finishWorkflowSql({
-           row: 'w.',
-           status: `CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
-                             ELSE ${STATUS_SQL.ENQUEUED} END`,
-           endsWhen: DEAD_LETTERED,
-         })},
+         SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+                           ELSE ${STATUS_SQL.ENQUEUED} END,
+             active_deduplication_id = CASE WHEN ${DEAD_LETTERED} THEN NULL ELSE w.active_deduplication_id END,
+             completed_at = CASE WHEN ${DEAD_LETTERED} THEN now() END,
              recovery_attempts = w.recovery_attempts + 1,
-             executor_id = NULL
-         FROM orphans WHERE w.workflow_id = orphans.workflow_id
-         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status
+             executor_id = NULL,
+             updated_at = now()
+         FROM orphans WHERE w.queue_name = orphans.queue_name AND w.workflow_id = orphans.workflow_id
+         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
        ),
+       ${handOverSql(
+         this.workflows,
+         `SELECT queue_name, held_key AS key FROM recovered
+          WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`,
+         '$1',
+       )},
        woken AS (SELECT pg_notify($1, queue_name) FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
-       SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken FROM recovered`,
+       SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
+              ${END_WAKE_UPS_SQL} AS handed_over
+       FROM recovered`,
       [this.database.wakeUpChannel, parameter],
     );
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));

@@ -10,6 +10,7 @@ interface NewWorkflowInput {
 /** The inputs of a new workflow row, named as the parameters (and `unnest` columns) of the enqueue statements. */
 export const NEW_WORKFLOW_INPUTS = {
   workflow_id: { type: 'text', value: (w) => w.workflowId },
+  workflow_id_given: { type: 'bool', value: (w) => w.workflowIdGiven },
   queue_name: { type: 'text', value: (w) => w.queueName },
   workflow_name: { type: 'text', value: (w) => w.workflowName },
   deduplication_id: { type: 'text', value: (w) => w.deduplicationId },

@@ -1,7 +1,7 @@
 /**
  * The LISTEN/NOTIFY channels of a schema, named once: the code and the SQL functions created by migrations build
  * them from these prefixes and the schema's name. NOTE: a trigger function has the wake-up channel compiled in;
- * changing a prefix needs a migration that creates the function again (see `promoteFollowUpFunctionSql`).
+ * changing a prefix needs a migration that creates the function again (see migration 011).
  */
 
 /** Wakes workers when work is ready in a queue of the schema; the payload is the queue name. */

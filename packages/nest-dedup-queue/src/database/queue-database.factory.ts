@@ -5,6 +5,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import { describeError } from './connection-monitor';
+import { HistoryPartitions } from './history-partitions';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
@@ -44,6 +45,7 @@ export async function createQueueDatabase(
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0)
         logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
+      await new HistoryPartitions(database).extend();
       return database;
     } catch (error) {
       await database.close().catch(() => undefined);

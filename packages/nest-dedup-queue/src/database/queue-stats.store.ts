@@ -3,6 +3,7 @@ import { settleWithin } from '../utils/settle-within';
 import type { QueueDatabase } from './queue-database';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { workflowTables } from './workflow-tables';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -22,9 +23,11 @@ export type OldestWaits = Map<string, number>;
  */
 export class QueueStatsStore {
   private readonly table: string;
+  private readonly workflows: string;
 
   constructor(private readonly database: QueueDatabase) {
-    this.table = `${database.schemaSql}.workflows`;
+    this.table = workflowTables(database.schemaSql).active;
+    this.workflows = workflowTables(database.schemaSql).workflows;
   }
 
   /** ENQUEUED (ready), DELAYED and PENDING workflows per queue, and the wait of each queue's oldest due workflow. */
@@ -50,7 +53,7 @@ export class QueueStatsStore {
   async finished(timeoutMs: number): Promise<StatusCount[]> {
     const rows = await this.withTimeout(timeoutMs, (query) =>
       query<{ queue_name: string; status: WorkflowStatus; n: number }>(
-        `SELECT queue_name, status, count(*)::float8 AS n FROM ${this.table}
+        `SELECT queue_name, status, count(*)::float8 AS n FROM ${this.workflows}
          WHERE status NOT IN ${ACTIVE_STATUSES_SQL} GROUP BY queue_name, status`,
       ),
     );

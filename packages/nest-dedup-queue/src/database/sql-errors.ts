@@ -78,3 +78,8 @@ function postgresFields(error: unknown): PostgresErrorFields | undefined {
   const inner = driverErrorOf(error);
   return inner !== null && typeof inner === 'object' ? inner : undefined;
 }
+
+/** Whether `error` is a lock wait that ran past `lock_timeout` (SQLSTATE 55P03). */
+export function isLockTimeout(error: unknown): boolean {
+  return postgresFields(error)?.code === '55P03';
+}

@@ -2,6 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { WorkflowErrorInfo } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { STATUS_SQL } from './workflow-status.sql';
+import { workflowTables } from './workflow-tables';
 
 /** A step outcome as checkpointed. */
 export interface RecordedStep {
@@ -25,6 +26,15 @@ export interface StepCheckpoint {
 const CHECKPOINT_VALUES = `$4::json, $5::json,
   clock_timestamp() - $6::float8 * interval '1 millisecond', clock_timestamp()`;
 
+const STEP_COLUMNS =
+  'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
+
+/** The active row of workflow `$1` if it is PENDING under `executor` in the run `attempt` (parameter references). */
+function ownedRowSql(active: string, executor: string, attempt: string): string {
+  return `SELECT queue_name, created_at FROM ${active}
+    WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = ${executor} AND attempts = ${attempt}`;
+}
+
 /** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
 export class StepStore {
   private readonly steps: string;
@@ -35,8 +45,9 @@ export class StepStore {
     /** How long a step's transaction may sit idle (its process stalled) before Postgres ends it. */
     private readonly idleTransactionTimeoutMs: number,
   ) {
-    this.steps = `${database.schemaSql}.steps`;
-    this.workflows = `${database.schemaSql}.workflows`;
+    const tables = workflowTables(database.schemaSql);
+    this.steps = tables.steps;
+    this.workflows = tables.active;
   }
 
   async load(workflowId: string): Promise<Map<number, RecordedStep>> {
@@ -60,13 +71,10 @@ export class StepStore {
    */
   async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
     const rows = await this.database.query<{ owned: boolean }>(
-      `WITH owned AS (
-         SELECT 1 FROM ${this.workflows}
-         WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = $7 AND attempts = $8
-       ),
+      `WITH owned AS (${ownedRowSql(this.workflows, '$7', '$8')}),
        recorded AS (
-         INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at)
-         SELECT $1, $2, $3, ${CHECKPOINT_VALUES} WHERE EXISTS (SELECT 1 FROM owned)
+         INSERT INTO ${this.steps} (${STEP_COLUMNS})
+         SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at FROM owned
          ON CONFLICT DO NOTHING
          RETURNING step_index
        )
@@ -100,19 +108,21 @@ export class StepStore {
    * step's commit, so the step's writes never land after its workflow was taken away.
    */
   async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
-    const rows: unknown[] = await manager.query(
-      `SELECT 1 FROM ${this.workflows}
-       WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2 AND attempts = $3 FOR SHARE`,
-      [workflowId, executorId, attempt],
-    );
+    const rows: unknown[] = await manager.query(`${ownedRowSql(this.workflows, '$2', '$3')} FOR SHARE`, [
+      workflowId,
+      executorId,
+      attempt,
+    ]);
     return rows.length === 1;
   }
 
-  async insert(manager: EntityManager, step: StepCheckpoint): Promise<void> {
+  /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
+  async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
     await manager.query(
-      `INSERT INTO ${this.steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at)
-       VALUES ($1, $2, $3, ${CHECKPOINT_VALUES})`,
-      this.values(step),
+      `INSERT INTO ${this.steps} (${STEP_COLUMNS})
+       SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at
+       FROM (${ownedRowSql(this.workflows, '$7', '$8')}) AS owned`,
+      [...this.values(step), executorId, attempt],
     );
   }
 

@@ -1,6 +1,7 @@
 import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.config';
 import type { QueueDatabase } from './queue-database';
-import { READY_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from './workflow-status.sql';
+import { WorkflowTables, workflowTables } from './workflow-tables';
 
 export interface ClaimedWorkflow {
   workflowId: string;
@@ -71,12 +72,14 @@ const LOCK_TIMEOUT = '5s';
  * by others, read the pause flag in the database, and time starts by `clock_timestamp()`, after any lock wait.
  */
 export class WorkflowClaimer {
+  private readonly tables: WorkflowTables;
   private readonly workflows: string;
   private readonly queues: string;
   private readonly executors: string;
 
   constructor(private readonly database: QueueDatabase) {
-    this.workflows = `${database.schemaSql}.workflows`;
+    this.tables = workflowTables(database.schemaSql);
+    this.workflows = this.tables.active;
     this.queues = `${database.schemaSql}.queues`;
     this.executors = `${database.schemaSql}.executors`;
   }
@@ -126,9 +129,8 @@ export class WorkflowClaimer {
          count(*)::int AS recent,
          (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
            AS frees_in_ms
-       FROM ${this.workflows}
-       WHERE queue_name = $1 AND $2::float8 > 0
-         AND started_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+       FROM ${this.startsSql('queue_name = $1')} AS s
+       WHERE $2::float8 > 0 AND started_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
       [request.queue.name, queueWideRate?.periodMs ?? 0],
     );
     let limit = request.limit;
@@ -141,6 +143,14 @@ export class WorkflowClaimer {
       }
     }
     return { limit };
+  }
+
+  /** The starts of a queue that a rate limit counts: running workflows' and finished ones', matching `where`. */
+  private startsSql(where: string): string {
+    return `(SELECT started_at, partition_key FROM ${this.tables.active}
+             WHERE ${where} AND started_at IS NOT NULL AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
+             UNION ALL
+             SELECT started_at, partition_key FROM ${this.tables.history} WHERE ${where} AND started_at IS NOT NULL)`;
   }
 
   private params(request: ClaimRequest, limit: number): unknown[] {
@@ -184,9 +194,9 @@ export class WorkflowClaimer {
            WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key
          ),
          recent AS (
-           SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
-           WHERE queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
-             AND started_at > clock_timestamp() - $7::float8 * interval '1 millisecond'
+           SELECT partition_key, count(*)::int AS n
+           FROM ${this.startsSql(`queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
+             AND started_at > clock_timestamp() - $7::float8 * interval '1 millisecond'`)} AS s
            GROUP BY partition_key
          ),
          picks AS (
@@ -227,7 +237,7 @@ export class WorkflowClaimer {
           deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
                              THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
       FROM claimable
-      WHERE w.workflow_id = claimable.workflow_id
+      WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts, w.max_recovery_attempts,

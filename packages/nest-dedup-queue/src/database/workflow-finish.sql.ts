@@ -1,91 +1,113 @@
-import { WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
+import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
 import { STATUS_SQL } from './workflow-status.sql';
 
 /**
- * "This workflow is finished and its deduplication key is free", written once. Every statement that ends a
- * workflow (an outcome, a cancel, a timeout, a dead letter) sets the columns that `finishWorkflowSql` gives; the
- * key a finished workflow keeps for its deduplication window is let go by `releaseExpiredKeySql` when someone
- * wants it (never by a sweep); and whenever a key is let go, the trigger of `promoteFollowUpFunctionSql` hands it,
- * in the same statement, to the `queue-next` follow-up waiting for it.
- *
- * A finished workflow: a finished status, `completed_at` set, no "next" slot, and `active_deduplication_id` NULL,
- * unless it keeps the key until `dedup_expires_at` (then `keyFreeSql` and `windowOpenSql` tell whether it still does).
+ * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
+ * active table: every statement that ends workflows (an outcome, a cancel, a timeout) is built by `endWorkflowsSql`,
+ * which deletes the active rows, writes them to the history, keeps a key record in the active table for a workflow
+ * whose deduplication window is open, and, in the same statement, hands each freed key to the `queue-next`
+ * follow-up waiting for it. A key record whose window is over is deleted by `releaseExpiredKeySql` when someone
+ * wants its key (never by a sweep).
  */
-export interface FinishSpec {
-  /** The alias of the updated row, with its dot (`'w.'`), or `''`. */
-  row: string;
-  /** The status the rows get, as an SQL expression (for the rows that do not end too). */
+export interface EndSpec {
+  tables: WorkflowTables;
+  /** FROM items joined to the active row `w` (`unnest(...) AS o(...)`), or none. */
+  using?: string;
+  /** Which active rows end (an SQL condition over `w` and `using`); rechecked on the locked row. */
+  where: string;
+  /** The status they end with (an SQL expression). */
   status: string;
-  /** Which rows of the statement end (an SQL condition); the others keep their key. Default: every row. */
-  endsWhen?: string;
-  /** Which ending rows keep their key for their deduplication window (an SQL condition). Default: none. */
+  /** Their return value and error (SQL expressions); default: what the row has. */
+  output?: string;
+  error?: string;
+  /** Which of them keep their key for their deduplication window (an SQL condition). Default: none. */
   keepsKeyWhen?: string;
+  /** More RETURNING expressions of the `ended` CTE (over `w` and `using`). */
+  returning?: string;
+  /** Other columns of the finished row (SQL over the ended row `e`, with `end_status` and `returning`). */
+  overrides?: Partial<Record<WorkflowColumn, string>>;
+  /** The parameter that holds the wake-up channel (`$7`): workers of a queue whose follow-up took a key wake. */
+  channelParam: string;
 }
 
-/** The SET assignments of a statement that ends workflows (see above); `updated_at` included. */
-export function finishWorkflowSql({ row, status, endsWhen, keepsKeyWhen }: FinishSpec): string {
-  const ends = endsWhen ?? 'TRUE';
-  const keeps = keepsKeyWhen ?? 'FALSE';
-  return `status = ${status},
-    active_deduplication_id = CASE WHEN NOT (${ends}) OR (${keeps}) THEN ${row}active_deduplication_id END,
-    next_deduplication_id = CASE WHEN ${ends} THEN NULL ELSE ${row}next_deduplication_id END,
-    dedup_expires_at = CASE WHEN (${ends}) AND (${keeps})
-                            THEN now() + ${row}dedup_window_ms * interval '1 millisecond' END,
-    completed_at = CASE WHEN ${ends} THEN now() END,
-    updated_at = now()`;
+/**
+ * The CTEs (without the leading WITH) that end workflows: `ended` returns the rows as they were before (`w.*`) with
+ * `end_status` and whatever `returning` adds. The statement must read `END_WAKE_UPS_SQL` in its final SELECT, so that
+ * the follow-ups' wake-ups are sent.
+ */
+export function endWorkflowsSql(spec: EndSpec): string {
+  const { active, history } = spec.tables;
+  const keeps = spec.keepsKeyWhen ?? 'FALSE';
+  const finished = workflowColumnsSql('e.', {
+    ...spec.overrides,
+    status: 'e.end_status',
+    output: 'e.end_output',
+    error: 'e.end_error',
+    active_deduplication_id: 'CASE WHEN e.keeps_key THEN e.active_deduplication_id END',
+    next_deduplication_id: 'NULL',
+    dedup_expires_at: `CASE WHEN e.keeps_key THEN now() + e.dedup_window_ms * interval '1 millisecond' END`,
+    completed_at: 'now()',
+    updated_at: 'now()',
+  });
+  return `ended AS (
+       DELETE FROM ${active} AS w ${spec.using ? `USING ${spec.using}` : ''}
+       WHERE ${spec.where}
+       RETURNING w.*, ${spec.status} AS end_status, ${spec.output ?? 'w.output'} AS end_output,
+                 ${spec.error ?? 'w.error'} AS end_error, (${keeps}) AS keeps_key
+                 ${spec.returning ? `, ${spec.returning}` : ''}
+     ),
+     archived AS (
+       INSERT INTO ${history} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e
+     ),
+     key_records AS (
+       INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e WHERE e.keeps_key
+     ),
+     ${handOverSql(active, `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE NOT keeps_key`, spec.channelParam)}`;
 }
+
+/**
+ * The CTEs `handed_over` and `hand_over_wake_ups`: each `queue-next` follow-up waiting for one of the keys that
+ * `freedKeysSql` selects (`queue_name`, `key`) takes it and is due at once, and its queue's workers are woken.
+ * NOTE: the key's holder left (or let go of) it earlier in the same statement, so the unique index allows the move.
+ */
+export function handOverSql(active: string, freedKeysSql: string, channelParam: string): string {
+  return `handed_over AS (
+       UPDATE ${active} AS f
+       SET active_deduplication_id = f.next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
+           updated_at = now()
+       FROM (${freedKeysSql}) AS freed
+       WHERE freed.key IS NOT NULL AND f.queue_name = freed.queue_name AND f.next_deduplication_id = freed.key
+         AND f.status = ${STATUS_SQL.ENQUEUED}
+       RETURNING f.queue_name
+     ),
+     hand_over_wake_ups AS (
+       SELECT pg_notify(${channelParam}, queue_name) FROM (SELECT DISTINCT queue_name FROM handed_over) AS q
+     )`;
+}
+
+/** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */
+export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';
 
 /**
  * Whether a workflow that ends with `outcome` (an SQL expression: `'SUCCESS'` or `'ERROR'`) keeps its key for its
  * deduplication window: it has one, it did not fail with `releaseKeyOnError`, and no `queue-next` follow-up waits for
- * the key (the follow-up takes precedence). `table` is the qualified `workflows` table, the row is aliased `w`.
+ * the key (the follow-up takes precedence). The row is aliased `w`.
  */
-export function keepsKeyInWindowSql(table: string, outcome: string): string {
-  return `w.dedup_window_ms IS NOT NULL
+export function keepsKeyInWindowSql(active: string, outcome: string): string {
+  return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
     AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
-    AND NOT EXISTS (SELECT 1 FROM ${table} AS f
+    AND NOT EXISTS (SELECT 1 FROM ${active} AS f
                     WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
 }
 
-/** Whether a row's hold on its `active_deduplication_id` is still on (no window, or a window not over yet). */
+/** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */
 export function windowOpenSql(row = ''): string {
   return `(${row}dedup_expires_at IS NULL OR ${row}dedup_expires_at > now())`;
 }
 
-/** Whether a row holds no key now: none, or its deduplication window is over. */
-export function keyFreeSql(row = ''): string {
-  return `(${row}active_deduplication_id IS NULL OR ${row}dedup_expires_at <= now())`;
-}
-
-/**
- * Lets go of the key of `$1` queue and `$2` key if its deduplication window is over; returns the workflow IDs.
- * Letting go fires the follow-up hand-over.
- */
-export function releaseExpiredKeySql(table: string): string {
-  return `UPDATE ${table} SET active_deduplication_id = NULL, updated_at = now()
+/** Deletes the key record of `$1` queue and `$2` key if its deduplication window is over; returns its workflow ID. */
+export function releaseExpiredKeySql(active: string): string {
+  return `DELETE FROM ${active}
          WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now()
          RETURNING workflow_id`;
-}
-
-/**
- * The follow-up hand-over: the trigger function (created by migration 004, made from this definition since 011) that
- * runs after a row's `active_deduplication_id` goes from a key to NULL. In the same statement, the `queue-next`
- * follow-up waiting for that key (ENQUEUED, not due, holding the key's "next" slot) takes the key, becomes due at
- * once, and its queue's workers are woken on the wake-up channel.
- */
-export function promoteFollowUpFunctionSql(schemaSql: string): string {
-  return `
-    CREATE OR REPLACE FUNCTION ${schemaSql}.promote_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      UPDATE ${schemaSql}.workflows
-      SET active_deduplication_id = next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
-          updated_at = now()
-      WHERE queue_name = NEW.queue_name AND next_deduplication_id = OLD.active_deduplication_id
-        AND status = ${STATUS_SQL.ENQUEUED};
-      IF FOUND THEN
-        PERFORM pg_notify('${WAKE_UP_CHANNEL_PREFIX}' || TG_TABLE_SCHEMA, NEW.queue_name);
-      END IF;
-      RETURN NULL;
-    END $$;
-  `;
 }

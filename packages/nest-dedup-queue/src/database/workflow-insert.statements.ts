@@ -8,6 +8,7 @@ import { SqlParameters } from './sql-parameters';
 import { windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './workflow-inserter';
 import { STATUS_SQL } from './workflow-status.sql';
+import type { WorkflowTables } from './workflow-tables';
 
 interface Statement<C> {
   sql: string;
@@ -26,8 +27,21 @@ export interface InsertStatements {
  * `newWorkflowColumns` and `NEW_WORKFLOW_INPUTS`, so that a column and its value cannot drift apart. One row names
  * its inputs as parameters, a batch as `unnest` columns of one array parameter each.
  */
-export function insertStatements(table: string): InsertStatements {
-  return { one: insertOneStatement(table), many: insertManyStatement(table), followUp: insertFollowUpStatement(table) };
+export function insertStatements(tables: WorkflowTables): InsertStatements {
+  return {
+    one: insertOneStatement(tables),
+    many: insertManyStatement(tables),
+    followUp: insertFollowUpStatement(tables.active),
+  };
+}
+
+/**
+ * Whether a workflow ID given by the caller names a workflow already, other than an active one of the same queue
+ * (which ON CONFLICT finds): a finished one, or one of another queue. Generated IDs are new by construction.
+ */
+function takenElsewhereSql(tables: WorkflowTables, id: string, given: string, queue: string): string {
+  return `(${given} AND (EXISTS (SELECT 1 FROM ${tables.history} AS h WHERE h.workflow_id = ${id})
+       OR EXISTS (SELECT 1 FROM ${tables.active} AS a WHERE a.workflow_id = ${id} AND a.queue_name <> ${queue})))`;
 }
 
 function parameterOf<C>(params: SqlParameters<C>, value: (context: C) => NewWorkflow) {
@@ -35,14 +49,17 @@ function parameterOf<C>(params: SqlParameters<C>, value: (context: C) => NewWork
     params.ref(name, NEW_WORKFLOW_INPUTS[name].type, (context) => NEW_WORKFLOW_INPUTS[name].value(value(context)));
 }
 
-function insertOneStatement(table: string): InsertStatements['one'] {
+function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
   const params = new SqlParameters<{ workflow: NewWorkflow; channel: string }>();
-  const columns = newWorkflowColumns(parameterOf(params, (context) => context.workflow));
+  const input = parameterOf(params, (context) => context.workflow);
+  const columns = newWorkflowColumns(input);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const taken = takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'));
   const sql = `WITH inserted AS (
-       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
-       VALUES (${Object.values(columns).join(', ')})
-       ON CONFLICT (workflow_id) DO NOTHING
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+       SELECT ${Object.values(columns).join(', ')}
+       WHERE NOT ${taken}
+       ON CONFLICT (workflow_id, queue_name) DO NOTHING
        RETURNING queue_name
      )
      SELECT pg_notify(${channel}, queue_name) FROM inserted`;
@@ -50,7 +67,7 @@ function insertOneStatement(table: string): InsertStatements['one'] {
 }
 
 /** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
-function insertManyStatement(table: string): InsertStatements['many'] {
+function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
   const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
   const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
     params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
@@ -64,9 +81,11 @@ function insertManyStatement(table: string): InsertStatements['many'] {
          WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
      ),
      inserted AS (
-       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        SELECT ${Object.values(columns).join(', ')}
-       FROM input ORDER BY queue_name, deduplication_id, ord
+       FROM input
+       WHERE NOT ${takenElsewhereSql(tables, 'input.workflow_id', 'input.workflow_id_given', 'input.queue_name')}
+       ORDER BY queue_name, deduplication_id, ord
        ON CONFLICT DO NOTHING
        RETURNING workflow_id, queue_name, active_deduplication_id
      ),
@@ -77,8 +96,12 @@ function insertManyStatement(table: string): InsertStatements['many'] {
             (SELECT count(*) FROM woken) AS woken
      FROM input AS i
      LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
-     LEFT JOIN ${table} AS existing ON ins.workflow_id IS NULL AND existing.workflow_id = i.workflow_id
-     LEFT JOIN ${table} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
+     LEFT JOIN LATERAL (
+       SELECT w.queue_name, w.workflow_name FROM ${tables.workflows} AS w
+       WHERE ins.workflow_id IS NULL AND w.workflow_id = i.workflow_id
+       ORDER BY w.queue_name = i.queue_name DESC LIMIT 1
+     ) AS existing ON true
+     LEFT JOIN ${tables.active} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
        AND holder.active_deduplication_id = i.deduplication_id AND ${windowOpenSql('holder.')}
      LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
        AND in_batch.active_deduplication_id = i.deduplication_id

@@ -5,12 +5,15 @@ import { InsertStatements, insertStatements } from './workflow-insert.statements
 import { isUniqueViolationOn } from './sql-errors';
 import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import { STATUS_SQL } from './workflow-status.sql';
+import { WorkflowTables, workflowTables } from './workflow-tables';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
-export const ACTIVE_DEDUPLICATION_INDEX = 'workflows_active_deduplication_id';
+export const ACTIVE_DEDUPLICATION_INDEX = 'workflow_queue_deduplication_key';
 
 export interface NewWorkflow {
   workflowId: string;
+  /** Whether the caller chose the ID (it may name a finished workflow) or it was generated (new by construction). */
+  workflowIdGiven: boolean;
   queueName: string;
   workflowName: string;
   deduplicationId: string | null;
@@ -48,7 +51,7 @@ export interface Holder {
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
-const statementsByTable = new Map<string, InsertStatements>();
+const statementsBySchema = new Map<string, InsertStatements>();
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),
@@ -58,6 +61,7 @@ const statementsByTable = new Map<string, InsertStatements>();
  * savepoint so that a duplicate does not abort the caller's transaction.
  */
 export class WorkflowInserter {
+  private readonly tables: WorkflowTables;
   private readonly table: string;
 
   constructor(
@@ -65,7 +69,8 @@ export class WorkflowInserter {
     private readonly query: Query = (sql, params) => database.query(sql, params, { prepared: true, idempotent: true }),
     private readonly savepoints = false,
   ) {
-    this.table = `${database.schemaSql}.workflows`;
+    this.tables = workflowTables(database.schemaSql);
+    this.table = this.tables.active;
   }
 
   /** The same statements, run inside the transaction of `manager`. */
@@ -94,7 +99,7 @@ export class WorkflowInserter {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return { outcome: 'deduplicated' };
       throw error;
     }
-    return this.existing(workflow.workflowId);
+    return this.existing(workflow);
   }
 
   /**
@@ -200,10 +205,11 @@ export class WorkflowInserter {
     return undefined;
   }
 
-  private async existing(workflowId: string): Promise<InsertResult> {
+  private async existing(workflow: NewWorkflow): Promise<InsertResult> {
     const rows = await this.query<{ queue_name: string; workflow_name: string }>(
-      `SELECT queue_name, workflow_name FROM ${this.table} WHERE workflow_id = $1`,
-      [workflowId],
+      `SELECT queue_name, workflow_name FROM ${this.tables.workflows} WHERE workflow_id = $1
+       ORDER BY queue_name = $2 DESC LIMIT 1`,
+      [workflow.workflowId, workflow.queueName],
     );
     if (!rows[0]) return { outcome: 'retry' };
     return {
@@ -226,8 +232,8 @@ export class WorkflowInserter {
   }
 
   private get statements(): InsertStatements {
-    let statements = statementsByTable.get(this.table);
-    if (!statements) statementsByTable.set(this.table, (statements = insertStatements(this.table)));
+    let statements = statementsBySchema.get(this.table);
+    if (!statements) statementsBySchema.set(this.table, (statements = insertStatements(this.tables)));
     return statements;
   }
 }

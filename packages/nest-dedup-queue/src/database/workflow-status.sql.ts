@@ -1,6 +1,5 @@
 import {
   ACTIVE_WORKFLOW_STATUSES,
-  FINISHED_WORKFLOW_STATUSES,
   WORKFLOW_STATUSES,
   type WorkflowStatus,
 } from '../interfaces/workflow-status.interface';
@@ -31,13 +30,15 @@ export const STATUS_SQL = Object.fromEntries(
 /** The stored statuses that hold a deduplication ID (`ENQUEUED`, which covers `DELAYED`, and `PENDING`). */
 export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
 
+/**
+ * The statuses of the active table's rows that are workflows there (what can run, and dead letters waiting for
+ * `resume`); its other rows are the key records of finished workflows whose deduplication window is open.
+ */
+export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql(['ENQUEUED', 'PENDING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED']);
+
 /** The statuses `resume` puts back in the queue. */
 export const RESUMABLE_STATUSES: readonly StoredWorkflowStatus[] = ['CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];
 
-/** The finished statuses that retention deletes: every one but the dead letter, which is kept for `resume`. */
-export const PRUNED_STATUSES_SQL = statusListSql(
-  FINISHED_WORKFLOW_STATUSES.filter((status) => status !== 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'),
-);
 
 /** An ENQUEUED row whose start time is still ahead by the database's clock: reported as `DELAYED`. */
 export const DELAYED_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND not_before > now())`;

@@ -1,16 +1,11 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { finishWorkflowSql, keepsKeyInWindowSql, keyFreeSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, endWorkflowsSql, keepsKeyInWindowSql } from './workflow-finish.sql';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
-import {
-  ACTIVE_STATUSES_SQL,
-  PRUNED_STATUSES_SQL,
-  RESUMABLE_STATUSES,
-  STATUS_SQL,
-  statusListSql,
-} from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
+import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -36,10 +31,32 @@ export function parseInterruptPayload(payload: string): InterruptPayload {
 }
 
 const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
-  'message', 'Workflow timed out after ' || timeout_ms || ' ms')`;
+  'message', 'Workflow timed out after ' || w.timeout_ms || ' ms')`;
+
+/** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
+const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
+  AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
+
+/** The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run. */
+const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt`;
+
+/** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
+const RESUMED_COLUMNS = {
+  status: STATUS_SQL.ENQUEUED,
+  active_deduplication_id: 'deduplication_id',
+  executor_id: 'NULL',
+  recovery_attempts: '0',
+  not_before: 'NULL',
+  deadline_at: 'NULL',
+  error: 'NULL',
+  completed_at: 'NULL',
+  updated_at: 'now()',
+} as const;
 
 export interface WorkflowOutcome {
   workflowId: string;
+  queueName: string;
   /** The claim count of the run that produced it: only that run's outcome is recorded. */
   attempt: number;
   /** RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. */
@@ -89,12 +106,14 @@ export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
  * its executor in the same run (no lock is taken to check that: the UPDATE's condition decides).
  */
 export class WorkflowStore {
+  private readonly tables: WorkflowTables;
   private readonly table: string;
   private readonly steps: string;
 
   constructor(private readonly database: QueueDatabase) {
-    this.table = `${database.schemaSql}.workflows`;
-    this.steps = `${database.schemaSql}.steps`;
+    this.tables = workflowTables(database.schemaSql);
+    this.table = this.tables.active;
+    this.steps = this.tables.steps;
   }
 
   /**
@@ -116,29 +135,35 @@ export class WorkflowStore {
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const wakes = wakeQueues.length > 0;
     const rows = await this.database.query<{ workflow_id: string | null; claimed: string | null }>(
-      `WITH finished AS (
+      `WITH retried AS (
          UPDATE ${this.table} AS w
-         SET ${finishWorkflowSql({
-           row: 'w.',
-           status: `CASE WHEN o.status = 'RETRY' THEN ${STATUS_SQL.ENQUEUED} ELSE o.status END`,
-           endsWhen: `o.status <> 'RETRY'`,
-           keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
-         })},
-             executor_id = CASE WHEN o.status = 'RETRY' THEN NULL ELSE w.executor_id END,
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
              not_before = now() + o.retry_delay_ms * interval '1 millisecond',
-             failed_attempts = w.failed_attempts + (o.status <> ${STATUS_SQL.SUCCESS})::int,
-             output = o.output::json, error = o.error::json
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[])
-              AS o(workflow_id, status, output, error, retry_delay_ms, attempt)
-         WHERE w.workflow_id = o.workflow_id AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6
-           AND w.attempts = o.attempt
+             failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
+         FROM ${OUTCOMES_SQL}
+         WHERE o.status = 'RETRY' AND ${OUTCOME_ROW_SQL}
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+       ),
+       ${endWorkflowsSql({
+         tables: this.tables,
+         using: OUTCOMES_SQL,
+         where: `o.status <> 'RETRY' AND ${OUTCOME_ROW_SQL}`,
+         status: 'o.status',
+         output: 'o.output::json',
+         error: 'o.error::json',
+         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
+         overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
+         channelParam: '$7',
+       })},
+       finished AS (
+         SELECT workflow_id, queue_name, end_status AS outcome FROM ended
+         UNION ALL SELECT workflow_id, queue_name, outcome FROM retried
        )${
          retries
            ? `, forgotten AS (
          DELETE FROM ${this.steps} AS s
-         USING finished AS f
-         WHERE f.outcome = 'RETRY' AND s.workflow_id = f.workflow_id
+         USING retried AS f
+         WHERE s.workflow_id = f.workflow_id
            AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
                                 WHERE workflow_id = f.workflow_id AND error IS NOT NULL)
        )`
@@ -147,10 +172,11 @@ export class WorkflowStore {
          SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
        )
-       ${claim ? `, ${claim.ctes(10)}` : ''}
-       SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken
+       ${claim ? `, ${claim.ctes(11)}` : ''}
+       SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
+              ${END_WAKE_UPS_SQL} AS handed_over
        FROM finished
-       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL FROM claimed AS c' : ''}`,
+       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL FROM claimed AS c' : ''}`,
       [
         outcomes.map((o) => o.workflowId),
         outcomes.map((o) => o.status),
@@ -161,6 +187,7 @@ export class WorkflowStore {
         this.database.wakeUpChannel,
         wakeQueues,
         outcomes.map((o) => o.attempt),
+        outcomes.map((o) => o.queueName),
         ...(claim?.params ?? []),
       ],
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
@@ -186,16 +213,17 @@ export class WorkflowStore {
     reason: 'cancelled' | 'timed-out' = 'cancelled',
   ): Promise<{ status: WorkflowStatus; attempts: number; cancelled?: WorkflowRef } | undefined> {
     const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
-      `WITH cancelled AS (
-         UPDATE ${this.table}
-         SET ${finishWorkflowSql({ row: '', status: STATUS_SQL.CANCELLED })},
-             error = CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END
-         WHERE workflow_id = $1 AND status IN ${ACTIVE_STATUSES_SQL}
-         RETURNING workflow_id, attempts, queue_name, workflow_name
-       )
-       SELECT attempts, workflow_id, queue_name, workflow_name, pg_notify($3, $4::text || attempts || ':' || workflow_id)
-       FROM cancelled`,
-      [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason)],
+      `WITH ${endWorkflowsSql({
+        tables: this.tables,
+        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}`,
+        status: STATUS_SQL.CANCELLED,
+        error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
+        channelParam: '$5',
+      })}
+       SELECT attempts, workflow_id, queue_name, workflow_name,
+              pg_notify($3, $4::text || attempts || ':' || workflow_id), ${END_WAKE_UPS_SQL} AS handed_over
+       FROM ended`,
+      [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason), this.database.wakeUpChannel],
       { idempotent: true },
     );
     if (cancelled.length === 1) {
@@ -212,43 +240,25 @@ export class WorkflowStore {
   async cancelTimedOut(): Promise<WorkflowRef[]> {
     const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
-         SELECT workflow_id FROM ${this.table}
+         SELECT workflow_id, queue_name FROM ${this.table}
          WHERE deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
          FOR UPDATE SKIP LOCKED
        ),
-       timed_out AS (
-         UPDATE ${this.table} AS w
-         SET ${finishWorkflowSql({ row: 'w.', status: STATUS_SQL.CANCELLED })}, error = ${TIMEOUT_ERROR_JSON}
-         FROM due WHERE w.workflow_id = due.workflow_id
-         RETURNING w.workflow_id, w.attempts, w.queue_name, w.workflow_name
-       )
-       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id)
-       FROM timed_out`,
-      [this.database.cancelChannel, interruptPayloadPrefix('timed-out')],
+       ${endWorkflowsSql({
+         tables: this.tables,
+         using: 'due',
+         where: 'w.queue_name = due.queue_name AND w.workflow_id = due.workflow_id',
+         status: STATUS_SQL.CANCELLED,
+         error: TIMEOUT_ERROR_JSON,
+         channelParam: '$3',
+       })}
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
+              ${END_WAKE_UPS_SQL} AS handed_over
+       FROM ended`,
+      [this.database.cancelChannel, interruptPayloadPrefix('timed-out'), this.database.wakeUpChannel],
       { idempotent: true },
     );
     return rows.map(toWorkflowRef);
-  }
-
-  /**
-   * Deletes up to `batch` workflows (and their steps) that finished more than `retentionMs` ago and hold no key in
-   * a deduplication window. Dead-lettered workflows are kept for `resume`.
-   */
-  async pruneFinished(retentionMs: number, batch = 1000): Promise<number> {
-    const rows = await this.database.query(
-      `DELETE FROM ${this.table} WHERE workflow_id IN (
-         SELECT workflow_id FROM ${this.table}
-         WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
-           AND status IN ${PRUNED_STATUSES_SQL}
-           AND ${keyFreeSql()}
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED
-       )
-       RETURNING workflow_id`,
-      [retentionMs, batch],
-      { idempotent: true },
-    );
-    return rows.length;
   }
 
   /**
@@ -262,16 +272,24 @@ export class WorkflowStore {
     const row = await this.findRow(workflowId);
     if (!row) return undefined;
     if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
+      // NOTE: a dead letter waits in the active table; a cancelled workflow comes back from the history.
       await this.database.query(
-        `WITH resumed AS (
+        `WITH in_place AS (
            UPDATE ${this.table}
-           SET status = ${STATUS_SQL.ENQUEUED}, active_deduplication_id = deduplication_id, executor_id = NULL,
-               recovery_attempts = 0, not_before = NULL, deadline_at = NULL, error = NULL, completed_at = NULL,
-               updated_at = now()
-           WHERE workflow_id = $1 AND status IN ${statusListSql(RESUMABLE_STATUSES)}
+           SET ${Object.entries(RESUMED_COLUMNS)
+             .map(([column, value]) => `${column} = ${value}`)
+             .join(', ')}
+           WHERE workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+           RETURNING queue_name
+         ),
+         moved AS (
+           DELETE FROM ${this.tables.history} WHERE workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED} RETURNING *
+         ),
+         back AS (
+           INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST}) SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM moved
            RETURNING queue_name
          )
-         SELECT pg_notify($2, queue_name) FROM resumed`,
+         SELECT pg_notify($2, queue_name) FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
         [workflowId, this.database.wakeUpChannel],
       );
     }
@@ -303,7 +321,7 @@ export class WorkflowStore {
 
   async findRow(workflowId: string): Promise<WorkflowRow | undefined> {
     const rows = await this.database.query<WorkflowRow>(
-      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.table} WHERE workflow_id = $1`,
+      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       { prepared: true, idempotent: true },
     );
@@ -312,7 +330,7 @@ export class WorkflowStore {
 
   async findResult(workflowId: string): Promise<WorkflowResultRow | undefined> {
     const rows = await this.database.query<WorkflowResultRow>(
-      `SELECT status, output::text AS output, error FROM ${this.table} WHERE workflow_id = $1`,
+      `SELECT status, output::text AS output, error FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       { prepared: true, idempotent: true },
     );
@@ -340,7 +358,7 @@ export class WorkflowStore {
     }
     params.push(filter.limit ?? 100, filter.offset ?? 0);
     return this.database.query<WorkflowRow>(
-      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.table}
+      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows}
        ${conditions.length ? `WHERE ${conditions.join(' AND ')}` : ''}
        ORDER BY seq DESC
        LIMIT $${params.length - 1} OFFSET $${params.length}`,
@@ -352,7 +370,7 @@ export class WorkflowStore {
   /** How many workflows each queue has per status, as reported (`DELAYED` apart from `ENQUEUED`). */
   async countByStatus(queueName?: string): Promise<StatusCount[]> {
     const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; count: number }>(
-      `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::int AS count FROM ${this.table}
+      `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::int AS count FROM ${this.tables.workflows}
        WHERE $1::text IS NULL OR queue_name = $1
        GROUP BY 1, 2`,
       [queueName ?? null],

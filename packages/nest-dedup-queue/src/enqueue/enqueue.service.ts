@@ -118,6 +118,7 @@ export class EnqueueService {
     );
     const row: NewWorkflow = {
       workflowId: valid.workflowId ?? randomUUID(),
+      workflowIdGiven: typeof valid.workflowId === 'string',
       queueName,
       workflowName,
       deduplicationId: valid.deduplicationId,

@@ -83,7 +83,12 @@ export class WorkflowExecution {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
-      await this.steps.insert(manager, this.checkpoint(index, name, result, null, startedAt));
+      await this.steps.insert(
+        manager,
+        this.checkpoint(index, name, result, null, startedAt),
+        this.executorId,
+        this.context.attempt,
+      );
       return result;
     });
   }

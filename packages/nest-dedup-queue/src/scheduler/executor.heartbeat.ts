@@ -2,17 +2,21 @@ import { Injectable, Logger } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { ExecutorStore, type RecoveredWorkflow } from '../database/executor.store';
 import { WorkflowStore } from '../database/workflow.store';
+import { HistoryPartitions } from '../database/history-partitions';
 import { describeError } from '../database/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 
-/** Retention deletes in batches at most this often; expired leases and timeouts are swept every heartbeat. */
+/** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
+
+/** The history's daily partitions are extended this often (a week ahead). */
+const EXTEND_INTERVAL_MS = 3_600_000;
 
 /**
  * Keeps this executor's lease alive and, on a separate timer (so that a slow sweep never delays a renewal),
- * recovers the workflows of executors whose lease expired, cancels workflows past their timeout and deletes finished
- * workflows past their retention. At start it
+ * recovers the workflows of executors whose lease expired, cancels workflows past their timeout, drops finished
+ * workflows past their retention and keeps the history's partitions a week ahead. At start it
  * recovers what an earlier process with the same executor ID left PENDING.
  */
 @Injectable()
@@ -23,6 +27,7 @@ export class ExecutorHeartbeat {
   private renewing?: Promise<void>;
   private sweeping?: Promise<void>;
   private lastPruneAt = 0;
+  private lastExtendAt = Date.now();
   private readonly renewFailures = new FailureLog(this.logger);
   private readonly sweepFailures = new FailureLog(this.logger);
   /** Called after the lease was found gone and registered again. */
@@ -34,6 +39,7 @@ export class ExecutorHeartbeat {
     private readonly config: DedupQueueConfig,
     private readonly executors: ExecutorStore,
     private readonly workflows: WorkflowStore,
+    private readonly partitions: HistoryPartitions,
     private readonly lifecycle: WorkflowLifecycle,
   ) {}
 
@@ -98,7 +104,11 @@ export class ExecutorHeartbeat {
       const retentionMs = this.config.retentionMs;
       if (retentionMs !== null && Date.now() - this.lastPruneAt >= Math.min(PRUNE_INTERVAL_MS, retentionMs)) {
         this.lastPruneAt = Date.now();
-        await this.workflows.pruneFinished(retentionMs);
+        await this.partitions.prune(retentionMs);
+      }
+      if (Date.now() - this.lastExtendAt >= EXTEND_INTERVAL_MS) {
+        this.lastExtendAt = Date.now();
+        await this.partitions.extend();
       }
       this.sweepFailures.succeeded();
     } catch (error) {

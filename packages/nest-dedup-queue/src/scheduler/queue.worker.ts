@@ -526,7 +526,14 @@ export class QueueWorker {
       );
       const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
-      return { workflowId, attempt: claimed.attempts, status: 'SUCCESS', outputJson, error: null };
+      return {
+        workflowId,
+        queueName: this.queueName,
+        attempt: claimed.attempts,
+        status: 'SUCCESS',
+        outputJson,
+        error: null,
+      };
     } catch (thrown) {
       const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;
       if (retryable) {
@@ -552,7 +559,7 @@ export class QueueWorker {
 
   private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
     const { workflowId, attempts: attempt } = claimed;
-    return { workflowId, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+    return { workflowId, queueName: this.queueName, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
   }
 
   /**

@@ -2,6 +2,7 @@ import type { QueueDatabase } from '../database/queue-database';
 import type { ScheduleCatchUp } from '../interfaces/schedule-options.interface';
 import type { ScheduleDefinition } from './schedule-definition';
 import { DELAYED_SQL } from '../database/workflow-status.sql';
+import { workflowTables } from '../database/workflow-tables';
 
 /** One row of `schedules`. */
 export interface ScheduleRow {
@@ -40,7 +41,7 @@ export class ScheduleStore {
 
   constructor(private readonly database: QueueDatabase) {
     this.table = `${database.schemaSql}.schedules`;
-    this.workflows = `${database.schemaSql}.workflows`;
+    this.workflows = workflowTables(database.schemaSql).active;
   }
 
   /**

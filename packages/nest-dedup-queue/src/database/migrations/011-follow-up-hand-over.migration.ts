@@ -1,4 +1,5 @@
-import { promoteFollowUpFunctionSql } from '../workflow-finish.sql';
+import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
+import { STATUS_SQL } from '../workflow-status.sql';
 import type { Migration } from './migration.interface';
 
 /**
@@ -17,3 +18,26 @@ export const followUpHandOver: Migration = {
   name: 'follow-up-hand-over',
   up: (schema) => promoteFollowUpFunctionSql(schema),
 };
+
+/**
+ * The follow-up hand-over: the trigger function (created by migration 004, made from this definition since 011) that
+ * runs after a row's `active_deduplication_id` goes from a key to NULL. In the same statement, the `queue-next`
+ * follow-up waiting for that key (ENQUEUED, not due, holding the key's "next" slot) takes the key, becomes due at
+ * once, and its queue's workers are woken on the wake-up channel.
+ */
+function promoteFollowUpFunctionSql(schemaSql: string): string {
+  return `
+    CREATE OR REPLACE FUNCTION ${schemaSql}.promote_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      UPDATE ${schemaSql}.workflows
+      SET active_deduplication_id = next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
+          updated_at = now()
+      WHERE queue_name = NEW.queue_name AND next_deduplication_id = OLD.active_deduplication_id
+        AND status = ${STATUS_SQL.ENQUEUED};
+      IF FOUND THEN
+        PERFORM pg_notify('${WAKE_UP_CHANNEL_PREFIX}' || TG_TABLE_SCHEMA, NEW.queue_name);
+      END IF;
+      RETURN NULL;
+    END $$;
+  `;
+}

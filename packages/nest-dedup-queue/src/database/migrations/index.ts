@@ -10,6 +10,7 @@ import { schedules } from './009-schedules.migration';
 import { dashboard } from './010-dashboard.migration';
 import { followUpHandOver } from './011-follow-up-hand-over.migration';
 import { dashboardIndexesWithoutPending } from './012-dashboard-indexes-without-pending.migration';
+import { activeWorkApartFromHistory } from './013-active-work-apart-from-history.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -26,6 +27,7 @@ export const MIGRATIONS: readonly Migration[] = [
   dashboard,
   followUpHandOver,
   dashboardIndexesWithoutPending,
+  activeWorkApartFromHistory,
 ];
 
 export type { Migration } from './migration.interface';

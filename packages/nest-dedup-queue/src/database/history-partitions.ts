@@ -1,0 +1,128 @@
+import type { QueueDatabase } from './queue-database';
+import { isLockTimeout } from './sql-errors';
+import { WorkflowTables, workflowTables } from './workflow-tables';
+
+/** How many days of partitions exist ahead of today (UTC), so that no process has to create one in a hurry. */
+export const PARTITION_DAYS_AHEAD = 7;
+
+/** How long retention waits for the locks that dropping a partition takes before trying again at its next round. */
+const DROP_LOCK_TIMEOUT_MS = 2000;
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/**
+ * The daily partitions of the history and of the steps (by the day, UTC, a workflow was created): a day's workflows
+ * and their steps live in `workflow_history_pYYYYMMDD` and `steps_pYYYYMMDD`. `extend` creates the days up to a week
+ * ahead; `prune` drops a day's two partitions whole once every workflow created that day finished more than the
+ * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
+ * `steps_legacy`, `steps_before`) in batches, as retention did before.
+ */
+export class HistoryPartitions {
+  private readonly tables: WorkflowTables;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+  }
+
+  /** Creates the missing daily partitions from the newest one through `daysAhead` days from today; their days. */
+  async extend(daysAhead = PARTITION_DAYS_AHEAD): Promise<string[]> {
+    return this.database.transaction(async (query) => {
+      await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['nest-dedup-queue', this.database.schema]);
+      const [row] = await query<{ days: string[] | null }>(
+        `SELECT array_agg(to_char(d AT TIME ZONE 'UTC', 'YYYY-MM-DD') ORDER BY d) AS days
+         FROM generate_series(
+           (SELECT max(upper) FROM (${this.boundsSql(this.tables.steps)}) AS b),
+           date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + $1::int * interval '1 day',
+           interval '1 day') AS d`,
+        [daysAhead],
+      );
+      const days = row?.days ?? [];
+      for (const day of days) {
+        const suffix = day.replace(/-/g, '');
+        const range = `FROM ('${day} 00:00:00+00') TO ('${day} 00:00:00+00'::timestamptz + interval '1 day')`;
+        await query(
+          `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.workflow_history_p${suffix}
+             PARTITION OF ${this.tables.history} FOR VALUES ${range}`,
+        );
+        await query(
+          `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.steps_p${suffix}
+             PARTITION OF ${this.tables.steps} FOR VALUES ${range}`,
+        );
+      }
+      return days;
+    });
+  }
+
+  /**
+   * Retention: drops the days whose every workflow finished more than `retentionMs` ago (a day with a workflow still
+   * queued, running, dead-lettered or holding its key in a deduplication window waits), then deletes up to `batch` rows of the upgrade's partitions that
+   * finished more than `retentionMs` ago, with their steps. Returns how many days and rows went.
+   */
+  async prune(retentionMs: number, batch = 1000): Promise<{ days: string[]; rows: number }> {
+    const days: string[] = [];
+    const expired = await this.database.query<{ name: string; lower: Date; upper: Date }>(
+      `SELECT b.name, b.lower, b.upper FROM (${this.boundsSql(this.tables.history)}) AS b
+       WHERE b.upper <= now() - $1::float8 * interval '1 millisecond'
+         AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
+                         WHERE a.created_at >= b.lower AND a.created_at < b.upper)
+       ORDER BY b.lower`,
+      [retentionMs],
+      { idempotent: true },
+    );
+    for (const partition of expired) {
+      if (await this.dropDay(partition.name, retentionMs)) days.push(partition.name.replace(/^workflow_history_p/, ''));
+    }
+    const rows = await this.database.query(
+      `WITH pruned AS (
+         DELETE FROM ${this.database.schemaSql}.workflow_history_legacy WHERE ctid = ANY(ARRAY(
+           SELECT ctid FROM ${this.database.schemaSql}.workflow_history_legacy AS l
+           WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
+             AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
+                             WHERE a.workflow_id = l.workflow_id AND a.queue_name = l.queue_name)
+           LIMIT $2 FOR UPDATE SKIP LOCKED))
+         RETURNING workflow_id, created_at
+       ),
+       steps_pruned AS (
+         DELETE FROM ${this.tables.steps} AS s USING pruned AS p
+         WHERE s.workflow_id = p.workflow_id
+           AND (s.workflow_created_at IS NULL OR s.workflow_created_at = p.created_at)
+       )
+       SELECT workflow_id FROM pruned`,
+      [retentionMs, batch],
+      { idempotent: true },
+    );
+    return { days, rows: rows.length };
+  }
+
+  /** Drops one day of history and its steps, unless a workflow of it finished within the retention. */
+  private async dropDay(historyPartition: string, retentionMs: number): Promise<boolean> {
+    const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
+    const dropping = this.database.transaction(async (query: Query) => {
+      await query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
+      const recent = await query(
+        `SELECT 1 FROM ${this.database.schemaSql}.${historyPartition}
+         WHERE completed_at >= now() - $1::float8 * interval '1 millisecond' LIMIT 1`,
+        [retentionMs],
+      );
+      if (recent.length > 0) return false;
+      await query(`DROP TABLE ${this.database.schemaSql}.${historyPartition}`);
+      await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${stepsPartition}`);
+      return true;
+    });
+    try {
+      return await dropping;
+    } catch (error) {
+      if (isLockTimeout(error)) return false;
+      throw error;
+    }
+  }
+
+  /** The range partitions of `parent` with their bounds (`name`, `lower`, `upper`; MINVALUE gives a null `lower`). */
+  private boundsSql(parent: string): string {
+    return `SELECT c.relname AS name,
+              (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \\(''([^'']+)''\\)'))[1]::timestamptz AS lower,
+              (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']+)''\\)'))[1]::timestamptz AS upper
+            FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+            WHERE i.inhparent = '${parent}'::regclass AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'`;
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * The tables of a schema (since migration 013), named once. `active`: what can still run (ENQUEUED, DELAYED,
+ * PENDING), dead letters waiting for `resume`, and the key records of finished workflows whose deduplication window
+ * is open; keyed by `(workflow_id, queue_name)`. `history`: finished workflows, partitioned by day of creation.
+ * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history.
+ */
+export interface WorkflowTables {
+  active: string;
+  history: string;
+  workflows: string;
+  steps: string;
+}
+
+export function workflowTables(schemaSql: string): WorkflowTables {
+  return {
+    active: `${schemaSql}.workflow_queue`,
+    history: `${schemaSql}.workflow_history`,
+    workflows: `${schemaSql}.workflows`,
+    steps: `${schemaSql}.steps`,
+  };
+}
+
+/** The columns that the active table and the history share: a workflow moves between them as it is. */
+export const WORKFLOW_COLUMNS = [
+  'workflow_id',
+  'seq',
+  'queue_name',
+  'workflow_name',
+  'status',
+  'deduplication_id',
+  'active_deduplication_id',
+  'priority',
+  'inputs',
+  'output',
+  'error',
+  'executor_id',
+  'attempts',
+  'created_at',
+  'started_at',
+  'completed_at',
+  'updated_at',
+  'not_before',
+  'timeout_ms',
+  'deadline_at',
+  'max_attempts',
+  'failed_attempts',
+  'recovery_attempts',
+  'max_recovery_attempts',
+  'partition_key',
+  'dedup_window_ms',
+  'release_key_on_error',
+  'dedup_expires_at',
+  'next_deduplication_id',
+  'trace_context',
+] as const;
+
+export type WorkflowColumn = (typeof WORKFLOW_COLUMNS)[number];
+
+/** `a.col, b.col, ...` for every shared column, with `overrides` in place of some (SQL expressions). */
+export function workflowColumnsSql(row: string, overrides: Partial<Record<WorkflowColumn, string>> = {}): string {
+  return WORKFLOW_COLUMNS.map((column) => overrides[column] ?? `${row}${column}`).join(', ');
+}
+
+/** The shared column names, for an INSERT's column list. */
+export const WORKFLOW_COLUMN_LIST = WORKFLOW_COLUMNS.join(', ');
