@@ -4,7 +4,7 @@ import type { DedupQueueConfig } from '../dedup-queue.config';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
-import { describeError } from './connection-monitor';
+import { describeError } from '../utils/describe-error';
 import { HistoryPartitions } from './history-partitions';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';

@@ -6,9 +6,10 @@ import { DatabaseQueryError } from '../errors/database-query.error';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
-import { ConnectionMonitor, describeError } from './connection-monitor';
+import { ConnectionMonitor } from './connection-monitor';
 import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
-import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database-endpoint';
+import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../utils/database-endpoint';
+import { describeError } from '../utils/describe-error';
 import { driverErrorOf, isConnectionFailure, isServerError } from './sql-errors';
 
 /**
