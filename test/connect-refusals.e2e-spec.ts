@@ -183,6 +183,7 @@ describe('a database that is not accepting connections (55000, ALLOW_CONNECTIONS
   let queues: QueueService;
   let tasks: RecordingTasks;
   let dueDuringRefusal: WorkflowHandle<unknown>;
+  let dueAt: number;
 
   const allowConnections = (allowed: boolean) =>
     admin.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS ${allowed}`);
@@ -209,7 +210,8 @@ describe('a database that is not accepting connections (55000, ALLOW_CONNECTIONS
   });
 
   it('answers every public call with DatabaseUnavailableError whose cause is the driver error', async () => {
-    dueDuringRefusal = await queues.enqueue('tasks', tasks.echo, ['due-during-refusal'], { delayMs: 1500 });
+    dueAt = Date.now() + 1000;
+    dueDuringRefusal = await queues.enqueue('tasks', tasks.echo, ['due-during-refusal'], { runAt: new Date(dueAt) });
     await allowConnections(false);
     await endSessions(admin, database);
     const first = await refusedWith(queues, '55000');
@@ -258,6 +260,7 @@ describe('a database that is not accepting connections (55000, ALLOW_CONNECTIONS
       what: 'a boot attempt refused',
     });
     expect(retry.message).toMatch(/55000: database ".*" is not currently accepting connections.*Retrying \(1\/100\)/);
+    await waitFor(() => Date.now() > dueAt + 200, { what: 'the delayed workflow to be due' });
     expect(tasks.calls.filter((call) => call.args[0] === 'due-during-refusal')).toEqual([]);
 
     await allowConnections(true);
