@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { Client, DatabaseError, escapeLiteral, Pool } from 'pg';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
 import { describeWithTools } from './support/system-tools';
@@ -49,7 +50,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
   });
 
   afterAll(async () => {
-    await pool?.end();
+    if (!pool?.ended) await pool?.end();
     await cluster?.stop();
   });
 
@@ -76,7 +77,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
     );
   }
 
-  async function failure(run: Promise<unknown>): Promise<{ code?: string; message: string } | 'ok'> {
+  /** `'ok'`, or the SQLSTATE and message `run` failed with. */
+  async function outcomeOf(run: Promise<unknown>): Promise<{ code?: string; message: string } | 'ok'> {
     return run.then(
       () => 'ok' as const,
       (error: DatabaseError) => ({ code: error.code, message: error.message }),
@@ -117,9 +119,6 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
         await client.end();
       }
     }
-    expect(new Set(await Promise.all(queueOn.map((queue) => cluster.workerIndexFor('workflows', queue))))).toEqual(
-      new Set([0, 1]),
-    );
   });
 
   it('routes enqueue, claim and outcome to one node; a lookup by workflow_id alone fans out to every shard', async () => {
@@ -159,7 +158,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
     expect(await plan(move(escapeLiteral(queue), `'{m1}'`))).toMatch(
       /Citus INSERT \.\.\. SELECT\)\n\s+INSERT\/SELECT method: pull to coordinator/,
     );
-    expect(await failure(plan(move('$1', '$2'), [queue, ['m1']]))).toEqual({
+    expect(await outcomeOf(plan(move('$1', '$2'), [queue, ['m1']]))).toEqual({
       code: '0A000',
       message: 'could not create distributed plan',
     });
@@ -212,16 +211,21 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
       const insert = `INSERT INTO workflows (queue_name, workflow_id, deduplication_id) VALUES ($1, $2, 'race')`;
       await first.query('BEGIN');
       await first.query(insert, [queue, 'race-1']);
-      const raced = failure(second.query(insert, [queue, 'race-2']));
+      const raced = second.query(insert, [queue, 'race-2']).then(
+        () => undefined,
+        (error: DatabaseError) => error,
+      );
       await waitFor(
         async () => (await worker.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'`)).length > 0,
         { what: 'the second insert to wait for the first on the worker' },
       );
       await first.query('COMMIT');
-      const error = (await raced) as DatabaseError;
-      expect(error.code).toBe('23505');
-      expect(error.message).toMatch(/^duplicate key value violates unique constraint "workflows_dedup_\d+"$/);
-      expect(error.constraint).toBeUndefined();
+      const error = await raced;
+      expect(error?.code).toBe('23505');
+      expect(error?.message).toMatch(/^duplicate key value violates unique constraint "workflows_dedup_\d+"$/);
+      expect(error?.constraint).toBeUndefined();
+      expect(error?.detail).toBe(`Key (queue_name, deduplication_id)=(${queue}, race) already exists.`);
+      expect(error?.where).toBe(`while executing command on 127.0.0.1:${worker.port}`);
 
       const again = await second.query(`${insert} ON CONFLICT DO NOTHING`, [queue, 'race-3']);
       expect(again.rowCount).toBe(0);
@@ -270,11 +274,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
           name: 'enqueue-later',
           text: `INSERT INTO workflows (queue_name, workflow_id, available_at) VALUES ($1, $2, now() + $3 * interval '1 ms')
                  ON CONFLICT DO NOTHING RETURNING workflow_id`,
-          values: [queue, `p${n}`, -1000],
+          values: [queue, `p${n}`, -60_000],
         });
         expect(inserted.rows).toEqual([{ workflow_id: `p${n}` }]);
         const claimed = await client.query({ name: 'claim', text: CLAIM, values: [queue, 1, 'executor-p'] });
-        expect(claimed.rows).toEqual([{ workflow_id: expect.any(String) as string }]);
+        expect(claimed.rows).toEqual([{ workflow_id: `p${n}` }]);
       }
       const { rows } = await client.query(`SELECT count(*)::int AS n FROM workflows WHERE claimed_by = 'executor-p'`);
       expect(rows).toEqual([{ n: 8 }]);
@@ -310,6 +314,12 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
         [5],
       ],
       'UPDATE SET COALESCE(column, now())': [`UPDATE workflows SET updated_at = COALESCE(updated_at, now()) ${where}`],
+      'UPDATE SET CASE … now() …': [
+        `UPDATE workflows SET updated_at = CASE WHEN status = 'queued' THEN now() ELSE updated_at END ${where}`,
+      ],
+      'UPDATE WHERE column <= now()': [
+        `UPDATE workflows SET claimed_by = 'x' WHERE queue_name = '${queue}' AND available_at <= now()`,
+      ],
       'UPDATE WHERE column <= clock_timestamp()': [
         `UPDATE workflows SET claimed_by = 'x' WHERE queue_name = '${queue}' AND available_at <= clock_timestamp()`,
       ],
@@ -328,7 +338,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
     };
     const outcomes: Record<string, unknown> = {};
     for (const [shape, [sql, params]] of Object.entries(attempts)) {
-      outcomes[shape] = await failure(pool.query(sql, params));
+      outcomes[shape] = await outcomeOf(pool.query(sql, params));
     }
     const refused = (message: string) => ({ code: '0A000', message });
     expect(outcomes).toEqual({
@@ -348,6 +358,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
       'UPDATE SET COALESCE(column, now())': refused(
         'non-IMMUTABLE functions are not allowed in CASE or COALESCE statements',
       ),
+      'UPDATE SET CASE … now() …': refused('non-IMMUTABLE functions are not allowed in CASE or COALESCE statements'),
+      'UPDATE WHERE column <= now()': 'ok',
       'UPDATE WHERE column <= clock_timestamp()': refused(
         'functions used in the WHERE/ON/WHEN clause of modification queries on distributed tables must not be VOLATILE',
       ),
@@ -372,13 +384,13 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
         ) as string,
       };
       expect({
-        'enqueue on the live worker': await failure(enqueue(upQueue, 'f1')),
-        'claim on the live worker': await failure(pool.query(CLAIM, [upQueue, 10, 'executor-f'])),
-        'reference table read': await failure(pool.query('SELECT * FROM queues')),
-        'enqueue on the stopped worker': await failure(enqueue(downQueue, 'f2')),
-        'claim on the stopped worker': await failure(pool.query(CLAIM, [downQueue, 10, 'executor-f'])),
-        'lookup by workflow_id alone': await failure(pool.query(`SELECT * FROM workflows WHERE workflow_id = 'f1'`)),
-        'reference table write': await failure(
+        'enqueue on the live worker': await outcomeOf(enqueue(upQueue, 'f1')),
+        'claim on the live worker': await outcomeOf(pool.query(CLAIM, [upQueue, 10, 'executor-f'])),
+        'reference table read': await outcomeOf(pool.query('SELECT * FROM queues')),
+        'enqueue on the stopped worker': await outcomeOf(enqueue(downQueue, 'f2')),
+        'claim on the stopped worker': await outcomeOf(pool.query(CLAIM, [downQueue, 10, 'executor-f'])),
+        'lookup by workflow_id alone': await outcomeOf(pool.query(`SELECT * FROM workflows WHERE workflow_id = 'f1'`)),
+        'reference table write': await outcomeOf(
           pool.query(`UPDATE queues SET concurrency = 3 WHERE name = $1`, [upQueue]),
         ),
       }).toEqual({
@@ -393,9 +405,17 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
     } finally {
       await cluster.startWorker(0);
     }
-    await waitFor(() => failure(enqueue(downQueue, 'f3')).then((outcome) => outcome === 'ok'), {
+    await waitFor(() => outcomeOf(enqueue(downQueue, 'f3')).then((outcome) => outcome === 'ok'), {
       timeoutMs: 30_000,
       what: 'the restarted worker to take enqueues again',
     });
+  });
+
+  it('stop() stops every node and deletes its files', async () => {
+    const nodes = [cluster.coordinator, ...cluster.workers];
+    await pool.end();
+    await cluster.stop();
+    expect(nodes.filter((node) => existsSync(node.dataDir))).toEqual([]);
+    for (const node of nodes) await expect(node.query('SELECT 1')).rejects.toThrow(/ECONNREFUSED/);
   });
 });
