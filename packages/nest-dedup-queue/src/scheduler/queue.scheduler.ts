@@ -194,7 +194,11 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     for (let attempt = 1; this.started && !this.stopping; attempt++) {
       await Promise.all([...this.workers.values()].map((worker) => worker.claimSettled()));
       try {
-        const released = await this.executors.releaseUnknown(this.config.executorId, this.runningIds());
+        const running = this.runningIds();
+        const released: string[] = [];
+        for (const queueName of this.workers.keys()) {
+          released.push(...(await this.executors.releaseUnknown(this.config.executorId, queueName, running)));
+        }
         if (released.length > 0) {
           this.logger.warn(
             `Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`,
