@@ -39,13 +39,14 @@ function insertOneStatement(table: string): InsertStatements['one'] {
   const params = new SqlParameters<{ workflow: NewWorkflow; channel: string }>();
   const columns = newWorkflowColumns(parameterOf(params, (context) => context.workflow));
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  // NOTE: ::text, as a void column is refused by Prisma's raw queries (a caller's transaction, `fromPrisma`).
   const sql = `WITH inserted AS (
        INSERT INTO ${table} (${Object.keys(columns).join(', ')})
        VALUES (${Object.values(columns).join(', ')})
        ON CONFLICT (workflow_id) DO NOTHING
        RETURNING queue_name
      )
-     SELECT pg_notify(${channel}, queue_name) FROM inserted`;
+     SELECT pg_notify(${channel}, queue_name)::text FROM inserted`;
   return { sql, params };
 }
 
