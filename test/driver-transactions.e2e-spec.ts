@@ -280,6 +280,21 @@ describe.each(TRANSACTION_DRIVERS.map((driver) => [driver.name, driver] as const
       await queues.cancel(winner.workflowId);
     });
 
+    it("runs a statement with $n parameters (one used twice) and a literal '?' in the caller's transaction", async () => {
+      const order = key('order-sql');
+      const rows = await connected.transaction(async (tx) => {
+        await tx.insertOrder(order);
+        const result = await tx.db.executeSql(
+          `SELECT $1::text || '?' AS with_mark, $1::text AS again, $2::int[] AS numbers,
+                  EXISTS (SELECT 1 FROM "${schema}".orders WHERE id = $3) AS sees_uncommitted_order`,
+          ['value', [1, null], order],
+        );
+        expect(await orderExists(order)).toBe(false);
+        return result.rows;
+      });
+      expect(rows).toEqual([{ with_mark: 'value?', again: 'value', numbers: [1, null], sees_uncommitted_order: true }]);
+    });
+
     it('refuses what is not a transaction', () => {
       expect(() => connected.from(connected.notATransaction())).toThrow(InvalidArgumentError);
     });

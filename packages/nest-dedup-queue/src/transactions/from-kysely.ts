@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 
@@ -15,8 +16,6 @@ export interface KyselyTransaction {
   withoutPlugins(): KyselyTransaction;
   executeQuery(query: KyselyRawQuery): Promise<{ rows: unknown[] }>;
 }
-
-let queryCount = 0;
 
 /**
  * The `db` of an enqueue inside a Kysely transaction (`PostgresDialect`). Its statements skip the instance's plugins
@@ -45,7 +44,7 @@ export function fromKysely(trx: KyselyTransaction): TransactionSql {
         sql: text,
         parameters: values,
         query: { kind: 'RawNode', sqlFragments: [text], parameters: [] },
-        queryId: { queryId: `nest-dedup-queue-${++queryCount}` },
+        queryId: { queryId: randomUUID() },
       }),
   };
 }
