@@ -1,5 +1,5 @@
 import type { AddressInfo } from 'node:net';
-import type { INestApplication } from '@nestjs/common';
+import { INestApplication, Logger } from '@nestjs/common';
 import type { Pool } from 'pg';
 import { Browser, Page, chromium } from 'playwright-core';
 import { DashboardApp, DenyAllGuard, startDashboardApp } from './fixtures/dashboard-app';
@@ -30,10 +30,16 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
   const statusInDb = async (id: string) =>
     (await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0]?.status;
 
+  /** The warnings logged while the two apps booted. */
+  let bootWarnings: string[];
+
   beforeAll(async () => {
     pool = testPool();
+    const warned = jest.spyOn(Logger.prototype, 'warn');
     open = await startDashboardApp(schema, { refreshIntervalMs: 300 });
     guarded = await startDashboardApp(schema, { path: '/queues', guards: [DenyAllGuard] });
+    bootWarnings = warned.mock.calls.map(([message]) => String(message));
+    warned.mockRestore();
     openUrl = await listen(open.app);
     guardedUrl = await listen(guarded.app);
     browser = await chromium.launch({
@@ -122,6 +128,13 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
 
   it('ran without script errors or content-security-policy refusals', () => {
     expect(pageErrors).toEqual([]);
+  });
+
+  it('warns once at boot about the dashboard without guards, and not about the guarded one', () => {
+    expect(bootWarnings.filter((line) => line.includes('dashboard'))).toEqual([
+      'The dashboard at /queues has no guards: anyone who can reach the application can see, cancel and rerun ' +
+        'workflows there. Give DedupQueueDashboardModule.forRoot({ guards: [YourAdminGuard] })',
+    ]);
   });
 
   it('is blocked, page and API, by a guard that refuses', async () => {

@@ -7,6 +7,7 @@ import {
   DEFAULT_DASHBOARD_REFRESH_MS,
 } from './dashboard.constants';
 import { createDashboardController } from './dashboard.controller';
+import { DashboardAccessWarning } from './dashboard-access.warning';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
 import { buildDashboardPage } from './dashboard-page';
 import { DashboardService } from './dashboard.service';
@@ -22,7 +23,7 @@ import { DashboardService } from './dashboard.service';
  * ]
  * ```
  *
- * Without `guards`, the dashboard is open to anyone who can reach the application.
+ * Without `guards`, the dashboard is open to anyone who can reach the application (a warning says so at boot).
  */
 @Module({})
 export class DedupQueueDashboardModule {
@@ -51,6 +52,7 @@ export class DedupQueueDashboardModule {
         { provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options },
         DashboardService,
         DashboardExceptionFilter,
+        { provide: DashboardAccessWarning, useFactory: () => new DashboardAccessWarning(path, guards.length) },
       ],
     };
   }
