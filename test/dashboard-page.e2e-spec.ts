@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { INestApplication, Logger } from '@nestjs/common';
 import type { Pool } from 'pg';
+import { ScheduleService } from 'nest-dedup-queue';
 import { Browser, Page, chromium } from 'playwright-core';
 import { DashboardApp, DenyAllGuard, startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
@@ -124,6 +125,69 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     await page.getByRole('dialog').getByRole('button', { name: 'Back' }).click();
     await page.getByRole('dialog').waitFor({ state: 'hidden' });
     expect(await statusInDb(queued.workflowId)).toBe('ENQUEUED');
+  });
+
+  it('says "Loading…" from the first paint until the first data arrives', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const queuesApi = '**/queues/api/queues';
+    await page.route(queuesApi, async (route) => {
+      await held;
+      await route.continue();
+    });
+    try {
+      await page.goto(`${openUrl}/queues`);
+      const loading = page.getByRole('status').filter({ hasText: 'Loading…' });
+      await loading.waitFor();
+      const table = page.getByRole('table', { name: 'Workflows per queue and status' });
+      expect(await table.count()).toBe(0);
+      release();
+      await table.waitFor();
+      await loading.waitFor({ state: 'hidden' });
+    } finally {
+      release();
+      await page.unroute(queuesApi);
+    }
+  });
+
+  it('lists the schedules with cron, state, next and last run, and pauses, resumes and triggers one', async () => {
+    const schedules = open.app.get(ScheduleService);
+    await schedules.create({ name: 'nightly-report', cron: '0 3 * * *', workflow: REPORT, queue: 'held' });
+    await page.goto(`${openUrl}/queues`);
+    await page.getByRole('navigation', { name: 'Sections' }).getByRole('link', { name: 'Schedules' }).click();
+    const row = page.getByRole('table', { name: 'Schedules' }).getByRole('row', { name: /nightly-report/ });
+    await row.waitFor();
+    const cell = (column: number) => row.getByRole('cell').nth(column);
+    expect(await cell(0).textContent()).toBe('0 3 * * *');
+    expect(await cell(1).textContent()).toBe(REPORT);
+    expect(await cell(2).textContent()).toBe('held');
+    expect(await cell(3).textContent()).toBe('Active');
+    const nextRunAt = (await schedules.get('nightly-report')).nextRunAt as Date;
+    expect(await cell(4).textContent()).toBe(
+      await page.evaluate((iso) => new Date(iso).toLocaleString(), nextRunAt.toISOString()),
+    );
+    expect(await cell(5).textContent()).toBe('—');
+
+    await row.getByRole('button', { name: 'Pause nightly-report' }).click();
+    await row.getByRole('button', { name: 'Resume nightly-report' }).waitFor();
+    expect(await cell(3).textContent()).toBe('Paused');
+    expect(await cell(4).textContent()).toBe('—');
+    expect((await schedules.get('nightly-report')).paused).toBe(true);
+
+    await row.getByRole('button', { name: 'Resume nightly-report' }).click();
+    await row.getByRole('button', { name: 'Pause nightly-report' }).waitFor();
+    expect((await schedules.get('nightly-report')).paused).toBe(false);
+
+    await row.getByRole('button', { name: 'Trigger nightly-report' }).click();
+    await waitFor(async () => (await schedules.get('nightly-report')).lastWorkflowId !== null, {
+      what: 'the triggered run',
+    });
+    const { lastWorkflowId } = await schedules.get('nightly-report');
+    await cell(5).getByRole('link').waitFor();
+    expect(await cell(5).getByRole('link').getAttribute('href')).toBe(
+      `#/workflow/${encodeURIComponent(lastWorkflowId as string)}`,
+    );
+    await open.queues.cancel(lastWorkflowId as string);
   });
 
   it('ran without script errors or content-security-policy refusals', () => {

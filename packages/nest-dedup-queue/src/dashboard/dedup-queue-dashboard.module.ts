@@ -10,6 +10,7 @@ import { createDashboardController } from './dashboard.controller';
 import { DashboardAccessWarning } from './dashboard-access.warning';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
 import { buildDashboardPage } from './dashboard-page';
+import { DashboardSchedulesService } from './dashboard-schedules.service';
 import { DashboardService } from './dashboard.service';
 
 /**
@@ -51,6 +52,7 @@ export class DedupQueueDashboardModule {
       providers: [
         { provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options },
         DashboardService,
+        DashboardSchedulesService,
         DashboardExceptionFilter,
         { provide: DashboardAccessWarning, useFactory: () => new DashboardAccessWarning(path, guards.length) },
       ],
