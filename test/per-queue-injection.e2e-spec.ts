@@ -334,6 +334,7 @@ describe('queue declarations refused at boot', () => {
     await expect(module.init()).rejects.toThrow(
       'Misplaced.run: @Workflow({ queue: "nowhere" }) names a queue that is not declared (declared: "tasks")',
     );
+    await closeAfterFailedInit(module);
   });
 
   it('explains an @InjectQueue of an undeclared queue at boot: the queue, the declared ones, registerQueue', async () => {
