@@ -15,7 +15,7 @@ import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
 import type { QueueOptions } from './interfaces/queue-options.interface';
 import { findQueueRegistrations } from './queues/queue-registration';
-import { InjectedQueuesCheck } from './queues/injected-queues.check';
+import { InjectedQueuesExplorer } from './queues/injected-queues.explorer';
 import { DedupQueueRegistrationModule } from './queues/queue-registration.module';
 import { WorkflowEventsExplorer } from './discovery/workflow-events.explorer';
 import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
@@ -103,7 +103,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     ScheduleExplorer,
     ScheduleTicker,
     ScheduleService,
-    InjectedQueuesCheck,
+    InjectedQueuesExplorer,
   ],
   // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
   exports: [

@@ -25,7 +25,7 @@ type AnyInjectionDecorator = (target: object, key: string | symbol | undefined, 
  */
 export function InjectQueue(name: string): PropertyDecorator & ParameterDecorator {
   return (target: object, key: string | symbol | undefined, index?: number) => {
-    // NOTE: optional, so that Nest's generic "can't resolve dependencies" does not come first: InjectedQueuesCheck
+    // NOTE: optional, so that Nest's generic "can't resolve dependencies" does not come first: InjectedQueuesExplorer
     // explains a missing queue at boot, from the names recorded here.
     for (const decorate of [Inject(getQueueToken(name)), Optional()] as AnyInjectionDecorator[]) {
       decorate(target, key, index);

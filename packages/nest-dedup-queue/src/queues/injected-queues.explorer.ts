@@ -20,7 +20,7 @@ interface DiscoveredClass {
  * not import. The message names the class, its module, the queue, the declared queues and what to change.
  */
 @Injectable()
-export class InjectedQueuesCheck implements OnModuleInit {
+export class InjectedQueuesExplorer implements OnModuleInit {
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly config: DedupQueueConfig,
