@@ -88,14 +88,21 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     clearInterval(this.pollTimer);
     for (const worker of this.workers.values()) worker.stop();
     await this.listener.stop();
+    const running = this.runningCount();
+    if (running > 0) {
+      this.logger.log(
+        `Shutting down: waiting up to ${this.config.shutdownGraceMs} ms for ${running} running workflow(s)`,
+      );
+    }
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
     const abandoned = this.abandonedRuns().length;
     if (abandoned > 0) this.logger.warn(`Not waiting for ${abandoned} abandoned body(ies) of cancelled workflows`);
     if (finished.includes(false)) {
-      const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
-      this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
+      this.logger.warn(
+        `Shutdown grace period over; ${this.runningCount()} workflow(s) still running stay PENDING for recovery`,
+      );
       this.interruptAll('shutdown');
     }
     this.outcomes.close();
@@ -151,6 +158,10 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
   abandonedRuns(): AbandonedRunInfo[] {
     return [...this.workers.values()].flatMap((worker) => worker.abandonedRuns());
+  }
+
+  private runningCount(): number {
+    return [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
   }
 
   private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
