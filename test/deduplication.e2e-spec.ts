@@ -131,6 +131,52 @@ describe('deduplication contract', () => {
     );
   });
 
+  it('answers with the finished workflow when a workflowId is enqueued again while that workflow finishes', async () => {
+    const first = await app.queues.enqueue('tasks', tasks.echo, ['finishing'], {
+      workflowId: 'wf-finishing',
+      delayMs: 60_000,
+    });
+    // The statement that ends a workflow moves its row to the history; the test does so by hand and holds the
+    // transaction open, so that the second enqueue waits on the row and runs on once the move commits.
+    const finisher = await pool.connect();
+    try {
+      await finisher.query('BEGIN');
+      await finisher.query(
+        `WITH moved AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1 RETURNING *)
+         INSERT INTO "${schema}".workflow_history SELECT * FROM moved`,
+        [first.workflowId],
+      );
+      await finisher.query(
+        `UPDATE "${schema}".workflow_history SET status = 'SUCCESS', output = '"finished"', completed_at = now()
+         WHERE workflow_id = $1`,
+        [first.workflowId],
+      );
+      const again = app.queues.enqueue('tasks', tasks.echo, ['finishing'], { workflowId: 'wf-finishing' });
+      await waitFor(
+        async () =>
+          (
+            await pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%"${schema}".workflow_queue%`],
+            )
+          ).rows[0].n === 1,
+        { what: 'the second enqueue to wait on the finishing row' },
+      );
+      await finisher.query('COMMIT');
+      const second = await again;
+      expect(second.workflowId).toBe(first.workflowId);
+      await expect(second.getResult()).resolves.toBe('finished');
+    } finally {
+      finisher.release();
+    }
+    const rows = await pool.query(
+      `SELECT 'active' AS at FROM "${schema}".workflow_queue WHERE workflow_id = $1
+       UNION ALL SELECT 'history' FROM "${schema}".workflow_history WHERE workflow_id = $1`,
+      [first.workflowId],
+    );
+    expect(rows.rows).toEqual([{ at: 'history' }]);
+  });
+
   it('round-trips arguments and results as JSON', async () => {
     const value = { text: 'héllo', n: 1.5, list: [1, null, 'x'], nested: { ok: true }, when: new Date(0) };
     const handle = await app.queues.enqueue('tasks', tasks.echo, [value]);

@@ -5,7 +5,7 @@ import { InsertStatements, insertStatements } from './workflow-insert.statements
 import { isUniqueViolationOn } from './sql-errors';
 import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
-import { STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
@@ -65,10 +65,13 @@ export class WorkflowInserter {
   async insert(workflow: NewWorkflow): Promise<InsertResult> {
     try {
       const { sql, params } = this.statements.one;
-      const rows = await this.guarded(() =>
-        this.query(sql, params.values({ workflow, channel: this.database.wakeUpChannel })),
-      );
-      if (rows.length === 1) return { outcome: 'inserted' };
+      const result = await this.guarded(async () => {
+        const rows = await this.query(sql, params.values({ workflow, channel: this.database.wakeUpChannel }));
+        if (rows.length !== 1) return undefined;
+        const [checked] = await this.takeBackTaken(this.query, [workflow], [{ outcome: 'inserted' }]);
+        return checked;
+      });
+      if (result) return result;
     } catch (error) {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return { outcome: 'deduplicated' };
       throw error;
@@ -83,8 +86,57 @@ export class WorkflowInserter {
    * same order instead of deadlocking; a holder whose window expired is left to `findHolder` to clear.
    */
   async insertMany(workflows: NewWorkflow[]): Promise<InsertResult[]> {
+    if (!workflows.some((workflow) => workflow.workflowIdGiven)) return this.insertManyWith(this.query, workflows);
+    const insertAndCheck = async (query: Query) =>
+      this.takeBackTaken(query, workflows, await this.insertManyWith(query, workflows));
+    return this.savepoints ? insertAndCheck(this.query) : this.database.transaction(insertAndCheck);
+  }
+
+  /**
+   * After an insert, in its transaction: takes back each inserted workflow whose ID, given by the caller, names
+   * another workflow by now (one that finished, or of another queue), and reports it as that workflow. NOTE: the
+   * insert's snapshot may predate that workflow's finish, which moved it from the active table to the history while
+   * the insert waited on its row; this statement, with a snapshot of its own, sees it (READ COMMITTED).
+   */
+  private async takeBackTaken(
+    query: Query,
+    workflows: NewWorkflow[],
+    results: InsertResult[],
+  ): Promise<InsertResult[]> {
+    const inserted = workflows.filter((workflow, at) => workflow.workflowIdGiven && results[at].outcome === 'inserted');
+    if (inserted.length === 0) return results;
+    const taken = await query<{ workflow_id: string; queue_name: string; workflow_name: string }>(
+      `WITH mine AS (SELECT * FROM unnest($1::text[], $2::text[]) AS m(workflow_id, queue_name)),
+       other AS (
+         SELECT DISTINCT ON (m.workflow_id) m.workflow_id, m.queue_name AS my_queue, o.queue_name, o.workflow_name
+         FROM mine AS m
+         JOIN ${this.tables.workflows} AS o ON o.workflow_id = m.workflow_id
+         WHERE o.queue_name <> m.queue_name OR o.status NOT IN ${ACTIVE_STATUSES_SQL}
+         ORDER BY m.workflow_id, o.queue_name = m.queue_name DESC
+       ),
+       taken_back AS (
+         DELETE FROM ${this.table} AS a USING other
+         WHERE a.queue_name = other.my_queue AND a.workflow_id = other.workflow_id AND a.attempts = 0
+       )
+       SELECT workflow_id, queue_name, workflow_name FROM other`,
+      [inserted.map((workflow) => workflow.workflowId), inserted.map((workflow) => workflow.queueName)],
+    );
+    const existing = new Map(taken.map((row) => [row.workflow_id, row]));
+    return results.map((result, at) => {
+      const other =
+        workflows[at].workflowIdGiven && result.outcome === 'inserted' && existing.get(workflows[at].workflowId);
+      return other
+        ? {
+            outcome: 'duplicate-workflow-id',
+            existing: { queueName: other.queue_name, workflowName: other.workflow_name },
+          }
+        : result;
+    });
+  }
+
+  private async insertManyWith(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
     const { sql, params } = this.statements.many;
-    const rows = await this.query<{
+    const rows = await query<{
       inserted: boolean;
       existing_queue: string | null;
       existing_workflow: string | null;
