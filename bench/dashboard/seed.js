@@ -18,10 +18,13 @@ const QUEUES = [
  */
 async function seedWorkflows(pool, schema, count) {
   const table = `"${schema}".workflows`;
-  await pool.query(`TRUNCATE ${table} RESTART IDENTITY CASCADE`);
+  const staging = `"${schema}".seed_rows`;
+  await pool.query(`TRUNCATE "${schema}".workflow_queue, "${schema}".workflow_history, "${schema}".steps`);
+  await pool.query(`DROP TABLE IF EXISTS ${staging}`);
+  await pool.query(`CREATE UNLOGGED TABLE ${staging} (LIKE "${schema}".workflow_history INCLUDING DEFAULTS)`);
   await pool.query(
     `
-    INSERT INTO ${table} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
+    INSERT INTO ${staging} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
                           inputs, output, error, executor_id, attempts, created_at, started_at, completed_at,
                           partition_key, updated_at)
     SELECT 'wf-' || i, q.name, q.workflow, s.status,
@@ -48,22 +51,30 @@ async function seedWorkflows(pool, schema, count) {
     CROSS JOIN LATERAL (SELECT now() - interval '7 days' + (i::float8 / $1) * interval '7 days' AS created_at) AS t`,
     [count],
   );
+  // 1.0 keeps what can still run (and dead letters) in workflow_queue, finished workflows in workflow_history.
+  const live = `status IN ('ENQUEUED', 'PENDING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')`;
+  await pool.query(`INSERT INTO "${schema}".workflow_queue SELECT * FROM ${staging} WHERE ${live}`);
+  await pool.query(`INSERT INTO "${schema}".workflow_history SELECT * FROM ${staging} WHERE NOT ${live}`);
+  await pool.query(`DROP TABLE ${staging}`);
   await pool.query(`
-    INSERT INTO "${schema}".steps (workflow_id, step_index, step_name, output, started_at, completed_at)
+    INSERT INTO "${schema}".steps (workflow_id, step_index, step_name, output, started_at, completed_at, queue_name,
+                                   workflow_created_at)
     SELECT w.workflow_id, n, (ARRAY['load', 'render', 'deliver'])[n + 1], json_build_object('step', n),
-           w.started_at + n * interval '200 milliseconds', w.started_at + (n + 1) * interval '200 milliseconds'
+           w.started_at + n * interval '200 milliseconds', w.started_at + (n + 1) * interval '200 milliseconds',
+           w.queue_name, w.created_at
     FROM ${table} AS w CROSS JOIN generate_series(0, 2) AS n
     WHERE w.started_at IS NOT NULL AND substr(w.workflow_id, 4)::int % 10 = 0`);
   await touchRecent(pool, schema);
-  await pool.query(`VACUUM ANALYZE ${table}`);
-  await pool.query(`VACUUM ANALYZE "${schema}".steps`);
+  await pool.query(`VACUUM ANALYZE "${schema}".workflow_queue`);
+  await pool.query(`ANALYZE "${schema}".workflow_history`);
+  await pool.query(`ANALYZE "${schema}".steps`);
 }
 
 /** Spreads the completion times of the newest 1,500 finished rows over the last 5 minutes (recent throughput). */
 async function touchRecent(pool, schema) {
   await pool.query(`
-    UPDATE "${schema}".workflows AS w SET completed_at = now() - (recent.n % 300) * interval '1 second'
-    FROM (SELECT workflow_id, row_number() OVER (ORDER BY created_at DESC) AS n FROM "${schema}".workflows
+    UPDATE "${schema}".workflow_history AS w SET completed_at = now() - (recent.n % 300) * interval '1 second'
+    FROM (SELECT workflow_id, row_number() OVER (ORDER BY created_at DESC) AS n FROM "${schema}".workflow_history
           WHERE completed_at IS NOT NULL ORDER BY created_at DESC LIMIT 1500) AS recent
     WHERE w.workflow_id = recent.workflow_id`);
 }

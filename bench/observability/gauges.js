@@ -25,7 +25,7 @@ async function main() {
 
   let started = Date.now();
   await pool.query(
-    `INSERT INTO ${SCHEMA}.workflows (workflow_id, queue_name, workflow_name, status, inputs, attempts, created_at,
+    `INSERT INTO ${SCHEMA}.workflow_history (workflow_id, queue_name, workflow_name, status, inputs, attempts, created_at,
                                       started_at, completed_at)
      SELECT 'f' || i, 'q' || (i % 4), 'BenchTasks.run',
             (ARRAY['SUCCESS', 'SUCCESS', 'SUCCESS', 'ERROR', 'CANCELLED'])[1 + i % 5], '[]', 1,
@@ -34,15 +34,16 @@ async function main() {
     [FINISHED],
   );
   await pool.query(
-    `INSERT INTO ${SCHEMA}.workflows (workflow_id, queue_name, workflow_name, status, inputs, created_at)
+    `INSERT INTO ${SCHEMA}.workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, created_at)
      SELECT 'e' || i, 'q' || (i % 4), 'BenchTasks.run', 'ENQUEUED', '[]', now() - i * interval '1 second'
      FROM generate_series(1, 2000) AS i`,
   );
   await pool.query(
-    `INSERT INTO ${SCHEMA}.workflows (workflow_id, queue_name, workflow_name, status, inputs, attempts, executor_id)
+    `INSERT INTO ${SCHEMA}.workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, attempts, executor_id)
      SELECT 'p' || i, 'q' || (i % 4), 'BenchTasks.run', 'PENDING', '[]', 1, 'bench' FROM generate_series(1, 32) AS i`,
   );
-  await pool.query(`VACUUM ANALYZE ${SCHEMA}.workflows`);
+  await pool.query(`VACUUM ANALYZE ${SCHEMA}.workflow_queue`);
+  await pool.query(`ANALYZE ${SCHEMA}.workflow_history`);
   console.log(`seeded ${FINISHED} finished + 2032 active rows in ${Date.now() - started} ms`);
 
   const results = {};

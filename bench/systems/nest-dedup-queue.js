@@ -22,7 +22,10 @@ const { LIBRARY_DIST } = require('../lib/config');
 const { query } = require('../lib/pg');
 
 const SCHEMA = 'dedup_queue';
+/** The view of every workflow; enqueue writes the active table, a finish moves the row to the history (1.0). */
 const TABLE = `${SCHEMA}.workflows`;
+const ACTIVE = `${SCHEMA}.workflow_queue`;
+const HISTORY = `${SCHEMA}.workflow_history`;
 const WORKFLOW_NAME = 'BenchTasks.run';
 
 let onJob = () => {};
@@ -102,14 +105,14 @@ module.exports = {
   },
 
   async reset(ctx) {
-    await query(ctx.databaseUrl, `TRUNCATE ${TABLE} CASCADE`);
+    await query(ctx.databaseUrl, `TRUNCATE ${ACTIVE}, ${HISTORY}, ${SCHEMA}.steps`);
   },
 
   /** n ENQUEUED workflows with distinct deduplication IDs: the row `QueueService.enqueue` inserts. */
   async prefill(ctx, n) {
     await query(
       ctx.databaseUrl,
-      `INSERT INTO ${TABLE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
+      `INSERT INTO ${ACTIVE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
        SELECT gen_random_uuid()::text, $1, $2, 'ENQUEUED', 'p' || i, 'p' || i, json_build_array(json_build_object('i', i))
        FROM generate_series(1, $3::int) AS i`,
       [ctx.queueName, WORKFLOW_NAME, n],
@@ -120,14 +123,14 @@ module.exports = {
   async seedFinished(ctx, n) {
     await query(
       ctx.databaseUrl,
-      `INSERT INTO ${TABLE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
+      `INSERT INTO ${HISTORY} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
                              inputs, executor_id, attempts, started_at, completed_at)
        SELECT gen_random_uuid()::text, $1, $2, 'SUCCESS', 'old' || i, NULL, json_build_array(json_build_object('i', i)),
               'seed', 1, now() - interval '1 hour', now() - interval '1 hour'
        FROM generate_series(1, $3::int) AS i`,
       [ctx.queueName, WORKFLOW_NAME, n],
     );
-    await query(ctx.databaseUrl, `VACUUM ANALYZE ${TABLE}`);
+    await query(ctx.databaseUrl, `VACUUM ANALYZE ${HISTORY}`);
   },
 
   async pending(ctx) {
