@@ -6,7 +6,14 @@ import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
   {
-    ignores: ['**/node_modules/**', '**/dist/**', 'coverage/**', 'bench/results/**', '.throwaway-postgres/**'],
+    ignores: [
+      '**/node_modules/**',
+      '**/dist/**',
+      'coverage/**',
+      'bench/results/**',
+      '.throwaway-postgres/**',
+      'test/.previous-release/**',
+    ],
   },
   {
     files: ['**/*.js', '**/*.mjs'],
