@@ -8,11 +8,13 @@
  * The migration's duration on 1,000,000 finished workflows is measured by bench/upgrade/measure.js, not here.
  */
 import { QueueDeduplicatedError, ScheduleService, Step, Workflow, WorkflowFailedError } from 'nest-dedup-queue';
+import { MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
+import { DataSource } from 'typeorm';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import type { IpcMessage } from './fixtures/child-ipc';
 import { RUNS_TABLE_SQL, UpgradeTasks, decorateUpgradeTasks } from './fixtures/upgrade-tasks';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { PREVIOUS_RELEASE, buildPreviousRelease, describeWithPreviousRelease } from './support/previous-release';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { consecutiveSeconds, databaseNow, tickRuns } from './support/schedule-runs';
@@ -24,6 +26,8 @@ decorateUpgradeTasks({ Workflow, Step });
 const DELAY_MS = 15_000;
 const BUILD_TIMEOUT_MS = 300_000;
 const FINISHED = ['upg-cancelled', 'upg-error', 'upg-success', 'upg-window'];
+/** A daily partition of the history or the steps, e.g. `workflow_history_p20261202`, and its indexes. */
+const DAILY_PARTITION = /_p\d{8}/;
 
 interface SeededSchedule {
   name: string;
@@ -46,6 +50,8 @@ interface Seeded extends IpcMessage {
 
 describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`, () => {
   const schema = uniqueSchema('upgrade');
+  /** A fresh install of this release, to compare the upgraded schema's shape with. */
+  const freshSchema = uniqueSchema('upgrade_fresh');
   const executorId = `upgrade-${schema}`;
   let previousRelease: string;
   let pool: Pool;
@@ -75,6 +81,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     await app?.close();
     if (pool) {
       await dropSchema(pool, schema);
+      await dropSchema(pool, freshSchema);
       await pool.end();
     }
   });
@@ -136,6 +143,42 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
       [schema],
     );
     return { digests, shape };
+  };
+
+  /**
+   * Relations (with partition bounds and storage options), columns, indexes, constraints and triggers; without the
+   * daily partitions, which the running application makes (HistoryPartitions), not the migrations.
+   */
+  const shapeOf = async (target: string) => {
+    const strip = (text: unknown) => String(text).split(`"${target}".`).join('').split(`${target}.`).join('');
+    const select = async (sql: string) =>
+      (await pool.query(sql, [target])).rows
+        .map((row) => Object.values(row).map(strip).join(' | '))
+        .filter((line) => !DAILY_PARTITION.test(line));
+    return {
+      relations: await select(
+        `SELECT c.relname, c.relkind, pg_get_expr(c.relpartbound, c.oid), c.reloptions
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'S') AND c.relname <> 'upgrade_runs' ORDER BY 1`,
+      ),
+      columns: await select(
+        `SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attidentity,
+                pg_get_expr(d.adbin, d.adrelid)
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+         LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v') AND c.relname <> 'upgrade_runs' ORDER BY 1, 2`,
+      ),
+      indexes: await select(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`),
+      constraints: await select(
+        `SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
+         WHERE connamespace = $1::regnamespace ORDER BY 2, 1`,
+      ),
+      triggers: await select(
+        `SELECT tgrelid::regclass::text, tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+         WHERE c.relnamespace = $1::regnamespace AND NOT t.tgisinternal ORDER BY 2, 1`,
+      ),
+    };
   };
 
   it(`${PREVIOUS_RELEASE.version} makes the database: finished, queued, delayed, running and windowed workflows, a follow-up, schedules`, async () => {
@@ -216,6 +259,19 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
       { relname: 'workflow_queue', relkind: 'r' },
       { relname: 'workflows', relkind: 'v' },
     ]);
+  });
+
+  it('leaves the schema in the shape of a fresh install of this release', async () => {
+    const dataSource = await new DataSource({ type: 'postgres', url: databaseUrl() }).initialize();
+    try {
+      await runMigrations(new QueueDatabase(dataSource, freshSchema, false), MIGRATIONS);
+    } finally {
+      await dataSource.destroy();
+    }
+    const upgraded = await shapeOf(schema);
+    const fresh = await shapeOf(freshSchema);
+    expect(upgraded.relations.length).toBeGreaterThan(10);
+    expect(upgraded).toEqual(fresh);
   });
 
   it('keeps the delayed workflow DELAYED and its key held until its time', async () => {
