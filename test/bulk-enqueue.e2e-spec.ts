@@ -311,7 +311,7 @@ describe('enqueueMany', () => {
               await pool.query(
                 `SELECT count(*)::int AS waiting FROM pg_stat_activity
                  WHERE wait_event_type = 'Lock' AND application_name LIKE 'policy-enqueuer-%' AND query LIKE $1`,
-                [`%${table}%`],
+                [`%"${schema}".workflow_queue%`],
               )
             ).rows[0].waiting >= 2,
           { what: 'both bulk statements to wait for the table' },

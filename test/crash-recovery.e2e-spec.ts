@@ -38,9 +38,7 @@ describe('crash recovery', () => {
 
   afterEach(async () => {
     await killFixtures();
-    await pool.query(
-      `DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`,
-    );
+    await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`);
     await pool.query(`DELETE FROM "${schema}".executors`);
   });
 
@@ -411,10 +409,7 @@ describe('crash recovery', () => {
           `[crash-recovery] sweep round ${round}: ${results.filter((result) => result.ids?.length).length} of ${sweepers} ` +
             `concurrent recoverExpired() calls recovered something (${returned.length} workflows in all)`,
         );
-        await pool.query(
-          `DELETE FROM "${schema}".workflow_queue WHERE workflow_id = ANY($1)`,
-          [workflowIds],
-        );
+        await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE workflow_id = ANY($1)`, [workflowIds]);
       }
     } finally {
       await dataSource.destroy();

@@ -24,7 +24,7 @@ function captureStatements(): { capturing: boolean; captured: CapturedQuery[]; r
   pg.Client.prototype.query = function (this: unknown, config: unknown, values?: unknown, ...rest: unknown[]) {
     const text = typeof config === 'string' ? config : (config as { text?: string } | undefined)?.text;
     const params = Array.isArray(values) ? values : (config as { values?: unknown[] } | undefined)?.values;
-    if (state.capturing && typeof text === 'string' && text.includes('.workflows')) {
+    if (state.capturing && typeof text === 'string' && /\.workflow(s|_queue|_history)\b/.test(text)) {
       state.captured.push({ text, values: params ?? [] });
     }
     return (original as (...args: unknown[]) => unknown).call(this, config, values, ...rest);
@@ -44,18 +44,19 @@ describe('dashboard reads use indexes (PENDING rows are left out of the list ind
   beforeAll(async () => {
     pool = testPool();
     ({ app } = await startDashboardApp(schema));
-    await pool.query(
-      `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, deduplication_id,
-                                          active_deduplication_id, inputs, executor_id, attempts, created_at,
-                                          started_at, completed_at, partition_key)
-       SELECT 'seed-' || i, q, 'Seeded.run', s,
-              'user-' || (i % 5000) || CASE WHEN s IN ('ENQUEUED', 'PENDING') THEN '-' || i ELSE '' END,
-              CASE WHEN s IN ('ENQUEUED', 'PENDING') THEN 'user-' || (i % 5000) || '-' || i END,
-              '[]', CASE WHEN s <> 'ENQUEUED' THEN 'seed-executor' END, (s <> 'ENQUEUED')::int,
-              now() - (i || ' seconds')::interval,
-              CASE WHEN s <> 'ENQUEUED' THEN now() - (i || ' seconds')::interval END,
-              CASE WHEN s NOT IN ('ENQUEUED', 'PENDING') THEN now() - (i || ' seconds')::interval END,
-              CASE WHEN q = 'tenants' THEN 'tenant-' || (i % 100) END
+    const seeder = await pool.connect();
+    await seeder.query(
+      `CREATE TEMP TABLE seed AS
+       SELECT 'seed-' || i AS workflow_id, q AS queue_name, 'Seeded.run' AS workflow_name, s AS status,
+              'user-' || (i % 5000) || CASE WHEN s IN ('ENQUEUED', 'PENDING') THEN '-' || i ELSE '' END
+                AS deduplication_id,
+              CASE WHEN s IN ('ENQUEUED', 'PENDING') THEN 'user-' || (i % 5000) || '-' || i END
+                AS active_deduplication_id,
+              '[]'::json AS inputs, CASE WHEN s <> 'ENQUEUED' THEN 'seed-executor' END AS executor_id,
+              (s <> 'ENQUEUED')::int AS attempts, now() - (i || ' seconds')::interval AS created_at,
+              CASE WHEN s <> 'ENQUEUED' THEN now() - (i || ' seconds')::interval END AS started_at,
+              CASE WHEN s NOT IN ('ENQUEUED', 'PENDING') THEN now() - (i || ' seconds')::interval END AS completed_at,
+              CASE WHEN q = 'tenants' THEN 'tenant-' || (i % 100) END AS partition_key
        FROM generate_series(1, $1::int) AS i
        CROSS JOIN LATERAL (SELECT (ARRAY['work', 'held', 'tenants'])[1 + i % 3] AS q,
                                   CASE WHEN i % 200 = 0 THEN 'PENDING' WHEN i % 50 = 1 THEN 'ENQUEUED'
@@ -63,7 +64,19 @@ describe('dashboard reads use indexes (PENDING rows are left out of the list ind
                                        ELSE 'SUCCESS' END AS s) AS draw`,
       [ROWS],
     );
-    await pool.query(`VACUUM ANALYZE "${schema}".workflows`);
+    const columns = `workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs,
+                     executor_id, attempts, created_at, started_at, completed_at, partition_key`;
+    await seeder.query(
+      `INSERT INTO "${schema}".workflow_queue (${columns})
+       SELECT ${columns} FROM seed WHERE status IN ('ENQUEUED', 'PENDING')`,
+    );
+    await seeder.query(
+      `INSERT INTO "${schema}".workflow_history (${columns})
+       SELECT ${columns} FROM seed WHERE status NOT IN ('ENQUEUED', 'PENDING')`,
+    );
+    seeder.release();
+    await pool.query(`VACUUM ANALYZE "${schema}".workflow_queue`);
+    await pool.query(`ANALYZE "${schema}".workflow_history`);
   });
 
   afterAll(async () => {

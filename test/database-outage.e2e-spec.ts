@@ -1,4 +1,3 @@
-import { ConsoleLogger } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
 import { createServer, Server, Socket } from 'node:net';
 import {
@@ -10,22 +9,9 @@ import {
 } from 'nest-dedup-queue';
 import { startThrowawayPostgres, ThrowawayPostgres } from 'throwaway-postgres';
 import { RecordingTasks } from './fixtures/recording-tasks';
+import { CapturingLogger } from './support/capturing-logger';
 import { databaseUrl } from './support/database';
 import { waitFor } from './support/wait-for';
-
-/** Keeps what the application logged, one entry per line. */
-class CapturingLogger extends ConsoleLogger {
-  readonly lines: Array<{ level: string; message: string }> = [];
-  override log(message: unknown): void {
-    this.lines.push({ level: 'log', message: String(message) });
-  }
-  override warn(message: unknown): void {
-    this.lines.push({ level: 'warn', message: String(message) });
-  }
-  override error(message: unknown, stack?: string): void {
-    this.lines.push({ level: 'error', message: `${String(message)}${stack ? `\n${String(stack)}` : ''}` });
-  }
-}
 
 async function boot(options: Partial<DedupQueueModuleOptions>, logger = new CapturingLogger()): Promise<TestingModule> {
   const module = await Test.createTestingModule({

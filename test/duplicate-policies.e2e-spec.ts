@@ -1080,7 +1080,7 @@ describe('duplicate policies, windows and events in one process', () => {
               await pool.query(
                 `SELECT count(*)::int AS waiting FROM pg_stat_activity
                  WHERE wait_event_type = 'Lock' AND application_name = 'window-burst' AND query LIKE $1`,
-                [`%${table}%`],
+                [`%"${schema}".workflow_queue%`],
               )
             ).rows[0].waiting >= 2,
           { what: 'two enqueues to wait for the table' },

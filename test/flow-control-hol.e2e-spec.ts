@@ -115,7 +115,7 @@ describe('no head-of-line stalls', () => {
     const { client, unlock } = await lockingTransaction();
     try {
       const { rows } = await client.query(
-        `SELECT status, not_before > clock_timestamp() AS not_due_yet FROM "${schema}".workflows WHERE workflow_id = $1 FOR UPDATE`,
+        `SELECT status, not_before > clock_timestamp() AS not_due_yet FROM "${schema}".workflow_queue WHERE workflow_id = $1 FOR UPDATE`,
         [head.workflowId],
       );
       expect(rows).toEqual([{ status: 'ENQUEUED', not_due_yet: true }]);

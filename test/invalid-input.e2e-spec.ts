@@ -175,7 +175,9 @@ describe('bad input is refused with a typed error before anything is written', (
       [handle.workflowId, key],
     );
     expect(rows).toEqual([{ key_length: 255, same_key: true, id_length: 255 }]);
-    await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1`, [handle.workflowId]);
+    for (const table of ['workflow_queue', 'workflow_history']) {
+      await pool.query(`DELETE FROM "${schema}".${table} WHERE workflow_id = $1`, [handle.workflowId]);
+    }
   });
 
   it('keeps the stored workflow and its held key intact through all of the above', async () => {

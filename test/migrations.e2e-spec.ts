@@ -97,13 +97,13 @@ describe('schema migrations', () => {
     expect(await recorded(schema)).toEqual(records(MIGRATIONS));
     expect(await tableExists(schema, 'workflows')).toBe(true);
     const { rows } = await pool.query(
-      `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'workflows_active_deduplication_id'`,
+      `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'workflow_queue_deduplication_key'`,
       [schema],
     );
     expect(rows).toEqual([
       {
         indexdef:
-          `CREATE UNIQUE INDEX workflows_active_deduplication_id ON ${schema}.workflows ` +
+          `CREATE UNIQUE INDEX workflow_queue_deduplication_key ON ${schema}.workflow_queue ` +
           'USING btree (queue_name, active_deduplication_id) WHERE (active_deduplication_id IS NOT NULL)',
       },
     ]);
@@ -133,13 +133,13 @@ describe('schema migrations', () => {
     const database = new QueueDatabase(dataSource, schema, false);
     await runMigrations(database, MIGRATIONS);
     await pool.query(
-      `INSERT INTO "${schema}".workflows
+      `INSERT INTO "${schema}".workflow_queue
          (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
        VALUES ('kept', 'tasks', 'Tasks.run', 'ENQUEUED', 'user-1', 'user-1', '["x"]')`,
     );
     const addNote = nextMigration(
       'add-note',
-      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT 'none'`,
+      (s) => `ALTER TABLE ${s}.workflow_queue ADD COLUMN note text NOT NULL DEFAULT 'none'`,
     );
 
     await expect(runMigrations(database, [...MIGRATIONS, addNote])).resolves.toEqual([addNote.version]);
@@ -147,7 +147,7 @@ describe('schema migrations', () => {
 
     expect(await recorded(schema)).toEqual(records([...MIGRATIONS, addNote]));
     const { rows } = await pool.query(
-      `SELECT workflow_id, status, active_deduplication_id, inputs::text AS inputs, note FROM "${schema}".workflows`,
+      `SELECT workflow_id, status, active_deduplication_id, inputs::text AS inputs, note FROM "${schema}".workflow_queue`,
     );
     expect(rows).toEqual([
       { workflow_id: 'kept', status: 'ENQUEUED', active_deduplication_id: 'user-1', inputs: '["x"]', note: 'none' },
@@ -155,10 +155,10 @@ describe('schema migrations', () => {
     // The deduplication index still holds after the upgrade.
     await expect(
       pool.query(
-        `INSERT INTO "${schema}".workflows (workflow_id, queue_name, workflow_name, status, active_deduplication_id, inputs)
+        `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, active_deduplication_id, inputs)
          VALUES ('second', 'tasks', 'Tasks.run', 'ENQUEUED', 'user-1', '[]')`,
       ),
-    ).rejects.toMatchObject({ code: '23505', constraint: 'workflows_active_deduplication_id' });
+    ).rejects.toMatchObject({ code: '23505', constraint: 'workflow_queue_deduplication_key' });
   });
 
   it('runs against a schema a newer release migrated further, with one warning naming both versions', async () => {
@@ -166,7 +166,7 @@ describe('schema migrations', () => {
     const database = new QueueDatabase(dataSource, schema, false);
     const addNote = nextMigration(
       'add-note',
-      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`,
+      (s) => `ALTER TABLE ${s}.workflow_queue ADD COLUMN note text NOT NULL DEFAULT ''`,
     );
     await runMigrations(database, [...MIGRATIONS, addNote]);
     const shapeBefore = await shapeOf(schema);
@@ -190,7 +190,7 @@ describe('schema migrations', () => {
     const schema = freshSchema('newer_boot');
     const addNote = nextMigration(
       'add-note',
-      (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text NOT NULL DEFAULT ''`,
+      (s) => `ALTER TABLE ${s}.workflow_queue ADD COLUMN note text NOT NULL DEFAULT ''`,
     );
     await runMigrations(new QueueDatabase(dataSource, schema, false), [...MIGRATIONS, addNote]);
     const logger = new CapturingLogger();
@@ -264,7 +264,7 @@ describe('schema migrations', () => {
     await pool.query(`ALTER TABLE "${schema}".schema_migrations DROP COLUMN breaking`);
 
     await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([]);
-    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflows ADD COLUMN note text`);
+    const addNote = nextMigration('add-note', (s) => `ALTER TABLE ${s}.workflow_queue ADD COLUMN note text`);
     await expect(runMigrations(database, [...MIGRATIONS, addNote])).resolves.toEqual([addNote.version]);
 
     const { rows } = await pool.query(

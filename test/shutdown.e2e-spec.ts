@@ -114,9 +114,10 @@ describe('graceful shutdown', () => {
   it('does not lose a workflow whose claim is in flight when shutdown begins: it stays ENQUEUED or ends recorded', async () => {
     const applicationName = `inflight-${schema}`;
     const waiting = await enqueuer.queues.enqueue('inflight', enqueuer.get(RecordingTasks).echo, ['in flight']);
-    await pool.query(`UPDATE "${schema}".workflow_queue SET not_before = now() + interval '1 hour' WHERE workflow_id = $1`, [
-      waiting.workflowId,
-    ]);
+    await pool.query(
+      `UPDATE "${schema}".workflow_queue SET not_before = now() + interval '1 hour' WHERE workflow_id = $1`,
+      [waiting.workflowId],
+    );
     const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'inflight' }] });
     const tasks = app.get(RecordingTasks);
     // Holding an EXCLUSIVE lock on the table (plain reads still pass) makes the app's next claim wait in Postgres;

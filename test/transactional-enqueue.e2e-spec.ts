@@ -158,7 +158,7 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     (
       await pool.query(
         `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-        [`%${table}%`],
+        [`%"${schema}".workflow_queue%`],
       )
     ).rows[0].waiting as number;
   /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */

@@ -8,6 +8,17 @@ export function databaseUrl(): string {
   return url;
 }
 
+/** The URL of another database on the suite's server, optionally as another user (without a password). */
+export function databaseUrlOf(database: string, user?: string): string {
+  const url = new URL(databaseUrl());
+  url.pathname = `/${database}`;
+  if (user) {
+    url.username = user;
+    url.password = '';
+  }
+  return url.toString();
+}
+
 /** A schema name no other test file uses, so each file's tables are its own. */
 export function uniqueSchema(prefix: string): string {
   return `t_${prefix}_${randomBytes(4).toString('hex')}`.toLowerCase();

@@ -9,16 +9,33 @@ export const SYSTEM_TOOLS = {
   chromium: '/usr/bin/chromium',
   /** PostgreSQL 15 server binaries with pg_ctl, pg_basebackup (Debian package `postgresql-15`), for standbys. */
   'postgres-15': '/usr/lib/postgresql/15/bin/pg_basebackup',
+  /** The Citus extension for those binaries (a tarball in `../shared/citus/`, not a Debian package). */
+  citus: '/usr/lib/postgresql/15/lib/citus.so',
 } as const;
 
 export type SystemTool = keyof typeof SYSTEM_TOOLS;
 
+/** How a user installs each tool: a Debian package, or instructions for what is not one. */
+const INSTALL: Record<SystemTool, { debianPackage: string } | { instructions: string }> = {
+  pgbouncer: { debianPackage: 'pgbouncer' },
+  chromium: { debianPackage: 'chromium' },
+  'postgres-15': { debianPackage: 'postgresql-15' },
+  citus: {
+    instructions:
+      'Citus is not a Debian package: as root, from the repository, ' +
+      'tar -xzf ../shared/citus/citus-13.2.2-pg15-amd64.tar.gz -C / (see ../shared/citus/README.md)',
+  },
+};
+
 /** Set by `.ci/run`: a suite whose tools (or the npm registry) are missing fails instead of skipping. */
 const REQUIRED = process.env.REQUIRE_SYSTEM_TOOLS === '1';
 
-/** The tools of `tools` that this machine lacks. */
+/** `MISSING_SYSTEM_TOOLS=citus,chromium`: tools to treat as absent, to see a suite skip (or fail under CI) here. */
+const TREATED_AS_MISSING = new Set((process.env.MISSING_SYSTEM_TOOLS ?? '').split(',').map((tool) => tool.trim()));
+
+/** The tools of `tools` that this machine lacks (or that `MISSING_SYSTEM_TOOLS` names). */
 export function missingTools(tools: readonly SystemTool[]): SystemTool[] {
-  return tools.filter((tool) => !existsSync(SYSTEM_TOOLS[tool]));
+  return tools.filter((tool) => TREATED_AS_MISSING.has(tool) || !existsSync(SYSTEM_TOOLS[tool]));
 }
 
 /**
@@ -33,8 +50,7 @@ export function describeWithTools(tools: readonly SystemTool[], name: string, bo
   }
   describeUnavailable(
     name,
-    `${name}: needs ${missing.map((tool) => `${tool} (${SYSTEM_TOOLS[tool]})`).join(', ')}; ` +
-      `install with: apt-get install -y ${missing.map(debianPackage).join(' ')}`,
+    `${name}: needs ${missing.map((tool) => `${tool} (${SYSTEM_TOOLS[tool]})`).join(', ')}; ${howToInstall(missing)}`,
     body,
   );
 }
@@ -69,6 +85,14 @@ function describeUnavailable(name: string, message: string, body: () => void): v
   describe.skip(name, body);
 }
 
-function debianPackage(tool: SystemTool): string {
-  return tool === 'postgres-15' ? 'postgresql-15' : tool;
+function howToInstall(missing: readonly SystemTool[]): string {
+  const packages: string[] = [];
+  const instructions: string[] = [];
+  for (const tool of missing) {
+    const install = INSTALL[tool];
+    if ('debianPackage' in install) packages.push(install.debianPackage);
+    else instructions.push(install.instructions);
+  }
+  if (packages.length > 0) instructions.unshift(`install with: apt-get install -y ${packages.join(' ')}`);
+  return instructions.join('; ');
 }

@@ -13,12 +13,17 @@ import {
   DEFAULT_WORKER_CONCURRENCY,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
-import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database/database-endpoint';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './utils/database-endpoint';
 import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
-import type { QueueRegistration } from './queues/queue-registration';
 import { exceedsCharacters } from './utils/character-length';
+
+/** Queues declared together and where: one `registerQueue()` call (its `QueueRegistration`). */
+export interface QueueDeclarations {
+  readonly queues: readonly QueueOptions[];
+  readonly declaredAt: string;
+}
 
 /** A queue's limits with defaults applied (as declared, or as changed at run time). */
 export interface ResolvedQueue {
@@ -105,7 +110,7 @@ export const QUEUE_LIMIT_KEYS: readonly (keyof QueueLimits)[] = [
 /** Validates the module options at boot; a message says which option to change. */
 export function resolveConfig(
   options: DedupQueueModuleOptions,
-  registrations: readonly QueueRegistration[] = [],
+  registrations: readonly QueueDeclarations[] = [],
 ): DedupQueueConfig {
   const fail = (message: string): never => {
     throw new DedupQueueConfigurationError(`DedupQueueModule: ${message}`);
@@ -182,7 +187,7 @@ const FOR_ROOT_QUEUES = 'DedupQueueModule.forRoot({ queues })';
  */
 function resolveQueues(
   rootQueues: QueueOptions[] | undefined,
-  registrations: readonly QueueRegistration[],
+  registrations: readonly QueueDeclarations[],
   fail: (message: string) => never,
 ): Map<string, ResolvedQueue> {
   if (rootQueues !== undefined && !Array.isArray(rootQueues)) {

@@ -17,9 +17,9 @@ import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.i
 import type { QueueOptions } from './interfaces/queue-options.interface';
 import { findQueueRegistrations } from './queues/queue-registration';
 import { DedupQueueRegistrationModule } from './queues/queue-registration.module';
-import { WorkflowEventsExplorer } from './discovery/workflow-events.explorer';
 import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
 import { QueueMetrics } from './observability/queue.metrics';
+import { WorkflowEventsExplorer } from './observability/workflow-events.explorer';
 import { WorkflowLifecycle } from './observability/workflow-lifecycle.events';
 import { WorkflowTracer } from './observability/workflow.tracer';
 import { QueueService } from './queue.service';

@@ -9,7 +9,7 @@ export {
 } from './observability/dedup-queue.health-indicator';
 export { Scheduled } from './decorators/scheduled.decorator';
 export { ScheduleService } from './scheduling/schedule.service';
-export { WorkflowContext, runStep, stepManager, workflowContext } from './execution/workflow-context';
+export { runStep, stepManager, workflowContext } from './execution/workflow-context';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,
@@ -17,7 +17,7 @@ export {
   DedupQueueErrorResponseBody,
   DeduplicatedResponseBody,
 } from './filters/dedup-exception.filter';
-export { QueueService, WorkflowFunction } from './queue.service';
+export { QueueService } from './queue.service';
 export { InjectQueue } from './decorators/inject-queue.decorator';
 export { WorkflowQueue } from './queues/workflow-queue';
 export { getQueueToken } from './queues/queue-token';

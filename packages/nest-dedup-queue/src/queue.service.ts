@@ -10,11 +10,9 @@ import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
 import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
+import type { WorkflowFunction } from './interfaces/workflow-function.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
-
-/** A `@Workflow()` method, as passed to `enqueue` by reference. */
-export type WorkflowFunction = (...args: never[]) => unknown;
 
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
 type WithoutQueue<T> = T extends [string, ...infer Rest] ? Rest : never;

@@ -1,5 +1,5 @@
 import type { QueryOptions, QueueDatabase } from '../database/queue-database';
-import type { NewWorkflow } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/new-workflow';
 import { WorkflowTables, workflowTables } from '../database/workflow-tables';
 import { REPORTED_STATUS_SQL } from '../database/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';

@@ -1,4 +1,8 @@
 import { Logger } from '@nestjs/common';
+import { describeError } from '../utils/describe-error';
+
+// NOTE: re-exported for the scheduler's imports; new code takes it from utils/describe-error.
+export { describeError };
 
 /** The lines an outage is told with. */
 export interface OutageMessages {
@@ -55,12 +59,4 @@ export class ConnectionMonitor {
     this.lostSince = undefined;
     this.lossLogged = false;
   }
-}
-
-/** A driver error in one line: its code (SQLSTATE or socket code) and message, never a stack. */
-export function describeError(error: unknown): string {
-  const inner = (error as { cause?: unknown; driverError?: unknown } | null)?.driverError ?? error;
-  const { code, message } = (inner ?? {}) as { code?: unknown; message?: unknown };
-  const text = typeof message === 'string' && message.length > 0 ? message : String(inner);
-  return typeof code === 'string' && !text.includes(code) ? `${code}: ${text}` : text;
 }

@@ -27,7 +27,10 @@ export class HistoryPartitions {
   /** Creates the missing daily partitions from the newest one through `daysAhead` days from today; their days. */
   async extend(daysAhead = PARTITION_DAYS_AHEAD): Promise<string[]> {
     return this.database.transaction(async (query) => {
-      await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['nest-dedup-queue', this.database.schema]);
+      await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', [
+        'nest-dedup-queue',
+        this.database.schema,
+      ]);
       const [row] = await query<{ days: string[] | null }>(
         `SELECT array_agg(to_char(d AT TIME ZONE 'UTC', 'YYYY-MM-DD') ORDER BY d) AS days
          FROM generate_series(

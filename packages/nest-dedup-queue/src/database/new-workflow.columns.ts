@@ -1,4 +1,4 @@
-import type { NewWorkflow } from './workflow-inserter';
+import type { NewWorkflow } from './new-workflow';
 import { STATUS_SQL } from './workflow-status.sql';
 
 /** One input of a new workflow row: its SQL type and where its value comes from. */

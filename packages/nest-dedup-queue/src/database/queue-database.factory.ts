@@ -4,19 +4,20 @@ import type { DedupQueueConfig } from '../dedup-queue.config';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
-import { describeError } from './connection-monitor';
+import { describeError } from '../utils/describe-error';
 import { HistoryPartitions } from './history-partitions';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
-import { isConnectionFailure, isServerError } from './sql-errors';
+import { ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
 
 const logger = new Logger('DedupQueueModule');
 
 /**
  * Opens (or adopts) the DataSource and migrates the module's schema before anything else uses it. While Postgres
- * cannot be reached it tries again `retryAttempts` times, `retryDelay` apart, logging one line per attempt; then
- * fails with an error that names the module, the host, port, database and user, and what to check.
+ * cannot be reached, or refuses connections for now (see `isConnectionFailure`), it tries again `retryAttempts`
+ * times, `retryDelay` apart, logging one line per attempt; then fails with an error that names the module, the host,
+ * port, database and user, and what to check. A refusal that trying again does not cure fails at once.
  */
 export async function createQueueDatabase(
   options: DedupQueueModuleOptions,
@@ -39,8 +40,10 @@ export async function createQueueDatabase(
         connectTimeoutMs: config.connectTimeoutMs,
       },
     );
+    let phase: ErrorPhase = 'connect';
     try {
       if (!database.dataSource.isInitialized) await database.dataSource.initialize();
+      phase = 'statement';
       database.guardPoolConnections();
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0)
@@ -49,7 +52,7 @@ export async function createQueueDatabase(
       return database;
     } catch (error) {
       await database.close().catch(() => undefined);
-      if (!isConnectionFailure(error)) throw bootError(error, config);
+      if (!isConnectionFailure(error, phase)) throw bootError(error, config);
       if (attempt > config.retryAttempts) {
         throw new DatabaseUnavailableError(
           `DedupQueueModule: cannot reach Postgres at ${endpoint.label} as user "${endpoint.user}" ` +

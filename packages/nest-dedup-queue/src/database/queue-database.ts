@@ -1,15 +1,16 @@
 import { Logger, OnApplicationShutdown } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { Client, Pool, PoolClient } from 'pg';
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import { DatabaseQueryError } from '../errors/database-query.error';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
-import { ConnectionMonitor, describeError } from './connection-monitor';
+import { ConnectionMonitor } from './connection-monitor';
 import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
-import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './database-endpoint';
-import { driverErrorOf, isConnectionFailure, isServerError } from './sql-errors';
+import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../utils/database-endpoint';
+import { describeError } from '../utils/describe-error';
+import { driverErrorOf, ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
 
 /**
  * What the module uses of a `pg` client (`PoolClient` or `Client`). NOTE: declared here rather than imported from
@@ -63,9 +64,10 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 /**
  * The module's access to Postgres: the TypeORM `DataSource` (the module's own or the application's) and the
- * schema its tables live in. Every failure to reach the server, or a connection that breaks under a statement,
- * comes out as `DatabaseUnavailableError` (and is reported to the monitor, which logs outages); statements the
- * server refused come out as they are. A statement that never reached the server is sent once more.
+ * schema its tables live in. Every failure to reach the server, a connection the server refuses for now (see
+ * `isConnectionFailure`), or a connection that breaks under a statement, comes out as `DatabaseUnavailableError`
+ * (and is reported to the monitor, which logs outages); statements the server refused come out as
+ * `DatabaseQueryError`. A statement that never reached the server is sent once more.
  *
  * NOTE: hot-path statements go straight to the DataSource's own `pg` pool, skipping TypeORM's per-query
  * QueryRunner allocation; the pool, its size and its credentials are still the DataSource's.
@@ -143,7 +145,8 @@ export class QueueDatabase implements OnApplicationShutdown {
           throw error;
         }
       } catch (error) {
-        if (!isConnectionFailure(error)) throw this.classify(error);
+        const phase: ErrorPhase = sent ? 'statement' : 'connect';
+        if (!isConnectionFailure(error, phase)) throw this.classify(error, phase);
         const retry = attempt === 1 && this.monitor.reachable && (!sent || options.idempotent === true);
         this.monitor.failed(error);
         if (!retry) throw this.unavailable(error);
@@ -175,6 +178,29 @@ export class QueueDatabase implements OnApplicationShutdown {
   }
 
   /**
+   * Runs `work` in a transaction of the DataSource, for work that needs TypeORM's `EntityManager`; its errors come
+   * out as those of `transaction`.
+   */
+  async managerTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.connect();
+    } catch (error) {
+      await runner.release().catch(() => undefined);
+      throw this.classify(error, 'connect');
+    }
+    try {
+      const result = await runner.manager.transaction(work);
+      this.monitor.succeeded();
+      return result;
+    } catch (error) {
+      throw this.classify(error);
+    } finally {
+      await runner.release().catch(() => undefined);
+    }
+  }
+
+  /**
    * Takes one connection out of the pool (for session advisory locks, multi-statement work). It has an `error`
    * listener while checked out, so a connection lost between statements never crashes the process.
    */
@@ -182,7 +208,7 @@ export class QueueDatabase implements OnApplicationShutdown {
     try {
       return await this.checkOut();
     } catch (error) {
-      throw this.classify(error);
+      throw this.classify(error, 'connect');
     }
   }
 
@@ -199,7 +225,7 @@ export class QueueDatabase implements OnApplicationShutdown {
       await client.connect();
     } catch (error) {
       void client.end().catch(onError);
-      throw this.classify(error);
+      throw this.classify(error, 'connect');
     }
     let released = false;
     return {
@@ -229,10 +255,10 @@ export class QueueDatabase implements OnApplicationShutdown {
   /**
    * The error as a caller should see it: connection failures become `DatabaseUnavailableError`, other refusals of
    * the server `DatabaseQueryError` (whose SQLSTATE and constraint the module's own checks still read); anything
-   * else is left as it is.
+   * else is left as it is. `phase`: whether it arose opening a connection or under a statement.
    */
-  classify(error: unknown): unknown {
-    if (isConnectionFailure(error)) {
+  classify(error: unknown, phase: ErrorPhase = 'statement'): unknown {
+    if (isConnectionFailure(error, phase)) {
       this.monitor.failed(error);
       return this.unavailable(error);
     }

@@ -13,14 +13,59 @@ interface PostgresErrorFields {
 const UNIQUE_VIOLATION = '23505';
 export const READ_ONLY_TRANSACTION = '25006';
 
-/** SQLSTATEs that say the server cannot serve us now, rather than that it refused the statement. */
-const UNAVAILABLE_SQLSTATES = new Set([
-  '57P01', // admin_shutdown: terminated by pg_terminate_backend or a fast shutdown
-  '57P02', // crash_shutdown
-  '57P03', // cannot_connect_now: starting up, shutting down, in recovery
-  '53300', // too_many_connections
-  READ_ONLY_TRANSACTION, // a standby (or a primary demoted by a failover) behind the endpoint
-]);
+/**
+ * Where an error arose: while a connection was being opened (the server refused the session), or under a statement
+ * on a connection that was open. Some SQLSTATEs mean "not now" only in the first place.
+ */
+export type ErrorPhase = 'connect' | 'statement';
+
+/** A SQLSTATE (five characters) or a class of them (its first two), and when it means an outage. */
+interface UnavailableRule {
+  sqlstate: string;
+  /** `'connect'`: only when the server refused to open the session; `'any'`: whenever it is raised. */
+  at: 'connect' | 'any';
+  /** Only when the server's message matches (English messages only). */
+  message?: RegExp;
+}
+
+/**
+ * The server errors that mean "not now" rather than "not this": Postgres cannot serve the module at the moment and
+ * the same call, tried again later, can succeed without anyone changing it. This table is the one definition of the
+ * rule: a match is a `DatabaseUnavailableError` for every caller (503 with `Retry-After` through
+ * `DedupExceptionFilter`; workers back off and resume; boot tries again `retryAttempts` times), any other server
+ * error a `DatabaseQueryError` (at boot a `DedupQueueConfigurationError`).
+ *
+ * - class `08` (connection exception), any time: the connection could not be made or broke.
+ * - `57P01` admin_shutdown, `57P02` crash_shutdown, `57P05` idle_session_timeout, any time: the session was ended
+ *   (`pg_terminate_backend`, a shutdown, another backend's crash, an idle pooled connection); a new one works.
+ * - `57P03` cannot_connect_now, any time: the server is starting up, shutting down or in recovery.
+ * - `53300` too_many_connections, any time: `max_connections`, the slots reserved for superusers, or a database's
+ *   or role's `CONNECTION LIMIT` is reached; a slot frees when another session ends.
+ * - class `53` (insufficient resources: memory, disk, a configuration limit) at connect: the server could not
+ *   start a backend for us. Under a statement (a full disk under an insert) it stays that statement's refusal.
+ * - `55000` object_not_in_prerequisite_state at connect: the database is not currently accepting connections
+ *   (`ALTER DATABASE ... ALLOW_CONNECTIONS false`, as during maintenance). Under a statement the same code means
+ *   something else (a sequence's `currval` not yet defined, pending trigger events) and is a refusal. NOTE:
+ *   Postgres 16+ also answers 55000 at connect for a database left invalid by an interrupted `DROP DATABASE`; only
+ *   the (translated) message tells it apart, so it counts as an outage too.
+ * - `55000` "recovery is in progress", and `25006` read_only_sql_transaction, any time: a standby (or a primary
+ *   demoted by a failover) behind the endpoint, until the endpoint reaches the new primary.
+ *
+ * Not listed, because trying again does not cure them: `3D000` (no such database), class `28` (authentication
+ * failed, a role that may not log in), `57P04` (database dropped).
+ */
+const UNAVAILABLE_RULES: readonly UnavailableRule[] = [
+  { sqlstate: '08', at: 'any' },
+  { sqlstate: '57P01', at: 'any' },
+  { sqlstate: '57P02', at: 'any' },
+  { sqlstate: '57P05', at: 'any' },
+  { sqlstate: '57P03', at: 'any' },
+  { sqlstate: '53300', at: 'any' },
+  { sqlstate: '53', at: 'connect' },
+  { sqlstate: '55000', at: 'connect' },
+  { sqlstate: '55000', at: 'any', message: /recovery/i },
+  { sqlstate: READ_ONLY_TRANSACTION, at: 'any' },
+];
 
 /** Socket-level failures (Node's error codes). */
 const SOCKET_ERROR_CODES = new Set([
@@ -52,18 +97,16 @@ export function isServerError(error: unknown): boolean {
 
 /**
  * Whether `error` means that the database could not be reached or the connection broke (as opposed to the server
- * refusing a statement): socket errors, the driver's connection errors, SQLSTATE class 08, shutdowns and
- * restarts (57P01-57P03), too many connections, and a read-only server where a primary was expected (25006).
+ * refusing a statement): socket errors, the driver's connection errors, and the server errors of
+ * `UNAVAILABLE_RULES` for the `phase` the error arose in.
  */
-export function isConnectionFailure(error: unknown): boolean {
+export function isConnectionFailure(error: unknown, phase: ErrorPhase = 'statement'): boolean {
   if (error instanceof DatabaseUnavailableError) return true;
   const fields = postgresFields(error);
   if (!fields) return false;
   const code = fields.code;
-  if (typeof code === 'string') {
-    if (SOCKET_ERROR_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || code.startsWith('08')) return true;
-    if (code === '55000' && /recovery/i.test(fields.message ?? '')) return true;
-  }
+  if (typeof code === 'string' && (SOCKET_ERROR_CODES.has(code) || isUnavailableSqlstate(code, fields, phase)))
+    return true;
   return !isServerError(fields) && DRIVER_CONNECTION_MESSAGES.test(fields.message ?? '');
 }
 
@@ -82,4 +125,13 @@ function postgresFields(error: unknown): PostgresErrorFields | undefined {
 /** Whether `error` is a lock wait that ran past `lock_timeout` (SQLSTATE 55P03). */
 export function isLockTimeout(error: unknown): boolean {
   return postgresFields(error)?.code === '55P03';
+}
+
+function isUnavailableSqlstate(code: string, fields: PostgresErrorFields, phase: ErrorPhase): boolean {
+  return UNAVAILABLE_RULES.some(
+    (rule) =>
+      (rule.sqlstate.length === 2 ? code.startsWith(rule.sqlstate) : code === rule.sqlstate) &&
+      (rule.at === 'any' || rule.at === phase) &&
+      (!rule.message || rule.message.test(fields.message ?? '')),
+  );
 }

@@ -90,16 +90,12 @@ export class StepStore {
    * the lease, Postgres ends the session, releasing the workflow row so that another executor can recover it.
    */
   async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    try {
-      return await this.database.dataSource.transaction(async (manager) => {
-        await manager.query(
-          `SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`,
-        );
-        return work(manager);
-      });
-    } catch (error) {
-      throw this.database.classify(error);
-    }
+    return this.database.managerTransaction(async (manager) => {
+      await manager.query(
+        `SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`,
+      );
+      return work(manager);
+    });
   }
 
   /**

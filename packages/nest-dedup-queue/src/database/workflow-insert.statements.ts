@@ -6,7 +6,7 @@ import {
 } from './new-workflow.columns';
 import { SqlParameters } from './sql-parameters';
 import { windowOpenSql } from './workflow-finish.sql';
-import type { NewWorkflow } from './workflow-inserter';
+import type { NewWorkflow } from './new-workflow';
 import { STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
 

@@ -4,35 +4,12 @@ import type { QueueDatabase } from './queue-database';
 import { InsertStatements, insertStatements } from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
 import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
+import type { NewWorkflow } from './new-workflow';
 import { STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
 export const ACTIVE_DEDUPLICATION_INDEX = 'workflow_queue_deduplication_key';
-
-export interface NewWorkflow {
-  workflowId: string;
-  /** Whether the caller chose the ID (it may name a finished workflow) or it was generated (new by construction). */
-  workflowIdGiven: boolean;
-  queueName: string;
-  workflowName: string;
-  deduplicationId: string | null;
-  /** The arguments, already serialised to JSON text. */
-  inputsJson: string;
-  timeoutMs: number | null;
-  maxAttempts: number;
-  maxRecoveryAttempts: number;
-  partitionKey: string | null;
-  priority: number;
-  /** Start no earlier than this; or `delayMs` from now by the database's clock. */
-  runAt: Date | null;
-  delayMs: number | null;
-  /** Keep the deduplication ID this long after the workflow ended. */
-  deduplicationWindowMs: number | null;
-  releaseKeyOnError: boolean;
-  /** The W3C `traceparent` of the enqueue's span, when it was traced. */
-  traceContext: string | null;
-}
 
 export type InsertResult =
   | { outcome: 'inserted' }

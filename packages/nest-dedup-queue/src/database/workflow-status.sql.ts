@@ -34,11 +34,14 @@ export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
  * The statuses of the active table's rows that are workflows there (what can run, and dead letters waiting for
  * `resume`); its other rows are the key records of finished workflows whose deduplication window is open.
  */
-export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql(['ENQUEUED', 'PENDING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED']);
+export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql([
+  'ENQUEUED',
+  'PENDING',
+  'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
+]);
 
 /** The statuses `resume` puts back in the queue. */
 export const RESUMABLE_STATUSES: readonly StoredWorkflowStatus[] = ['CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];
-
 
 /** An ENQUEUED row whose start time is still ahead by the database's clock: reported as `DELAYED`. */
 export const DELAYED_SQL = `(status = ${STATUS_SQL.ENQUEUED} AND not_before > now())`;

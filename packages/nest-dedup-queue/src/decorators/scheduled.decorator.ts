@@ -1,7 +1,7 @@
 import { SCHEDULED_METADATA, WORKFLOW_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { ScheduledOptions } from '../interfaces/schedule-options.interface';
-import type { WorkflowMetadata } from './workflow.decorator';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 
 /** What `@Scheduled()` records on the decorated method. */
 export interface ScheduledMetadata {

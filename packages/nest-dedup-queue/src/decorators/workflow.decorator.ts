@@ -1,11 +1,6 @@
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
-
-/** What `@Workflow()` records on the decorated method. */
-export interface WorkflowMetadata {
-  name: string;
-  options: WorkflowOptions;
-}
 
 /**
  * Registers a method of an `@Injectable()` provider as a workflow that queues can run.

@@ -1,8 +1,8 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
-import type { WorkflowMetadata } from '../decorators/workflow.decorator';
 import { QueueDatabase } from '../database/queue-database';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
 import { WorkflowRegistry } from './workflow.registry';
 

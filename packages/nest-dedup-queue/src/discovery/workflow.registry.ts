@@ -1,13 +1,13 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
-import type { WorkflowMetadata } from '../decorators/workflow.decorator';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { UnknownWorkflowError } from '../errors/unknown-workflow.error';
 import type { BackoffOptions } from '../interfaces/backoff-options.interface';
+import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
-import type { WorkflowFunction } from '../queue.service';
 
 /** A `@Workflow()` method bound to the provider instance that runs it. */
 export interface RegisteredWorkflow {

@@ -1,5 +1,6 @@
 import { driverErrorOf, isConnectionFailure } from '../database/sql-errors';
-import type { InsertResult, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/new-workflow';
+import type { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 
 /**
  * Statements in flight at once: one being answered while the next gathers the calls that arrive meanwhile. Under

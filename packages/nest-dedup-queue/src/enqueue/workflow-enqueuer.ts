@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { Holder, NewWorkflow, WorkflowInserter } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/new-workflow';
+import { Holder, WorkflowInserter } from '../database/workflow-inserter';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';

@@ -1,10 +1,17 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
-import type { WorkflowExecution } from './workflow-execution';
+import type { StepOptions } from '../interfaces/step-options.interface';
+import type { WorkflowContext } from '../interfaces/workflow-context.interface';
+
+/** What the workflow's own code reaches of the run it belongs to: its context and its next step. */
+export interface FramedExecution {
+  readonly context: WorkflowContext;
+  runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T>;
+}
 
 /** What the code running at a given moment belongs to: a workflow, maybe a step of it, maybe its transaction. */
 export interface ExecutionFrame {
-  execution: WorkflowExecution;
+  execution: FramedExecution;
   inStep: boolean;
   manager?: EntityManager;
 }

@@ -1,21 +1,8 @@
 import type { EntityManager } from 'typeorm';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
+import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 import { executionFrames } from './execution-frames';
-
-/** What a running workflow knows about itself. */
-export interface WorkflowContext {
-  readonly workflowId: string;
-  readonly workflowName: string;
-  readonly queueName: string;
-  /** 1 on the first run; higher after retries and recoveries. */
-  readonly attempt: number;
-  /**
-   * Aborts when the workflow is cancelled, times out, is recovered by another process, or is interrupted by
-   * shutdown; `signal.reason` is a `WorkflowInterruptedError`. Pass it to fetch, timers and drivers that take one.
-   */
-  readonly signal: AbortSignal;
-}
 
 /** The context of the workflow whose code is running. Throws outside a workflow. */
 export function workflowContext(): WorkflowContext {

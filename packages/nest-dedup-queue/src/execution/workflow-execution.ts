@@ -3,12 +3,12 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
+import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 import type { RunTrace } from '../observability/workflow.tracer';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
 import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
-import { executionFrames } from './execution-frames';
-import type { WorkflowContext } from './workflow-context';
+import { FramedExecution, executionFrames } from './execution-frames';
 
 /** How a checkpoint write waits for an unavailable database. */
 const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
@@ -17,7 +17,7 @@ const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
  * One run of one workflow: numbers its steps in call order, replays the ones recorded by earlier runs, and
  * checkpoints new ones while this executor still owns the workflow.
  */
-export class WorkflowExecution {
+export class WorkflowExecution implements FramedExecution {
   private nextStepIndex = 0;
 
   constructor(

@@ -13,4 +13,6 @@ export * from './schedule-options.interface';
 export * from './abandoned-run.interface';
 export * from './metrics-options.interface';
 export * from './workflow-event.interface';
+export * from './workflow-function.interface';
+export * from './workflow-context.interface';
 export * from './dashboard-options.interface';

@@ -1,6 +1,6 @@
 import { Injectable, OnModuleDestroy } from '@nestjs/common';
 import type * as OpenTelemetry from '@opentelemetry/api';
-import type { NewWorkflow } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/new-workflow';
 import type { WorkflowOutcome } from '../database/workflow.store';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { optionalPeer } from './optional-peer';

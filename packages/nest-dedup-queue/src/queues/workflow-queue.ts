@@ -2,7 +2,8 @@ import type { EntityManager } from 'typeorm';
 import type { BulkEnqueueItem, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
 import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from '../interfaces/workflow-handle.interface';
-import type { QueueService, WorkflowFunction } from '../queue.service';
+import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
+import type { QueueService } from '../queue.service';
 
 /**
  * One queue, injected with `@InjectQueue(name)` where `DedupQueueModule.registerQueue({ name })` declared it. Its

@@ -559,7 +559,14 @@ export class QueueWorker {
 
   private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
     const { workflowId, attempts: attempt } = claimed;
-    return { workflowId, queueName: this.queueName, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+    return {
+      workflowId,
+      queueName: this.queueName,
+      attempt,
+      status: 'ERROR',
+      outputJson: null,
+      error: toErrorInfo(thrown),
+    };
   }
 
   /**

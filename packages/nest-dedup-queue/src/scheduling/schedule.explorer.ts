@@ -3,7 +3,7 @@ import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { SCHEDULED_METADATA, WORKFLOW_METADATA } from '../dedup-queue.constants';
 import type { ScheduledMetadata } from '../decorators/scheduled.decorator';
-import type { WorkflowMetadata } from '../decorators/workflow.decorator';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { QueueDatabase } from '../database/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { ScheduleDefinition, scheduleQueue, validateSchedule } from './schedule-definition';

@@ -123,17 +123,13 @@ export class TickEnqueuer {
   private async inTransaction<T>(
     work: (manager: EntityManager, query: <R>(sql: string, params?: unknown[]) => Promise<R[]>) => Promise<T>,
   ): Promise<T> {
-    try {
-      return await this.database.dataSource.transaction(async (manager) => {
-        const runner = manager.queryRunner;
-        if (!runner) throw new Error('the EntityManager has no query runner');
-        // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-        return work(manager, async <R>(sql: string, params?: unknown[]) => {
-          return (await runner.query(sql, params, true)).records as R[];
-        });
+    return this.database.managerTransaction(async (manager) => {
+      const runner = manager.queryRunner;
+      if (!runner) throw new Error('the EntityManager has no query runner');
+      // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
+      return work(manager, async <R>(sql: string, params?: unknown[]) => {
+        return (await runner.query(sql, params, true)).records as R[];
       });
-    } catch (error) {
-      throw this.database.classify(error);
-    }
+    });
   }
 }

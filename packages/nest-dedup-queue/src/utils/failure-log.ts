@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import { describeError } from '../database/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
+import { describeError } from './describe-error';
 
 /**
  * Logs a run of failures of one recurring task (claiming, renewing a lease, writing outcomes) without flooding:

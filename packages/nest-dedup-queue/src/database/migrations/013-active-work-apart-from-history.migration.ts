@@ -50,7 +50,7 @@ const FIRST_DAY_SQL = `(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE
  * it has only the indexes that enqueue, claim and finish use, and its keys start with the queue. A finished workflow
  * moves, in the statement that ends it, to `workflow_history`, partitioned by day of creation, whose partitions
  * retention drops whole; `steps` is partitioned the same way, so a day's workflows and steps go together. The view
- * `workflows` reads both, as the table of that name did. The follow-up hand-over is part of the statements that free
+ * `workflows` reads both, as the table of that name did (a finished workflow shows its key while its window is open). The follow-up hand-over is part of the statements that free
  * a key (no trigger).
  *
  * The upgrade takes no copy of history: the old `workflows` table, once its active rows have moved to
@@ -155,6 +155,10 @@ export const activeWorkApartFromHistory: Migration = {
       SELECT ${COLUMN_NAMES} FROM ${schema}.workflow_queue
       WHERE status IN ('ENQUEUED', 'PENDING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
       UNION ALL
-      SELECT ${COLUMN_NAMES} FROM ${schema}.workflow_history;
+      SELECT ${COLUMN_NAMES.replace(
+        'active_deduplication_id',
+        'CASE WHEN dedup_expires_at > now() THEN active_deduplication_id END AS active_deduplication_id',
+      )}
+      FROM ${schema}.workflow_history;
   `,
 };

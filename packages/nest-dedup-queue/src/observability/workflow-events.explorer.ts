@@ -3,8 +3,8 @@ import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_EVENT_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { WorkflowEvent, WorkflowEventName } from '../interfaces/workflow-event.interface';
-import { LifecycleEvent, WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
-import { findDecoratedMethods } from './decorated-methods';
+import { findDecoratedMethods } from '../discovery/decorated-methods';
+import { LifecycleEvent, WorkflowLifecycle } from './workflow-lifecycle.events';
 
 type Handler = (event: WorkflowEvent) => unknown;
 

@@ -1,0 +1,24 @@
+/** A workflow to enqueue, as the enqueue statements take it (one row of `workflow_queue`). */
+export interface NewWorkflow {
+  workflowId: string;
+  /** Whether the caller chose the ID (it may name a finished workflow) or it was generated (new by construction). */
+  workflowIdGiven: boolean;
+  queueName: string;
+  workflowName: string;
+  deduplicationId: string | null;
+  /** The arguments, already serialised to JSON text. */
+  inputsJson: string;
+  timeoutMs: number | null;
+  maxAttempts: number;
+  maxRecoveryAttempts: number;
+  partitionKey: string | null;
+  priority: number;
+  /** Start no earlier than this; or `delayMs` from now by the database's clock. */
+  runAt: Date | null;
+  delayMs: number | null;
+  /** Keep the deduplication ID this long after the workflow ended. */
+  deduplicationWindowMs: number | null;
+  releaseKeyOnError: boolean;
+  /** The W3C `traceparent` of the enqueue's span, when it was traced. */
+  traceContext: string | null;
+}
