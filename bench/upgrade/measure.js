@@ -12,8 +12,9 @@
  *    7 days (90% SUCCESS with a result, 7% ERROR with an error, 3% CANCELLED; half with a deduplication ID) with one
  *    step each, plus the active work the migration moves: UPGRADE_QUEUED (10,000) ENQUEUED, 100 PENDING, and 1,000
  *    finished workflows whose deduplication window is still open. VACUUM ANALYZE, as a live table would be.
- * 3. With UPGRADE_BREAKDOWN=1 (default), runs migration 013's statements one by one in a transaction that is rolled
- *    back, timing each (where the time goes).
+ * 3. With UPGRADE_BREAKDOWN=1, first runs migration 013's statements one by one in a transaction that is rolled
+ *    back, timing each (where the time goes), then CHECKPOINTs. Off by default, so that the timed run follows the
+ *    seed alone (the rolled-back pass leaves dirty pages, WAL and aborted row versions behind).
  * 4. Times the NEW release's runMigrations (the repository's build, `nest-dedup-queue/testing`), while a second
  *    connection reads the queue 100 ms into it (`SELECT count(*) ... WHERE status = 'ENQUEUED'`): how long it waits.
  * Prints a table, writes bench/results/upgrade-<time>.json and upgrade-latest.md. Needs `npm run build` first and
@@ -21,6 +22,7 @@
  * UPGRADE_KEEP=1 keeps the schema afterwards.
  */
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 
 const REPO_DIR = path.resolve(__dirname, '..', '..');
@@ -80,12 +82,15 @@ async function main() {
     log(`seeded in ${seconds(result.seedMs)}: ${JSON.stringify(result.before)}`);
 
     const migration = current.MIGRATIONS.find((m) => !previous.MIGRATIONS.some((old) => old.version === m.version));
-    if (process.env.UPGRADE_BREAKDOWN !== '0') {
+    result.breakdownFirst = process.env.UPGRADE_BREAKDOWN === '1';
+    if (result.breakdownFirst) {
       result.breakdown = await breakdown(pool, migration.up(`"${schema}"`));
       log('breakdown (rolled back):');
       for (const step of result.breakdown) log(`  ${String(step.ms).padStart(7)} ms  ${step.statement}`);
+      await pool.query('CHECKPOINT');
     }
 
+    result.loadAverage = Number(os.loadavg()[0].toFixed(2));
     const probe = probeQueue(pool, PROBE_AFTER_MS);
     started = Date.now();
     const applied = await current.runMigrations(
@@ -214,12 +219,16 @@ function table(r) {
   const lines = [
     `| upgrade in place from ${r.from} (${r.startedAt}) | |`,
     '|---|---|',
-    `| PostgreSQL, shared_buffers | ${r.postgres}, ${r.sharedBuffers} |`,
+    `| PostgreSQL, shared_buffers; load average (${os.cpus().length} cores) | ${r.postgres}, ${r.sharedBuffers}; ${
+      r.loadAverage
+    } |`,
     `| before (0.2.0 tables) | ${Object.entries(r.before)
       .map(([name, size]) => `${name}: ${size}`)
       .join('; ')} |`,
     `| of which active | ${r.rows.queued} ENQUEUED, ${r.rows.running} PENDING, ${r.rows.windowed} in open windows |`,
-    `| migration 013 (runMigrations of the new release) | **${seconds(r.migrationMs)}** |`,
+    `| migration 013 (runMigrations of the new release) | **${seconds(r.migrationMs)}**${
+      r.breakdownFirst ? ' (after the rolled-back breakdown)' : ''
+    } |`,
     `| a read of the queue issued ${r.probe.issuedAfterMs} ms in waited | ${seconds(r.probe.waitedMs)} (then saw ${r.probe.activeSeen} active) |`,
     `| after | ${Object.entries(r.after)
       .map(([name, size]) => `${name}: ${size}`)
