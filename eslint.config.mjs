@@ -12,6 +12,7 @@ export default tseslint.config(
       'coverage/**',
       'bench/results/**',
       '.throwaway-postgres/**',
+      '.generated/**',
       'test/.previous-release/**',
     ],
   },

@@ -372,7 +372,7 @@ describe('crash recovery', () => {
           await locker.query('BEGIN');
           await locker.query(`LOCK TABLE "${schema}".executors IN EXCLUSIVE MODE`);
           const calls = Array.from({ length: sweepers }, () =>
-            store.recoverExpired(1500).then(
+            store.recoverExpired(1500, 'durable').then(
               (recovered) => ({ ids: recovered.map((workflow) => workflow.workflowId) }),
               (error: Error) => ({ error: error.message }),
             ),

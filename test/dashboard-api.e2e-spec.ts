@@ -1,5 +1,5 @@
 import type { INestApplication } from '@nestjs/common';
-import { QueueService } from 'nest-dedup-queue';
+import { QueueService, ScheduleService } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
 import { AdminKeyGuard, AdminKeyModule, DashboardApp, DenyAllGuard, startDashboardApp } from './fixtures/dashboard-app';
@@ -491,6 +491,44 @@ describe('dashboard admin API over HTTP (Express)', () => {
       }
       expect(await queueRow('tenants')).toMatchObject({ concurrency: null, rate_limit: null });
       await api().patch('/queues/api/queues/nope/limits').set(json).send({ concurrency: 1 }).expect(404);
+    });
+  });
+
+  describe('schedules', () => {
+    it('lists the schedules as ScheduleService does, pauses, resumes and triggers one; an unknown one is 404', async () => {
+      const schedules = app.get(ScheduleService);
+      await schedules.create({ name: 'api-nightly', cron: '0 3 * * *', workflow: REPORT, queue: 'held' });
+      const [listed] = await schedules.list();
+      const { body } = await api().get('/queues/api/schedules').expect(200);
+      expect(body.schedules).toEqual([
+        {
+          name: 'api-nightly',
+          cron: '0 3 * * *',
+          timezone: null,
+          source: 'runtime',
+          workflowName: REPORT,
+          queueName: 'held',
+          paused: false,
+          nextRunAt: listed.nextRunAt?.toISOString(),
+          lastRunAt: null,
+          lastWorkflowId: null,
+        },
+      ]);
+      expect((await post('/schedules/api-nightly/pause').expect(200)).body).toMatchObject({
+        paused: true,
+        nextRunAt: null,
+      });
+      expect((await post('/schedules/api-nightly/resume').expect(200)).body).toMatchObject({ paused: false });
+      const triggered = (await post('/schedules/api-nightly/trigger').expect(201)).body;
+      expect(triggered).toEqual({ name: 'api-nightly', workflowId: expect.any(String) });
+      expect((await schedules.get('api-nightly')).lastWorkflowId).toBe(triggered.workflowId);
+      await queues.cancel(triggered.workflowId);
+      await schedules.remove('api-nightly');
+
+      const missing = await post('/schedules/nowhere/pause').expect(404);
+      expect(missing.body.message).toContain('nowhere');
+      await post('/schedules/nowhere/trigger').expect(404);
+      await api().post('/queues/api/schedules/api-nightly/trigger').expect(415);
     });
   });
 

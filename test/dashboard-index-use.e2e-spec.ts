@@ -4,42 +4,19 @@
  * analysed rows.
  */
 import type { INestApplication } from '@nestjs/common';
-import * as pg from 'pg';
 import type { Pool } from 'pg';
 import request from 'supertest';
 import { startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { captureStatements } from './support/statement-capture';
 
 const ROWS = 60_000;
-
-interface CapturedQuery {
-  text: string;
-  values: unknown[];
-}
-
-/** Records the statements sent on `pg` (the workspace's one copy, which the library uses) while `capturing` is set. */
-function captureStatements(): { capturing: boolean; captured: CapturedQuery[]; restore: () => void } {
-  const original = pg.Client.prototype.query;
-  const state = { capturing: false, captured: [] as CapturedQuery[], restore: () => undefined as void };
-  pg.Client.prototype.query = function (this: unknown, config: unknown, values?: unknown, ...rest: unknown[]) {
-    const text = typeof config === 'string' ? config : (config as { text?: string } | undefined)?.text;
-    const params = Array.isArray(values) ? values : (config as { values?: unknown[] } | undefined)?.values;
-    if (state.capturing && typeof text === 'string' && /\.workflow(s|_queue|_history)\b/.test(text)) {
-      state.captured.push({ text, values: params ?? [] });
-    }
-    return (original as (...args: unknown[]) => unknown).call(this, config, values, ...rest);
-  } as typeof original;
-  state.restore = () => {
-    pg.Client.prototype.query = original;
-  };
-  return state;
-}
 
 describe('dashboard reads use indexes (PENDING rows are left out of the list indexes)', () => {
   const schema = uniqueSchema('dash_index');
   let pool: Pool;
   let app: INestApplication;
-  const capture = captureStatements();
+  const capture = captureStatements(/\.workflow(s|_queue|_history)\b/);
 
   beforeAll(async () => {
     pool = testPool();

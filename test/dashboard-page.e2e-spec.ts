@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
-import type { INestApplication } from '@nestjs/common';
+import { INestApplication, Logger } from '@nestjs/common';
 import type { Pool } from 'pg';
+import { ScheduleService } from 'nest-dedup-queue';
 import { Browser, Page, chromium } from 'playwright-core';
 import { DashboardApp, DenyAllGuard, startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
@@ -30,10 +31,16 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
   const statusInDb = async (id: string) =>
     (await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [id])).rows[0]?.status;
 
+  /** The warnings logged while the two apps booted. */
+  let bootWarnings: string[];
+
   beforeAll(async () => {
     pool = testPool();
+    const warned = jest.spyOn(Logger.prototype, 'warn');
     open = await startDashboardApp(schema, { refreshIntervalMs: 300 });
     guarded = await startDashboardApp(schema, { path: '/queues', guards: [DenyAllGuard] });
+    bootWarnings = warned.mock.calls.map(([message]) => String(message));
+    warned.mockRestore();
     openUrl = await listen(open.app);
     guardedUrl = await listen(guarded.app);
     browser = await chromium.launch({
@@ -120,8 +127,78 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     expect(await statusInDb(queued.workflowId)).toBe('ENQUEUED');
   });
 
+  it('says "Loading…" from the first paint until the first data arrives', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const queuesApi = '**/queues/api/queues';
+    await page.route(queuesApi, async (route) => {
+      await held;
+      await route.continue();
+    });
+    try {
+      await page.goto(`${openUrl}/queues`);
+      const loading = page.getByRole('status').filter({ hasText: 'Loading…' });
+      await loading.waitFor();
+      const table = page.getByRole('table', { name: 'Workflows per queue and status' });
+      expect(await table.count()).toBe(0);
+      release();
+      await table.waitFor();
+      await loading.waitFor({ state: 'hidden' });
+    } finally {
+      release();
+      await page.unroute(queuesApi);
+    }
+  });
+
+  it('lists the schedules with cron, state, next and last run, and pauses, resumes and triggers one', async () => {
+    const schedules = open.app.get(ScheduleService);
+    await schedules.create({ name: 'nightly-report', cron: '0 3 * * *', workflow: REPORT, queue: 'held' });
+    await page.goto(`${openUrl}/queues`);
+    await page.getByRole('navigation', { name: 'Sections' }).getByRole('link', { name: 'Schedules' }).click();
+    const row = page.getByRole('table', { name: 'Schedules' }).getByRole('row', { name: /nightly-report/ });
+    await row.waitFor();
+    const cell = (column: number) => row.getByRole('cell').nth(column);
+    expect(await cell(0).textContent()).toBe('0 3 * * *');
+    expect(await cell(1).textContent()).toBe(REPORT);
+    expect(await cell(2).textContent()).toBe('held');
+    expect(await cell(3).textContent()).toBe('Active');
+    const nextRunAt = (await schedules.get('nightly-report')).nextRunAt as Date;
+    expect(await cell(4).textContent()).toBe(
+      await page.evaluate((iso) => new Date(iso).toLocaleString(), nextRunAt.toISOString()),
+    );
+    expect(await cell(5).textContent()).toBe('—');
+
+    await row.getByRole('button', { name: 'Pause nightly-report' }).click();
+    await row.getByRole('button', { name: 'Resume nightly-report' }).waitFor();
+    expect(await cell(3).textContent()).toBe('Paused');
+    expect(await cell(4).textContent()).toBe('—');
+    expect((await schedules.get('nightly-report')).paused).toBe(true);
+
+    await row.getByRole('button', { name: 'Resume nightly-report' }).click();
+    await row.getByRole('button', { name: 'Pause nightly-report' }).waitFor();
+    expect((await schedules.get('nightly-report')).paused).toBe(false);
+
+    await row.getByRole('button', { name: 'Trigger nightly-report' }).click();
+    await waitFor(async () => (await schedules.get('nightly-report')).lastWorkflowId !== null, {
+      what: 'the triggered run',
+    });
+    const { lastWorkflowId } = await schedules.get('nightly-report');
+    await cell(5).getByRole('link').waitFor();
+    expect(await cell(5).getByRole('link').getAttribute('href')).toBe(
+      `#/workflow/${encodeURIComponent(lastWorkflowId as string)}`,
+    );
+    await open.queues.cancel(lastWorkflowId as string);
+  });
+
   it('ran without script errors or content-security-policy refusals', () => {
     expect(pageErrors).toEqual([]);
+  });
+
+  it('warns once at boot about the dashboard without guards, and not about the guarded one', () => {
+    expect(bootWarnings.filter((line) => line.includes('dashboard'))).toEqual([
+      'The dashboard at /queues has no guards: anyone who can reach the application can see, cancel and rerun ' +
+        'workflows there. Give DedupQueueDashboardModule.forRoot({ guards: [YourAdminGuard] })',
+    ]);
   });
 
   it('is blocked, page and API, by a guard that refuses', async () => {

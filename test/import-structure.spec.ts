@@ -50,6 +50,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
       'errors/',
       'interfaces/',
       'utils/',
+      'transactions/',
       'dedup-queue.config.ts',
       'dedup-queue.module-definition.ts',
       'dedup-queue.constants.ts',

@@ -93,6 +93,12 @@ describe('module boot', () => {
 
   it.each<[string, Partial<DedupQueueModuleOptions>, RegExp]>([
     ['neither connection nor dataSource', { connection: undefined }, /exactly one of `connection` and `dataSource`/],
+    [
+      'a connection URL that is undefined (DATABASE_URL unset), before any connect attempt',
+      { connection: { url: undefined }, retryAttempts: 100 },
+      /`connection\.url` is undefined \(is the environment variable it is read from, such as DATABASE_URL, set\?\)\. Pass a Postgres URL: forRoot\(\{ connection: \{ url: 'postgres:\/\//,
+    ],
+    ['an empty connection URL', { connection: { url: '' } }, /`connection\.url` is an empty string .*DATABASE_URL/],
     ['an invalid schema name', { schema: 'Bad-Name' }, /schema "Bad-Name" must be/],
     ['a queue declared twice', { queues: [{ name: 'a' }, { name: 'a' }] }, /queue "a" is declared twice/],
     [

@@ -3,7 +3,7 @@ import type { Pool } from 'pg';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 
-describe('an application without prom-client, @nestjs/terminus and @opentelemetry/api', () => {
+describe('an application without prom-client, @nestjs/terminus, @opentelemetry/api and the database libraries of `db`', () => {
   const schema = uniqueSchema('nopeers');
   let pool: Pool;
 

@@ -14,6 +14,11 @@ const ROOT = path.resolve(__dirname, '..');
 const LIBRARY = path.join(ROOT, 'packages/nest-dedup-queue');
 const EXAMPLE_START = '<!-- one-file-app:start -->';
 const EXAMPLE_END = '<!-- one-file-app:end -->';
+/** The README's other compiled blocks: `<!-- compiled-example:start NAME -->`, a ```ts fence of files, the end marker. */
+const COMPILED_BLOCK =
+  /<!-- compiled-example:start ([\w-]+) -->\n```ts\n([\s\S]*?)\n```\n<!-- compiled-example:end -->/g;
+/** A line that starts a file in such a block: `// app.module.ts`, maybe followed by a comment. */
+const FILE_HEADER = /^\/\/ ([\w.-]+\.ts)\b.*$/gm;
 
 /** The fresh application's dependencies: what a user would install for NestJS 11, without `@types/pg`. */
 const APP_DEPENDENCIES = {
@@ -55,6 +60,24 @@ async function readmeExample(): Promise<string> {
   return code[1];
 }
 
+/**
+ * The README's blocks marked `compiled-example`, split into their files (each starts at its `// name.ts` line), as
+ * paths under `src/examples/<block>/` with their code: compiled with the one-file app, as a user's project would be.
+ */
+async function readmeExampleFiles(): Promise<Map<string, string>> {
+  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
+  const files = new Map<string, string>();
+  for (const [, block, code] of readme.matchAll(COMPILED_BLOCK)) {
+    const headers = [...code.matchAll(FILE_HEADER)];
+    if (headers[0]?.index !== 0) throw new Error(`README block "${block}" does not start with a // file.ts line`);
+    headers.forEach((header, index) => {
+      const text = code.slice(header.index, headers[index + 1]?.index ?? code.length);
+      files.set(path.join('src/examples', block, header[1]), text.trim() + '\n');
+    });
+  }
+  return files;
+}
+
 /** Resolves once `url` answers at all (the application listens), polling every 100 ms for up to `ms`. */
 async function answering(url: string, app: ChildProcess, ms: number): Promise<void> {
   const deadline = Date.now() + ms;
@@ -78,6 +101,7 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
   let database: string;
   let app: ChildProcess | undefined;
   let appOutput = '';
+  let exampleFiles = new Map<string, string>();
 
   beforeAll(async () => {
     workDir = await mkdtemp(path.join(tmpdir(), 'nest-dedup-queue-packed-'));
@@ -113,6 +137,11 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
     await writeFile(path.join(appDir, 'package.json'), JSON.stringify(manifest, null, 2));
     await writeFile(path.join(appDir, 'tsconfig.json'), JSON.stringify(APP_TSCONFIG, null, 2));
     await writeFile(path.join(appDir, 'src/main.ts'), await readmeExample());
+    exampleFiles = await readmeExampleFiles();
+    for (const [file, code] of exampleFiles) {
+      await mkdir(path.dirname(path.join(appDir, file)), { recursive: true });
+      await writeFile(path.join(appDir, file), code);
+    }
     await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], { cwd: appDir });
   }, 180_000);
 
@@ -141,7 +170,21 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
     expect(packedFiles.filter((file) => /^src\/|(^|\/)test\/|\.spec\.|\.e2e-spec\.|tsconfig/.test(file))).toEqual([]);
   });
 
-  it('installs without @types/pg, and the README example compiles with tsc --strict against it', async () => {
+  it("finds the README's multi-file examples: Using it, and registerQueue with @InjectQueue", () => {
+    expect([...exampleFiles.keys()].sort()).toEqual(
+      [
+        'src/examples/register-queue/audio.controller.ts',
+        'src/examples/register-queue/audio.module.ts',
+        'src/examples/register-queue/audio.tasks.ts',
+        'src/examples/using-it/app.module.ts',
+        'src/examples/using-it/process.controller.ts',
+        'src/examples/using-it/user-tasks.service.ts',
+        'src/examples/using-it/users.service.ts',
+      ].map((file) => path.normalize(file)),
+    );
+  });
+
+  it('installs without @types/pg, and the README examples compile with tsc --strict against it', async () => {
     const appDir = path.join(workDir, 'app');
     const installed = JSON.parse(
       await readFile(path.join(appDir, 'node_modules/nest-dedup-queue/package.json'), 'utf8'),
@@ -186,13 +229,13 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
       existingWorkflowId: workflowId,
     });
 
-    let status: { status: string; queueName?: string } | undefined;
+    let status: { status: string; queueName?: string; result?: unknown } | undefined;
     const deadline = Date.now() + 30_000;
     while (status?.status !== 'SUCCESS' && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 200));
       status = (await (await fetch(`${base}/workflows/${workflowId}`)).json()) as { status: string };
     }
-    expect(status).toMatchObject({ status: 'SUCCESS', queueName: 'user_tasks' });
+    expect(status).toMatchObject({ status: 'SUCCESS', queueName: 'user_tasks', result: 'processed u1' });
     const again = await fetch(`${base}/process/u1`, { method: 'POST' });
     expect(again.status).toBe(201);
   }, 90_000);

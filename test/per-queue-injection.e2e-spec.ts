@@ -248,6 +248,15 @@ describe('getQueueToken', () => {
   });
 });
 
+/**
+ * Closes an application whose `init()` failed, releasing its pool. NOTE: Nest's `close()` first awaits the failed
+ * initialization and rethrows its error, closing nothing; the application is closed as if it had not been initialized.
+ */
+async function closeAfterFailedInit(app: { close(): Promise<void> }): Promise<void> {
+  (app as unknown as { initializationPromise?: Promise<void> }).initializationPromise = undefined;
+  await app.close();
+}
+
 describe('queue declarations refused at boot', () => {
   const schema = uniqueSchema('per_queue_boot');
   let pool: Pool;
@@ -324,6 +333,60 @@ describe('queue declarations refused at boot', () => {
     }).compile();
     await expect(module.init()).rejects.toThrow(
       'Misplaced.run: @Workflow({ queue: "nowhere" }) names a queue that is not declared (declared: "tasks")',
+    );
+    await closeAfterFailedInit(module);
+  });
+
+  it('explains an @InjectQueue of an undeclared queue at boot: the queue, the declared ones, registerQueue', async () => {
+    @Controller('typo')
+    class TypoController {
+      constructor(@InjectQueue('nam') readonly queue: WorkflowQueue) {}
+    }
+    const module = await Test.createTestingModule({
+      imports: [root(schema, { worker: false }), AudioModule],
+      controllers: [TypoController],
+    }).compile();
+    const app = module.createNestApplication({ logger: false });
+    const error = await app.init().catch((failure: Error) => failure);
+    await closeAfterFailedInit(app);
+    expect(error).toBeInstanceOf(DedupQueueConfigurationError);
+    expect((error as Error).message).toBe(
+      "DedupQueueModule: TypoController (in RootTestModule) injects @InjectQueue('nam'), but no " +
+        'DedupQueueModule.registerQueue() declares a queue "nam" (declared queues: "tasks", "audio"). Declare it in ' +
+        "the imports of RootTestModule: DedupQueueModule.registerQueue({ name: 'nam' }), or fix the name",
+    );
+  });
+
+  it('explains an @InjectQueue of a forRoot queue: reached through QueueService', async () => {
+    @Injectable()
+    class TasksUser {
+      constructor(@InjectQueue('tasks') readonly queue: WorkflowQueue) {}
+    }
+    const module = await Test.createTestingModule({
+      imports: [root(schema, { worker: false })],
+      providers: [TasksUser],
+    }).compile();
+    await expect(module.init()).rejects.toThrow(
+      '"tasks" is declared in DedupQueueModule.forRoot({ queues }), whose queues are reached through QueueService',
+    );
+    await closeAfterFailedInit(module);
+  });
+
+  it('explains an @InjectQueue of a queue that another module declares but does not share', async () => {
+    @Injectable()
+    class Outsider {
+      @InjectQueue('audio') readonly queue!: WorkflowQueue;
+    }
+    @Module({ providers: [Outsider] })
+    class OutsiderModule {}
+    const module = await Test.createTestingModule({
+      imports: [root(schema, { worker: false }), AudioModule, OutsiderModule],
+    }).compile();
+    const error = await module.init().catch((failure: Error) => failure);
+    await closeAfterFailedInit(module);
+    expect(error).toBeInstanceOf(DedupQueueConfigurationError);
+    expect((error as Error).message).toMatch(
+      /^DedupQueueModule: Outsider \(in OutsiderModule\) injects @InjectQueue\('audio'\), but OutsiderModule does not see that queue: it is declared by DedupQueueModule\.registerQueue\(\) at \S+per-queue-injection\.e2e-spec\.ts:\d+:\d+\. Import the module holding that registerQueue\(\) into OutsiderModule/,
     );
   });
 

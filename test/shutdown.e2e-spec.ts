@@ -1,4 +1,4 @@
-import type { Provider } from '@nestjs/common';
+import { Logger, Provider } from '@nestjs/common';
 import type { DedupQueueModuleOptions } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
@@ -92,6 +92,7 @@ describe('graceful shutdown', () => {
     let released = false;
     let closed = false;
     expect(await isListening(applicationName)).toBe(true);
+    const logged = jest.spyOn(Logger.prototype, 'log');
     const closing = closeApp(app).then(() => {
       closed = true;
       return { releasedBeforeClose: released };
@@ -104,6 +105,9 @@ describe('graceful shutdown', () => {
     released = true;
     tasks.gate('drain-first').open();
     await expect(closing).resolves.toEqual({ releasedBeforeClose: true });
+    const waiting = logged.mock.calls.map(([message]) => String(message)).filter((line) => /^Shutting down/.test(line));
+    logged.mockRestore();
+    expect(waiting).toEqual(['Shutting down: waiting up to 30000 ms for 1 running workflow(s)']);
 
     expect(await rowOf(first.workflowId)).toMatchObject({ status: 'SUCCESS', output: 'done drain-first', error: null });
     expect(await rowOf(second.workflowId)).toMatchObject({ status: 'ENQUEUED', executor_id: null, attempts: 0 });

@@ -1,5 +1,5 @@
 import { Controller, Get, NotFoundException, Param } from '@nestjs/common';
-import { QueueService, WorkflowFailedError, WorkflowNotFoundError } from 'nest-dedup-queue';
+import { QueueService, WorkflowNotFoundError } from 'nest-dedup-queue';
 
 /** `GET /workflows/:id`: a workflow's status, and its result once it finished. */
 @Controller('workflows')
@@ -20,12 +20,11 @@ export class WorkflowsController {
         started_at: status.startedAt,
         completed_at: status.completedAt,
       };
-      if (status.status === 'SUCCESS') body.result = await handle.getResult();
+      if (status.status === 'SUCCESS') body.result = status.result;
       if (status.status === 'ERROR') body.error = status.error?.message;
       return body;
     } catch (error) {
       if (error instanceof WorkflowNotFoundError) throw new NotFoundException(error.message);
-      if (error instanceof WorkflowFailedError) return { workflow_id: id, status: 'ERROR', error: error.message };
       throw error;
     }
   }

@@ -119,6 +119,14 @@ export function resolveConfig(
   const unknownOption = unknownKey(options, MODULE_OPTION_KEYS);
   if (unknownOption) fail(`\`${unknownOption.key}\` ${unknownOption.reason}`);
   if (!!options.connection === !!options.dataSource) fail('give exactly one of `connection` and `dataSource`');
+  if (options.connection && 'url' in options.connection && !options.connection.url && !options.connection.host) {
+    fail(
+      `\`connection.url\` is ${options.connection.url === '' ? 'an empty string' : String(options.connection.url)} ` +
+        '(is the environment variable it is read from, such as DATABASE_URL, set?). Pass a Postgres URL: ' +
+        "forRoot({ connection: { url: 'postgres://user:password@host:5432/database' } }), or host, port, " +
+        'database, username and password instead of `url`, or an existing TypeORM `dataSource`',
+    );
+  }
   const schema = options.schema ?? DEFAULT_SCHEMA;
   if (!SCHEMA_NAME.test(schema)) {
     fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);

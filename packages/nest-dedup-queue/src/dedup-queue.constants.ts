@@ -20,3 +20,6 @@ export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 export const WORKFLOW_EVENT_METADATA = 'dedup-queue:workflow-event';
 /** Metadata key under which `@Scheduled()` stores its cron and options on the decorated method. */
 export const SCHEDULED_METADATA = 'dedup-queue:scheduled';
+
+/** Class metadata: the queue names `@InjectQueue()` was used with on the class (its constructor or properties). */
+export const INJECTED_QUEUES_METADATA = 'dedup-queue:injected-queues';

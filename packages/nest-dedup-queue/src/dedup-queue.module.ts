@@ -16,6 +16,7 @@ import { WorkflowRegistry } from './discovery/workflow.registry';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
 import type { QueueOptions } from './interfaces/queue-options.interface';
 import { findQueueRegistrations } from './queues/queue-registration';
+import { InjectedQueuesExplorer } from './queues/injected-queues.explorer';
 import { DedupQueueRegistrationModule } from './queues/queue-registration.module';
 import { DedupQueueHealthIndicator } from './observability/dedup-queue.health-indicator';
 import { QueueMetrics } from './observability/queue.metrics';
@@ -104,6 +105,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     ScheduleExplorer,
     ScheduleTicker,
     ScheduleService,
+    InjectedQueuesExplorer,
   ],
   // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
   exports: [

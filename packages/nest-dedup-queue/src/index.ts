@@ -23,5 +23,6 @@ export { WorkflowQueue } from './queues/workflow-queue';
 export { getQueueToken } from './queues/queue-token';
 export * from './errors';
 export * from './interfaces';
+export * from './transactions';
 export { DedupQueueDashboardModule } from './dashboard/dedup-queue-dashboard.module';
 export * from './dashboard/dashboard-api.interface';

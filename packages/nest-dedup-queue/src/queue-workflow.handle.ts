@@ -22,10 +22,13 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
     readonly created: boolean,
   ) {}
 
-  async getStatus(): Promise<WorkflowStatusInfo> {
+  async getStatus(): Promise<WorkflowStatusInfo<R>> {
     const row = await this.store.findRow(this.workflowId);
     if (!row) throw new WorkflowNotFoundError(this.workflowId);
-    return toStatusInfo(row);
+    const status = toStatusInfo(row);
+    if (row.status !== 'SUCCESS') return status;
+    const stored = await this.store.findResult(this.workflowId);
+    return { ...status, result: fromStoredJson<R>(stored?.output ?? null) };
   }
 
   async getResult(options: GetResultOptions = {}): Promise<R> {

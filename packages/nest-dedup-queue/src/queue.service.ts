@@ -1,10 +1,9 @@
 import { Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
-import type { BulkEnqueueItem, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
+import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
 import type { DeduplicationEvent } from './interfaces/deduplication-event.interface';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
@@ -36,7 +35,7 @@ export class QueueService {
    * @param workflow the `@Workflow()` method (`this.tasks.process`) or its registered name (`'UserTasks.process'`)
    * @param args the arguments, stored as JSON (see the README for what round-trips)
    * @param options `deduplicationId`, `onDuplicate`, `workflowId`, `timeoutMs`, `partitionKey`, `priority`, `delayMs`,
-   *   `runAt`, `deduplicationWindowMs`, `manager` (see `EnqueueOptions`)
+   *   `runAt`, `deduplicationWindowMs`, `manager` or `db` (see `EnqueueOptions`)
    * @throws QueueDeduplicatedError when `deduplicationId` is held by an ENQUEUED or PENDING workflow of the queue
    *   (or one still in its deduplication window) and the policy is to reject
    * @throws UnknownQueueError, UnknownWorkflowError, InvalidArgumentError, WorkflowIdConflictError
@@ -76,12 +75,13 @@ export class QueueService {
    * the database decides every duplicate, including duplicates within the batch (the first wins). Returns one
    * outcome per item, in order: `created`, `duplicate` (with the holder's ID) or `existing` (its `workflowId` was
    * used before). Duplicates are reported, not thrown. Everything is validated before anything is written.
+   * With `options.db` (or `options.manager`) the rows are written in the caller's transaction, as for `enqueue`.
    */
   async enqueueMany(
     queueName: string,
     workflow: WorkflowFunction | string,
     items: BulkEnqueueItem[],
-    options: { manager?: EntityManager } = {},
+    options: BulkEnqueueOptions = {},
   ): Promise<BulkEnqueueResult[]> {
     return this.enqueuing.enqueueMany(queueName, workflow, items, options);
   }

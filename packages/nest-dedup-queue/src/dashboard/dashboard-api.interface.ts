@@ -80,3 +80,21 @@ export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
   updatedAt: string;
   steps: DashboardStep[];
 }
+
+/** `GET <path>/api/schedules`: one schedule, a `@Scheduled` method's or one made with `ScheduleService.create()`. */
+export interface DashboardSchedule {
+  name: string;
+  cron: string;
+  /** The IANA time zone, or null for UTC. */
+  timezone: string | null;
+  source: 'decorator' | 'runtime';
+  workflowName: string;
+  queueName: string;
+  paused: boolean;
+  /** ISO time of the next tick; null while paused or when the cron has no future tick. */
+  nextRunAt: string | null;
+  /** ISO time of the most recent run it enqueued (a tick's time, or a trigger's). */
+  lastRunAt: string | null;
+  /** That run's workflow ID. */
+  lastWorkflowId: string | null;
+}

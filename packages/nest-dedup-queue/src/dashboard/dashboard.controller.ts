@@ -17,6 +17,7 @@ import {
 } from '@nestjs/common';
 import type { DashboardPage } from './dashboard-page';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
+import { DashboardSchedulesService } from './dashboard-schedules.service';
 import { DashboardService } from './dashboard.service';
 
 /**
@@ -32,7 +33,10 @@ export function createDashboardController(
   @UseGuards(...guards)
   @UseFilters(DashboardExceptionFilter)
   class DedupQueueDashboardController {
-    constructor(private readonly dashboard: DashboardService) {}
+    constructor(
+      private readonly dashboard: DashboardService,
+      private readonly schedules: DashboardSchedulesService,
+    ) {}
 
     @Get()
     @Header('Content-Type', 'text/html; charset=utf-8')
@@ -67,6 +71,32 @@ export function createDashboardController(
     limits(@Param('name') name: string, @Body() body: unknown, @Headers('content-type') contentType?: string) {
       assertJson(contentType);
       return this.dashboard.setLimits(name, body);
+    }
+
+    @Get('api/schedules')
+    @Header('Cache-Control', 'no-store')
+    async scheduleList() {
+      return { schedules: await this.schedules.list() };
+    }
+
+    @Post('api/schedules/:name/pause')
+    @HttpCode(200)
+    pauseSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.schedules.setPaused(name, true);
+    }
+
+    @Post('api/schedules/:name/resume')
+    @HttpCode(200)
+    resumeSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.schedules.setPaused(name, false);
+    }
+
+    @Post('api/schedules/:name/trigger')
+    triggerSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.schedules.trigger(name);
     }
 
     @Get('api/workflows')

@@ -7,8 +7,10 @@ import {
   DEFAULT_DASHBOARD_REFRESH_MS,
 } from './dashboard.constants';
 import { createDashboardController } from './dashboard.controller';
+import { DashboardAccessWarning } from './dashboard-access.warning';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
 import { buildDashboardPage } from './dashboard-page';
+import { DashboardSchedulesService } from './dashboard-schedules.service';
 import { DashboardService } from './dashboard.service';
 
 /**
@@ -22,7 +24,7 @@ import { DashboardService } from './dashboard.service';
  * ]
  * ```
  *
- * Without `guards`, the dashboard is open to anyone who can reach the application.
+ * Without `guards`, the dashboard is open to anyone who can reach the application (a warning says so at boot).
  */
 @Module({})
 export class DedupQueueDashboardModule {
@@ -50,7 +52,9 @@ export class DedupQueueDashboardModule {
       providers: [
         { provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options },
         DashboardService,
+        DashboardSchedulesService,
         DashboardExceptionFilter,
+        { provide: DashboardAccessWarning, useFactory: () => new DashboardAccessWarning(path, guards.length) },
       ],
     };
   }

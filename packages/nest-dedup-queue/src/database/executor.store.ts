@@ -103,55 +103,63 @@ export class ExecutorStore {
    * whose answer was lost with its connection. NOTE: the caller holds every claim of this process meanwhile, so
    * nothing is claimed between reading `runningIds` and this statement.
    */
-  async releaseUnknown(executorId: string, runningIds: string[]): Promise<string[]> {
+  async releaseUnknown(executorId: string, queueName: string, runningIds: string[]): Promise<string[]> {
     const rows = await this.database.query<{ workflow_id: string }>(
       `WITH released AS (
          UPDATE ${this.workflows}
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now()
-         WHERE status = ${STATUS_SQL.PENDING} AND executor_id = $1 AND workflow_id <> ALL($2::text[])
+         WHERE queue_name = $4 AND status = ${STATUS_SQL.PENDING} AND executor_id = $1
+           AND workflow_id <> ALL($2::text[])
          RETURNING workflow_id, queue_name
        ),
        woken AS (SELECT pg_notify($3, queue_name) FROM (SELECT DISTINCT queue_name FROM released) AS q)
        SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
-      [executorId, runningIds, this.database.wakeUpChannel],
+      [executorId, runningIds, this.database.wakeUpChannel, queueName],
       { idempotent: true },
     );
     return rows.map((row) => row.workflow_id);
   }
 
-  /** Recovers the PENDING workflows of this executor ID, left by an earlier process with the same ID. */
-  recoverOwn(executorId: string): Promise<RecoveredWorkflow[]> {
+  /** Recovers the PENDING workflows of a queue left under this executor ID by an earlier process with the same ID. */
+  recoverOwn(executorId: string, queueName: string): Promise<RecoveredWorkflow[]> {
     return this.recover(
       '',
       `SELECT workflow_id, queue_name, active_deduplication_id FROM ${this.workflows}
-       WHERE status = ${STATUS_SQL.PENDING} AND executor_id = $2
+       WHERE queue_name = $3 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2
        FOR UPDATE SKIP LOCKED`,
       executorId,
+      queueName,
     );
   }
 
   /**
-   * Deletes the executors whose lease expired and recovers their PENDING workflows, and those of executors that
-   * left without finishing them. NOTE: the DELETE decides which caller recovers an executor: a concurrent sweeper
-   * waits on the row lock, then finds the row gone; rows still locked by a step's transaction are skipped until the
-   * next sweep.
+   * Deletes the executors whose lease expired and recovers their PENDING workflows of one queue, and those of
+   * executors that left without finishing them (so the call for the next queue, finding the executor gone, recovers
+   * that queue's). NOTE: each orphan is locked `FOR UPDATE SKIP LOCKED` and still PENDING when recovered, so
+   * concurrent sweepers recover it once; rows still locked by a step's transaction are skipped until the next sweep.
    */
-  recoverExpired(leaseMs: number): Promise<RecoveredWorkflow[]> {
+  recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
     return this.recover(
       `expired AS (
          DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
          RETURNING executor_id
        ),`,
       `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
-       WHERE w.status = ${STATUS_SQL.PENDING}
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING}
          AND (w.executor_id IN (SELECT executor_id FROM expired)
               OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
        FOR UPDATE OF w SKIP LOCKED`,
       leaseMs,
+      queueName,
     );
   }
 
-  private async recover(leadingCtes: string, orphansSql: string, parameter: unknown): Promise<RecoveredWorkflow[]> {
+  private async recover(
+    leadingCtes: string,
+    orphansSql: string,
+    parameter: unknown,
+    queueName: string,
+  ): Promise<RecoveredWorkflow[]> {
     const rows = await this.database.query<WorkflowRefRow & { status: RecoveredWorkflow['status'] }>(
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
        recovered AS (
@@ -176,7 +184,7 @@ export class ExecutorStore {
        SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM recovered`,
-      [this.database.wakeUpChannel, parameter],
+      [this.database.wakeUpChannel, parameter, queueName],
     );
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }

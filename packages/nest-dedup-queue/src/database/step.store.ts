@@ -14,6 +14,7 @@ export interface RecordedStep {
 
 export interface StepCheckpoint {
   workflowId: string;
+  queueName: string;
   index: number;
   name: string;
   outputJson: string | null;
@@ -29,10 +30,14 @@ const CHECKPOINT_VALUES = `$4::json, $5::json,
 const STEP_COLUMNS =
   'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
 
-/** The active row of workflow `$1` if it is PENDING under `executor` in the run `attempt` (parameter references). */
-function ownedRowSql(active: string, executor: string, attempt: string): string {
+/**
+ * The active row of workflow `$1` in `queue` if it is PENDING under `executor` in the run `attempt` (parameter
+ * references).
+ */
+function ownedRowSql(active: string, queue: string, executor: string, attempt: string): string {
   return `SELECT queue_name, created_at FROM ${active}
-    WHERE workflow_id = $1 AND status = ${STATUS_SQL.PENDING} AND executor_id = ${executor} AND attempts = ${attempt}`;
+    WHERE queue_name = ${queue} AND workflow_id = $1 AND status = ${STATUS_SQL.PENDING}
+      AND executor_id = ${executor} AND attempts = ${attempt}`;
 }
 
 /** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
@@ -71,7 +76,7 @@ export class StepStore {
    */
   async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
     const rows = await this.database.query<{ owned: boolean }>(
-      `WITH owned AS (${ownedRowSql(this.workflows, '$7', '$8')}),
+      `WITH owned AS (${ownedRowSql(this.workflows, '$9', '$7', '$8')}),
        recorded AS (
          INSERT INTO ${this.steps} (${STEP_COLUMNS})
          SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at FROM owned
@@ -79,7 +84,7 @@ export class StepStore {
          RETURNING step_index
        )
        SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM recorded) AS inserted`,
-      [...this.values(step), executorId, attempt],
+      [...this.values(step), executorId, attempt, step.queueName],
       { idempotent: true },
     );
     return rows[0]?.owned === true;
@@ -103,11 +108,18 @@ export class StepStore {
    * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
    * step's commit, so the step's writes never land after its workflow was taken away.
    */
-  async lockIfOwned(manager: EntityManager, workflowId: string, executorId: string, attempt: number): Promise<boolean> {
-    const rows: unknown[] = await manager.query(`${ownedRowSql(this.workflows, '$2', '$3')} FOR SHARE`, [
+  async lockIfOwned(
+    manager: EntityManager,
+    queueName: string,
+    workflowId: string,
+    executorId: string,
+    attempt: number,
+  ): Promise<boolean> {
+    const rows: unknown[] = await manager.query(`${ownedRowSql(this.workflows, '$4', '$2', '$3')} FOR SHARE`, [
       workflowId,
       executorId,
       attempt,
+      queueName,
     ]);
     return rows.length === 1;
   }
@@ -117,8 +129,8 @@ export class StepStore {
     await manager.query(
       `INSERT INTO ${this.steps} (${STEP_COLUMNS})
        SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at
-       FROM (${ownedRowSql(this.workflows, '$7', '$8')}) AS owned`,
-      [...this.values(step), executorId, attempt],
+       FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`,
+      [...this.values(step), executorId, attempt, step.queueName],
     );
   }
 

@@ -55,6 +55,7 @@ function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
   const columns = newWorkflowColumns(input);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
   const taken = takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'));
+  // NOTE: ::text, as a void column is refused by Prisma's raw queries (a caller's transaction, `fromPrisma`).
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        SELECT ${Object.values(columns).join(', ')}
@@ -62,7 +63,7 @@ function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
        RETURNING queue_name
      )
-     SELECT pg_notify(${channel}, queue_name) FROM inserted`;
+     SELECT pg_notify(${channel}, queue_name)::text FROM inserted`;
   return { sql, params };
 }
 

@@ -1,4 +1,4 @@
-import type { EntityManager } from 'typeorm';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { InsertStatements, insertStatements } from './workflow-insert.statements';
@@ -50,14 +50,11 @@ export class WorkflowInserter {
     this.table = this.tables.active;
   }
 
-  /** The same statements, run inside the transaction of `manager`. */
-  inTransaction(manager: EntityManager): WorkflowInserter {
-    const runner = manager.queryRunner;
-    if (!runner) throw new Error('the EntityManager has no query runner');
-    // NOTE: structured results: TypeORM's plain query() answers an UPDATE with [rows, count] instead of rows.
-    const query: Query = async <R>(sql: string, params?: unknown[]) => {
+  /** The same statements, run inside the caller's transaction `db`. */
+  inTransaction(db: TransactionSql): WorkflowInserter {
+    const query: Query = async <R>(sql: string, params: unknown[] = []) => {
       try {
-        return (await runner.query(sql, params, true)).records as R[];
+        return (await db.executeSql(sql, params)).rows as R[];
       } catch (error) {
         throw this.database.classify(error);
       }

@@ -1,4 +1,5 @@
 import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
+import { withoutStack } from '../utils/error-info';
 import { DELAYED_SQL } from './workflow-status.sql';
 
 /** The columns of `workflows` that describe a workflow's state, as the queries select them. */
@@ -30,7 +31,8 @@ export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${R
   deduplication_id, executor_id,
   attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before`;
 
-export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {
+/** A row as a status, without the result (which only `getStatus()` reads, apart). */
+export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
   return {
     workflowId: row.workflow_id,
     status: row.status,
@@ -42,7 +44,7 @@ export function toStatusInfo(row: WorkflowRow): WorkflowStatusInfo {
     createdAt: row.created_at,
     startedAt: row.started_at,
     completedAt: row.completed_at,
-    error: row.error,
+    error: row.error && withoutStack(row.error),
     partitionKey: row.partition_key,
     priority: row.priority,
     notBefore: row.not_before,

@@ -234,14 +234,14 @@ export class WorkflowStore {
   }
 
   /**
-   * Cancels every workflow past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
+   * Cancels every workflow of a queue past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
    * by a step's transaction are skipped until the next sweep rather than waited for.
    */
-  async cancelTimedOut(): Promise<WorkflowRef[]> {
+  async cancelTimedOut(queueName: string): Promise<WorkflowRef[]> {
     const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
          SELECT workflow_id, queue_name FROM ${this.table}
-         WHERE deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
+         WHERE queue_name = $4 AND deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
          FOR UPDATE SKIP LOCKED
        ),
        ${endWorkflowsSql({
@@ -255,7 +255,7 @@ export class WorkflowStore {
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
-      [this.database.cancelChannel, interruptPayloadPrefix('timed-out'), this.database.wakeUpChannel],
+      [this.database.cancelChannel, interruptPayloadPrefix('timed-out'), this.database.wakeUpChannel, queueName],
       { idempotent: true },
     );
     return rows.map(toWorkflowRef);
@@ -384,14 +384,15 @@ export class WorkflowStore {
    * while that run (`attempt`) still owns the workflow.
    */
   async recordRunOptions(
+    queueName: string,
     workflowId: string,
     attempt: number,
     options: { maxAttempts: number; maxRecoveryAttempts: number },
   ): Promise<void> {
     await this.database.query(
       `UPDATE ${this.table} SET max_attempts = $3, max_recovery_attempts = $4, updated_at = now()
-       WHERE workflow_id = $1 AND attempts = $2 AND status = ${STATUS_SQL.PENDING}`,
-      [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts],
+       WHERE queue_name = $5 AND workflow_id = $1 AND attempts = $2 AND status = ${STATUS_SQL.PENDING}`,
+      [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts, queueName],
       { idempotent: true },
     );
   }
@@ -401,18 +402,28 @@ export class WorkflowStore {
    * unclaimed: ENQUEUED, no executor, their claim count back by one; the queue's workers everywhere are woken.
    * Only the given runs that are still PENDING under it change.
    */
-  async giveBack(executorId: string, runs: { workflowId: string; attempt: number }[]): Promise<void> {
+  async giveBack(
+    executorId: string,
+    queueName: string,
+    runs: { workflowId: string; attempt: number }[],
+  ): Promise<void> {
     await this.database.query(
       `WITH returned AS (
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, attempts = w.attempts - 1, updated_at = now()
          FROM unnest($2::text[], $3::int[]) AS r(workflow_id, attempt)
-         WHERE w.workflow_id = r.workflow_id AND w.attempts = r.attempt AND w.status = ${STATUS_SQL.PENDING}
-           AND w.executor_id = $1
+         WHERE w.queue_name = $5 AND w.workflow_id = r.workflow_id AND w.attempts = r.attempt
+           AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $1
          RETURNING w.queue_name
        )
        SELECT pg_notify($4, queue_name) FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
-      [executorId, runs.map((run) => run.workflowId), runs.map((run) => run.attempt), this.database.wakeUpChannel],
+      [
+        executorId,
+        runs.map((run) => run.workflowId),
+        runs.map((run) => run.attempt),
+        this.database.wakeUpChannel,
+        queueName,
+      ],
       { idempotent: true },
     );
   }

@@ -1,14 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import type { EntityManager } from 'typeorm';
 import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
-import type { BulkEnqueueItem, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
+import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
 import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import type { EnqueuedWorkflowHandle } from '../interfaces/workflow-handle.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
 import { WorkflowTracer } from '../observability/workflow.tracer';
@@ -46,7 +46,7 @@ export class EnqueueService {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedWorkflowHandle<unknown>> {
     const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
-    const enqueued = await this.enqueuer.enqueue(row, valid, valid.manager);
+    const enqueued = await this.enqueuer.enqueue(row, valid, valid.transaction);
     return this.handles.handle(enqueued.workflowId, enqueued.created);
   }
 
@@ -60,7 +60,7 @@ export class EnqueueService {
     queueName: string,
     workflow: WorkflowFunction | string,
     items: BulkEnqueueItem[],
-    options: { manager?: EntityManager } = {},
+    options: BulkEnqueueOptions = {},
   ): Promise<BulkEnqueueResult[]> {
     if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
     const prepared = [];
@@ -70,7 +70,7 @@ export class EnqueueService {
           queueName,
           workflow,
           item?.args,
-          { ...item?.options, manager: options.manager },
+          { ...item?.options, manager: options.manager, db: options.db },
           `items[${index}].options`,
           `items[${index}].args`,
         ),
@@ -83,17 +83,18 @@ export class EnqueueService {
       ids.add(row.workflowId);
     });
     const rows = prepared.map(({ row }) => row);
-    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, options.manager));
+    const transaction = prepared[0]?.valid.transaction;
+    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, transaction));
   }
 
-  private async insertInChunks(rows: NewWorkflow[], manager?: EntityManager): Promise<BulkEnqueueResult[]> {
-    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
+  private async insertInChunks(rows: NewWorkflow[], transaction?: TransactionSql): Promise<BulkEnqueueResult[]> {
+    const inserter = transaction ? this.inserter.inTransaction(transaction) : this.inserter;
     const results: BulkEnqueueResult[] = [];
     for (let start = 0; start < rows.length; start += BULK_CHUNK) {
       const chunk = rows.slice(start, start + BULK_CHUNK);
       const inserted = await inserter.insertMany(chunk);
       for (const [index, result] of inserted.entries()) {
-        results.push(await this.bulkOutcome(chunk[index], result, manager));
+        results.push(await this.bulkOutcome(chunk[index], result, transaction));
       }
     }
     return results;
@@ -149,7 +150,7 @@ export class EnqueueService {
   private async bulkOutcome(
     row: NewWorkflow,
     result: InsertResult,
-    manager?: EntityManager,
+    transaction?: TransactionSql,
   ): Promise<BulkEnqueueResult> {
     if (result.outcome === 'inserted') {
       this.enqueuer.inserted(row);
@@ -171,7 +172,7 @@ export class EnqueueService {
       const enqueued = await this.enqueuer.enqueue(
         row,
         { onDuplicate: 'reject', whenRunning: 'reject' },
-        manager,
+        transaction,
         false,
       );
       return { status: enqueued.created ? 'created' : 'existing', workflowId: enqueued.workflowId };

@@ -1,11 +1,11 @@
 import { Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
 import type { NewWorkflow } from '../database/new-workflow';
 import { Holder, WorkflowInserter } from '../database/workflow-inserter';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
@@ -40,9 +40,17 @@ export class WorkflowEnqueuer {
     this.batcher = new EnqueueBatcher(inserter);
   }
 
-  /** Enqueues in a PRODUCER span (when traced); `traced: false` when the caller's bulk enqueue already has one. */
-  enqueue(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager, traced = true): Promise<Enqueued> {
-    const enqueue = () => this.enqueueOnce(workflow, policy, manager);
+  /**
+   * Enqueues in a PRODUCER span (when traced), in the caller's `transaction` if given; `traced: false` when the
+   * caller's bulk enqueue already has one.
+   */
+  enqueue(
+    workflow: NewWorkflow,
+    policy: EnqueuePolicy,
+    transaction?: TransactionSql,
+    traced = true,
+  ): Promise<Enqueued> {
+    const enqueue = () => this.enqueueOnce(workflow, policy, transaction);
     return traced ? this.tracer.send(workflow.queueName, [workflow], enqueue) : enqueue();
   }
 
@@ -52,10 +60,14 @@ export class WorkflowEnqueuer {
     this.lifecycle.emit({ event: 'enqueued', workflowId, queueName, workflowName });
   }
 
-  private async enqueueOnce(workflow: NewWorkflow, policy: EnqueuePolicy, manager?: EntityManager): Promise<Enqueued> {
-    const inserter = manager ? this.inserter.inTransaction(manager) : this.inserter;
+  private async enqueueOnce(
+    workflow: NewWorkflow,
+    policy: EnqueuePolicy,
+    transaction?: TransactionSql,
+  ): Promise<Enqueued> {
+    const inserter = transaction ? this.inserter.inTransaction(transaction) : this.inserter;
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const result = manager ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
+      const result = transaction ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
       switch (result.outcome) {
         case 'inserted':
           this.inserted(workflow);

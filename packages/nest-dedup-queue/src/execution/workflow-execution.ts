@@ -79,7 +79,15 @@ export class WorkflowExecution implements FramedExecution {
 
   private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (!(await this.steps.lockIfOwned(manager, this.context.workflowId, this.executorId, this.context.attempt))) {
+      if (
+        !(await this.steps.lockIfOwned(
+          manager,
+          this.context.queueName,
+          this.context.workflowId,
+          this.executorId,
+          this.context.attempt,
+        ))
+      ) {
         throw this.ownershipLost();
       }
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
@@ -110,6 +118,7 @@ export class WorkflowExecution implements FramedExecution {
   private checkpoint(index: number, name: string, result: unknown, error: unknown, startedAt: number): StepCheckpoint {
     return {
       workflowId: this.context.workflowId,
+      queueName: this.context.queueName,
       index,
       name,
       outputJson: error || result === undefined ? null : toStoredJson(result, `The result of step "${name}"`),

@@ -3,8 +3,11 @@ import type { EnqueueOptions } from './enqueue-options.interface';
 /** One item of `QueueService.enqueueMany()`. */
 export interface BulkEnqueueItem {
   args: unknown[];
-  options?: Omit<EnqueueOptions, 'manager' | 'onDuplicate' | 'whenRunning'>;
+  options?: Omit<EnqueueOptions, 'manager' | 'db' | 'onDuplicate' | 'whenRunning'>;
 }
+
+/** Options of a whole `QueueService.enqueueMany()` call. */
+export type BulkEnqueueOptions = Pick<EnqueueOptions, 'manager' | 'db'>;
 
 /**
  * What `enqueueMany` did with one item: `created` (`workflowId` is the new workflow), `duplicate` (its

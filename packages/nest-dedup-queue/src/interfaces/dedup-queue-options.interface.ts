@@ -12,7 +12,8 @@ export type DedupQueueConnectionOptions = Omit<
 export interface DedupQueueModuleOptions {
   /**
    * How to reach Postgres when the module should open its own connection pool,
-   * e.g. `{ url: 'postgres://user@127.0.0.1:5432/app' }`. Give either this or `dataSource`.
+   * e.g. `{ url: 'postgres://user@127.0.0.1:5432/app' }`. Give either this or `dataSource`. A `url` that is
+   * undefined or empty (an unset `DATABASE_URL`), with no `host`, is a `DedupQueueConfigurationError` at boot.
    */
   connection?: DedupQueueConnectionOptions;
   /**

@@ -1,4 +1,5 @@
 import type { EntityManager } from 'typeorm';
+import type { TransactionSql } from './transaction-sql.interface';
 
 /**
  * What to do when the deduplication ID is held:
@@ -69,6 +70,14 @@ export interface EnqueueOptions {
    * Enqueue inside this TypeORM transaction (the `manager` of `dataSource.transaction(manager => ...)`): the
    * workflow exists only if the caller commits, and workers see it only after commit. A duplicate raises
    * `QueueDeduplicatedError` without aborting the caller's transaction (the insert runs under a savepoint).
+   * Not with `db`.
    */
   manager?: EntityManager;
+  /**
+   * Enqueue inside the caller's transaction of any driver: `fromPg(client)`, `fromKnex(trx)`, `fromKysely(trx)`,
+   * `fromDrizzle(tx)`, `fromPrisma(tx)`, or any `TransactionSql`. The same guarantees as `manager`: the workflow
+   * exists only if the caller commits, workers are woken by the commit, and a duplicate raises
+   * `QueueDeduplicatedError` without aborting the caller's transaction. Not with `manager`.
+   */
+  db?: TransactionSql;
 }

@@ -2,6 +2,7 @@ export * from './bulk-enqueue.interface';
 export * from './dedup-queue-options.interface';
 export * from './deduplication-event.interface';
 export * from './enqueue-options.interface';
+export * from './transaction-sql.interface';
 export * from './list-workflows-options.interface';
 export * from './queue-options.interface';
 export * from './workflow-handle.interface';

@@ -10,8 +10,11 @@ export interface GetResultOptions {
 export interface WorkflowHandle<R = unknown> {
   /** The workflow's ID. */
   readonly workflowId: string;
-  /** Reads the workflow's current row. */
-  getStatus(): Promise<WorkflowStatusInfo>;
+  /**
+   * Reads the workflow's current row, with its `result` once it succeeded. A failure's error comes with its name,
+   * message and fields, never its stack, so the status can be returned over HTTP as it is.
+   */
+  getStatus(): Promise<WorkflowStatusInfo<R>>;
   /**
    * Waits until the workflow has finished and resolves with its return value (as stored: JSON round-tripped).
    * Rejects with `WorkflowFailedError` if it failed and `WorkflowCancelledError` if it was cancelled.

@@ -33,14 +33,18 @@ export interface WorkflowErrorInfo {
   name: string;
   /** The `message` of the thrown error. */
   message: string;
-  /** The stack trace, when the thrown value had one. */
+  /**
+   * The stack trace, when the thrown value had one. Kept in the database for operators (the dashboard shows it with
+   * `showErrorStacks: true`; `getResult()`'s `WorkflowFailedError.recordedError` has it), but never in
+   * `getStatus()` or `list()`, which an application may return over HTTP as they are.
+   */
   stack?: string;
   /** The error's own string, number, boolean and null properties (`code`, `existingWorkflowId`, ...), if any. */
   fields?: Record<string, string | number | boolean | null>;
 }
 
 /** A snapshot of one workflow's row, as returned by `WorkflowHandle.getStatus()` and `QueueService.list()`. */
-export interface WorkflowStatusInfo {
+export interface WorkflowStatusInfo<R = unknown> {
   workflowId: string;
   status: WorkflowStatus;
   queueName: string;
@@ -55,8 +59,16 @@ export interface WorkflowStatusInfo {
   createdAt: Date;
   startedAt: Date | null;
   completedAt: Date | null;
-  /** The recorded error when `status` is `ERROR` (or the last failed attempt's, while a retry waits). */
-  error: WorkflowErrorInfo | null;
+  /**
+   * The recorded error when `status` is `ERROR` (or the last failed attempt's, while a retry waits): its name, message
+   * and fields, without the stack (see `WorkflowErrorInfo.stack`).
+   */
+  error: Omit<WorkflowErrorInfo, 'stack'> | null;
+  /**
+   * The workflow's return value (as stored: JSON round-tripped) once `status` is `SUCCESS`; absent before, and in
+   * `QueueService.list()`, which leaves results out to keep pages small. `getResult()` waits for it instead.
+   */
+  result?: R;
   partitionKey: string | null;
   priority: number;
   /** While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. */

@@ -1,5 +1,4 @@
-import type { EntityManager } from 'typeorm';
-import type { BulkEnqueueItem, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
+import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
 import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from '../interfaces/workflow-handle.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
@@ -47,7 +46,7 @@ export class WorkflowQueue {
   enqueueMany(
     workflow: WorkflowFunction | string,
     items: BulkEnqueueItem[],
-    options?: { manager?: EntityManager },
+    options?: BulkEnqueueOptions,
   ): Promise<BulkEnqueueResult[]> {
     return this.queues.enqueueMany(this.name, workflow, items, options);
   }

@@ -48,10 +48,12 @@ export class ExecutorHeartbeat {
     this.onLeaseLost = onLeaseLost;
     await this.executors.register(this.config.executorId);
     this.lastRenewedAt = new Date();
-    this.report(
-      'left by an earlier process with this executor ID',
-      await this.executors.recoverOwn(this.config.executorId),
-    );
+    for (const queueName of this.config.queues.keys()) {
+      this.report(
+        'left by an earlier process with this executor ID',
+        await this.executors.recoverOwn(this.config.executorId, queueName),
+      );
+    }
     this.renewTimer = setInterval(() => {
       this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
     }, this.config.heartbeatIntervalMs);
@@ -97,10 +99,15 @@ export class ExecutorHeartbeat {
 
   private async sweep(): Promise<void> {
     try {
-      this.report('from executors whose lease expired', await this.executors.recoverExpired(this.config.leaseMs));
-      const timedOut = await this.workflows.cancelTimedOut();
-      if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
-      for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
+      for (const queueName of this.config.queues.keys()) {
+        this.report(
+          'from executors whose lease expired',
+          await this.executors.recoverExpired(this.config.leaseMs, queueName),
+        );
+        const timedOut = await this.workflows.cancelTimedOut(queueName);
+        if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
+        for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
+      }
       const retentionMs = this.config.retentionMs;
       if (retentionMs !== null && Date.now() - this.lastPruneAt >= Math.min(PRUNE_INTERVAL_MS, retentionMs)) {
         this.lastPruneAt = Date.now();

@@ -88,14 +88,21 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     clearInterval(this.pollTimer);
     for (const worker of this.workers.values()) worker.stop();
     await this.listener.stop();
+    const running = this.runningCount();
+    if (running > 0) {
+      this.logger.log(
+        `Shutting down: waiting up to ${this.config.shutdownGraceMs} ms for ${running} running workflow(s)`,
+      );
+    }
     const finished = await Promise.all(
       [...this.workers.values()].map((worker) => worker.waitForRunning(this.config.shutdownGraceMs)),
     );
     const abandoned = this.abandonedRuns().length;
     if (abandoned > 0) this.logger.warn(`Not waiting for ${abandoned} abandoned body(ies) of cancelled workflows`);
     if (finished.includes(false)) {
-      const left = [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
-      this.logger.warn(`Shutdown grace period over; ${left} workflow(s) still running stay PENDING for recovery`);
+      this.logger.warn(
+        `Shutdown grace period over; ${this.runningCount()} workflow(s) still running stay PENDING for recovery`,
+      );
       this.interruptAll('shutdown');
     }
     this.outcomes.close();
@@ -153,6 +160,10 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     return [...this.workers.values()].flatMap((worker) => worker.abandonedRuns());
   }
 
+  private runningCount(): number {
+    return [...this.workers.values()].reduce((sum, worker) => sum + worker.runningCount, 0);
+  }
+
   private interrupt({ workflowId, reason }: { workflowId: string; reason: InterruptReason }): void {
     for (const worker of this.workers.values()) worker.interrupt(workflowId, reason);
   }
@@ -194,7 +205,11 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     for (let attempt = 1; this.started && !this.stopping; attempt++) {
       await Promise.all([...this.workers.values()].map((worker) => worker.claimSettled()));
       try {
-        const released = await this.executors.releaseUnknown(this.config.executorId, this.runningIds());
+        const running = this.runningIds();
+        const released: string[] = [];
+        for (const queueName of this.workers.keys()) {
+          released.push(...(await this.executors.releaseUnknown(this.config.executorId, queueName, running)));
+        }
         if (released.length > 0) {
           this.logger.warn(
             `Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`,

@@ -376,7 +376,7 @@ export class QueueWorker {
   private giveBack(entries: BufferedWorkflow[]): void {
     if (entries.length === 0) return;
     const runs = entries.map(({ workflow }) => ({ workflowId: workflow.workflowId, attempt: workflow.attempts }));
-    const given = this.deps.store.giveBack(this.deps.executorId, runs).catch((error: unknown) => {
+    const given = this.deps.store.giveBack(this.deps.executorId, this.queueName, runs).catch((error: unknown) => {
       this.logger.warn(
         `Giving back ${runs.length} buffered workflow(s) of queue "${this.queueName}" failed (they stay PENDING ` +
           `for recovery): ${describeError(error)}`,
@@ -551,7 +551,7 @@ export class QueueWorker {
   private async recordRunOptions(claimed: ClaimedWorkflow, own: WorkflowRunOptions): Promise<void> {
     if (claimed.maxAttempts === own.maxAttempts && claimed.maxRecoveryAttempts === own.maxRecoveryAttempts) return;
     try {
-      await this.deps.store.recordRunOptions(claimed.workflowId, claimed.attempts, own);
+      await this.deps.store.recordRunOptions(this.queueName, claimed.workflowId, claimed.attempts, own);
     } catch (error) {
       this.logger.warn(`Recording the options of workflow ${claimed.workflowId} failed: ${describeError(error)}`);
     }

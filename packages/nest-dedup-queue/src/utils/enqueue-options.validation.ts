@@ -1,7 +1,8 @@
 import { MAX_KEY_LENGTH } from '../dedup-queue.constants';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
-import type { EntityManager } from 'typeorm';
 import type { DuplicatePolicy, EnqueueOptions, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
+import { callerTransaction } from '../transactions/caller-transaction';
 import { unknownKey } from './known-keys';
 import { UnstorableValueError, toStoredJson } from './stored-json';
 import { characterLength, exceedsCharacters } from './character-length';
@@ -19,7 +20,8 @@ export interface ValidEnqueueOptions {
   whenRunning: WhenRunningPolicy;
   deduplicationWindowMs: number | null;
   releaseKeyOnError: boolean;
-  manager: EntityManager | undefined;
+  /** The caller's transaction (`db` or `manager`), if the enqueue joins one. */
+  transaction: TransactionSql | undefined;
 }
 
 const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existing', 'replace'];
@@ -40,6 +42,7 @@ const ENQUEUE_OPTION_KEYS: readonly (keyof EnqueueOptions)[] = [
   'deduplicationWindowMs',
   'releaseKeyOnError',
   'manager',
+  'db',
 ];
 /** The earliest instant a Postgres `timestamptz` holds (4714-11-24 BC); later JavaScript dates all fit. */
 const EARLIEST_TIMESTAMP_MS = Date.UTC(-4713, 10, 24);
@@ -89,19 +92,13 @@ export function validateEnqueueOptions(
   if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {
     throw new InvalidArgumentError(field, "a deduplication window and whenRunning: 'queue-next' cannot be combined");
   }
-  const manager = options.manager;
-  if (manager !== undefined && !manager?.queryRunner?.isTransactionActive) {
-    throw new InvalidArgumentError(
-      named('manager'),
-      'must be the EntityManager of a running transaction (dataSource.transaction(async (manager) => ...))',
-    );
-  }
+  const transaction = callerTransaction(options, field);
   return {
     onDuplicate,
     whenRunning,
     deduplicationWindowMs,
     releaseKeyOnError: options.releaseKeyOnError === true,
-    manager,
+    transaction,
     deduplicationId,
     workflowId: optionalKey(options.workflowId, named('workflowId')),
     timeoutMs: optionalInteger(options.timeoutMs, named('timeoutMs'), 1),

@@ -35,6 +35,12 @@ export function toErrorInfo(thrown: unknown): WorkflowErrorInfo {
   return { name: 'NonErrorThrown', message: typeof thrown === 'string' ? thrown : safeStringify(thrown) };
 }
 
+/** A recorded error without its stack, as statuses report it (the stack holds the server's file paths). */
+export function withoutStack(info: WorkflowErrorInfo): Omit<WorkflowErrorInfo, 'stack'> {
+  const { stack: _stack, ...rest } = info;
+  return rest;
+}
+
 /**
  * The error a recorded one is thrown as again when its step is replayed: an instance of the class of that name
  * among this library's errors and JavaScript's built-in ones (its constructor is not called), otherwise a plain

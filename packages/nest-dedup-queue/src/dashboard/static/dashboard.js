@@ -1,6 +1,7 @@
 'use strict';
-// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>) over the JSON API next to
-// the page. No dependencies; every value is put in the DOM as text, never as HTML.
+// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/schedules) over the JSON
+// API next to the page. No dependencies; every value is put in the DOM as text, never as HTML. Until a view's first
+// data arrives, the page says "Loading…" (shown by the HTML itself, before this script runs).
 (() => {
   const settings = JSON.parse(document.getElementById('settings').textContent);
   const api = `${location.pathname.replace(/\/+$/, '')}/api`;
@@ -17,6 +18,7 @@
   const view = document.getElementById('view');
   const updated = document.getElementById('updated');
   const notice = document.getElementById('notice');
+  const loading = document.getElementById('loading');
   const numbers = new Intl.NumberFormat('en');
   let refreshView = null;
   let routeToken = 0;
@@ -704,6 +706,91 @@
     await refreshView();
   }
 
+  // ----- schedules -----
+
+  function scheduleRow(schedule) {
+    const path = `/schedules/${encodeURIComponent(schedule.name)}`;
+    const toggle = schedule.paused ? 'Resume' : 'Pause';
+    return h(
+      'tr',
+      {},
+      h('th', { scope: 'row', class: 'mono' }, schedule.name),
+      h('td', { class: 'mono' }, schedule.cron, schedule.timezone ? ` (${schedule.timezone})` : ''),
+      h('td', {}, schedule.workflowName),
+      h('td', {}, h('a', { href: queueLink(schedule.queueName) }, schedule.queueName)),
+      h('td', {}, schedule.paused ? h('span', { class: 'badge paused' }, 'Paused') : 'Active'),
+      h('td', {}, formatTime(schedule.nextRunAt)),
+      h(
+        'td',
+        {},
+        schedule.lastWorkflowId
+          ? h('a', { href: workflowLink(schedule.lastWorkflowId) }, formatTime(schedule.lastRunAt))
+          : formatTime(schedule.lastRunAt),
+      ),
+      h(
+        'td',
+        { class: 'row-actions' },
+        h(
+          'button',
+          {
+            type: 'button',
+            'aria-label': `${toggle} ${schedule.name}`,
+            onclick: () =>
+              act(`${toggle} schedule ${schedule.name}`, () =>
+                request(`${path}/${toggle.toLowerCase()}`, { method: 'POST' }),
+              ),
+          },
+          toggle,
+        ),
+        h(
+          'button',
+          {
+            type: 'button',
+            'aria-label': `Trigger ${schedule.name}`,
+            onclick: () =>
+              act(`Trigger schedule ${schedule.name}`, () => request(`${path}/trigger`, { method: 'POST' })),
+          },
+          'Trigger',
+        ),
+      ),
+    );
+  }
+
+  function schedulesTable(schedules) {
+    if (!schedules.length) {
+      return h('p', {}, 'No schedules: @Scheduled() methods and ScheduleService.create() add them.');
+    }
+    return h(
+      'table',
+      { class: 'schedules' },
+      h('caption', {}, 'Schedules'),
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          ['Schedule', 'Cron', 'Workflow', 'Queue', 'State', 'Next run', 'Last run', 'Actions'].map((label) =>
+            h('th', { scope: 'col' }, label),
+          ),
+        ),
+      ),
+      h('tbody', {}, schedules.map(scheduleRow)),
+    );
+  }
+
+  async function showSchedules(token) {
+    const list = h('div', { class: 'scroll', 'aria-live': 'polite' });
+    view.replaceChildren(h('h1', {}, 'Schedules'), list);
+    refreshView = async () => {
+      const { schedules } = await request('/schedules');
+      if (token !== routeToken) return;
+      replaceIfChanged(list, JSON.stringify(schedules), () => schedulesTable(schedules));
+      stamp();
+    };
+    await refreshView();
+  }
+
   // ----- routing and refreshing -----
 
   async function route() {
@@ -712,13 +799,21 @@
     const [path, search] = location.hash.replace(/^#/, '').split('?');
     const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
     const params = new URLSearchParams(search || '');
+    loading.hidden = false;
+    view.setAttribute('aria-busy', 'true');
     try {
       if (parts[0] === 'queue' && parts[1]) await showQueue(token, parts[1], params);
       else if (parts[0] === 'search' && parts[1]) await showSearch(token, parts[1]);
       else if (parts[0] === 'workflow' && parts[1]) await showWorkflow(token, parts[1]);
+      else if (parts[0] === 'schedules') await showSchedules(token);
       else await showOverview(token);
     } catch (error) {
       say(error.message, true);
+    } finally {
+      if (token === routeToken) {
+        loading.hidden = true;
+        view.removeAttribute('aria-busy');
+      }
     }
   }
 

@@ -91,7 +91,7 @@ export const activeWorkApartFromHistory: Migration = {
     CREATE INDEX workflow_queue_running ON ${schema}.workflow_queue (queue_name, executor_id) WHERE status = 'PENDING';
     CREATE INDEX workflow_queue_running_partition ON ${schema}.workflow_queue (queue_name, partition_key)
       WHERE status = 'PENDING' AND partition_key IS NOT NULL;
-    CREATE INDEX workflow_queue_deadline ON ${schema}.workflow_queue (deadline_at)
+    CREATE INDEX workflow_queue_deadline ON ${schema}.workflow_queue (queue_name, deadline_at)
       WHERE deadline_at IS NOT NULL AND status IN ('ENQUEUED', 'PENDING');
 
     WITH active AS (
