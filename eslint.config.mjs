@@ -13,6 +13,7 @@ export default tseslint.config(
       'bench/results/**',
       '.throwaway-postgres/**',
       '.generated/**',
+      'test/.previous-release/**',
     ],
   },
   {

@@ -46,6 +46,7 @@ function ensureBuilt(config) {
 
 async function main() {
   if (process.argv.includes('--soak')) return require('./soak').main();
+  if (process.argv.includes('--upgrade')) return require('./upgrade/measure').main();
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);
