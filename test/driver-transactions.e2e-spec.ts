@@ -69,12 +69,12 @@ const workflowExists = async (workflowId: string) =>
   (await pool.query(`SELECT 1 FROM ${table} WHERE workflow_id = $1`, [workflowId])).rowCount === 1;
 const orderExists = async (id: string) =>
   (await pool.query(`SELECT 1 FROM "${schema}".orders WHERE id = $1`, [id])).rowCount === 1;
-/** How many statements on the workflows table wait for a lock (an enqueue of a key an open transaction holds). */
+/** How many statements on the active table wait for a lock (an enqueue of a key an open transaction holds). */
 const waitingInserts = async () =>
   (
     await pool.query(
       `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-      [`%${table}%`],
+      [`%"${schema}".workflow_queue%`],
     )
   ).rows[0].waiting as number;
 /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */

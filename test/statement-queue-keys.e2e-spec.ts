@@ -35,9 +35,9 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     shape: /FROM \S+\.workflows\b.*WHERE (w\.)?workflow_id = (\$1|ids\.id)/s,
   },
   {
-    what: 'a workflow ID given by the caller, checked in the other queues',
+    what: 'a workflow ID given by the caller, checked in the other queues and the history (insert and re-check)',
     kind: 'probe by workflow ID',
-    shape: /a\.workflow_id = /,
+    shape: /a\.workflow_id = |o\.workflow_id = m\.workflow_id/,
   },
   {
     what: 'retention: is a workflow of that day still active',
