@@ -32,7 +32,7 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
   {
     what: 'a look-up by workflow ID (the view)',
     kind: 'probe by workflow ID',
-    shape: /FROM \S+\.workflows\b.*WHERE (w\.)?workflow_id = (\$1|ids\.id)/s,
+    shape: /FROM \S+\.workflows\b.*WHERE (\w+\.)?workflow_id = (\$1|ids\.id)/s,
   },
   {
     what: 'a workflow ID given by the caller, checked in the other queues and the history (insert and re-check)',

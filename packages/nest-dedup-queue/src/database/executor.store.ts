@@ -81,7 +81,11 @@ export class ExecutorStore {
     }>(
       `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
        FROM unnest($1::text[]) AS ids(id)
-       LEFT JOIN ${this.tables.workflows} AS w ON w.workflow_id = ids.id
+       LEFT JOIN LATERAL (
+         SELECT workflow_id, status, error, attempts, executor_id FROM ${this.tables.workflows} AS v
+         WHERE v.workflow_id = ids.id
+         ORDER BY v.status = ${STATUS_SQL.PENDING} AND v.executor_id = $2 DESC LIMIT 1
+       ) AS w ON true
        WHERE w.workflow_id IS NULL OR w.status <> ${STATUS_SQL.PENDING} OR w.executor_id IS DISTINCT FROM $2`,
       [workflowIds, executorId],
       { idempotent: true },

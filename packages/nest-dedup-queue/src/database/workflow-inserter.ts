@@ -108,11 +108,13 @@ export class WorkflowInserter {
     const taken = await query<{ workflow_id: string; queue_name: string; workflow_name: string }>(
       `WITH mine AS (SELECT * FROM unnest($1::text[], $2::text[]) AS m(workflow_id, queue_name)),
        other AS (
-         SELECT DISTINCT ON (m.workflow_id) m.workflow_id, m.queue_name AS my_queue, o.queue_name, o.workflow_name
+         SELECT m.workflow_id, m.queue_name AS my_queue, o.queue_name, o.workflow_name
          FROM mine AS m
-         JOIN ${this.tables.workflows} AS o ON o.workflow_id = m.workflow_id
-         WHERE o.queue_name <> m.queue_name OR o.status NOT IN ${ACTIVE_STATUSES_SQL}
-         ORDER BY m.workflow_id, o.queue_name = m.queue_name DESC
+         CROSS JOIN LATERAL (
+           SELECT w.queue_name, w.workflow_name FROM ${this.tables.workflows} AS w
+           WHERE w.workflow_id = m.workflow_id AND (w.queue_name <> m.queue_name OR w.status NOT IN ${ACTIVE_STATUSES_SQL})
+           ORDER BY w.queue_name = m.queue_name DESC LIMIT 1
+         ) AS o
        ),
        taken_back AS (
          DELETE FROM ${this.table} AS a USING other
