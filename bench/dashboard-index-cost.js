@@ -3,7 +3,7 @@
 /*
  * What migration 010's dashboard indexes cost the hot paths: nest-dedup-queue's W1 (dedup storm) and W2 (drain, fresh
  * statistics) with the four indexes present and dropped, interleaved, medians of BENCH_REPS (default 2). A one-off
- * measurement (the figure is in the README), on bench_index_cost (dropped and recreated).
+ * measurement (the figure is in docs/dashboard.md), on bench_index_cost (dropped and recreated).
  *
  *   npm run build && node bench/dashboard-index-cost.js
  */

@@ -384,7 +384,7 @@ async function main() {
           `Node ${machine.node} · medians of ${config.reps}`,
       }),
     );
-    // The README shows the latest table.
+    // bench/README.md shows the latest table.
     const readme = path.join(BENCH_DIR, 'README.md');
     if (fs.existsSync(readme)) {
       const text = fs.readFileSync(readme, 'utf8');
@@ -401,16 +401,16 @@ async function main() {
         );
       }
     }
-    // So does the repository's README, in its performance section (the tables and the targets).
-    const rootReadme = path.join(config.REPO_DIR, 'README.md');
-    if (fs.existsSync(rootReadme)) {
-      const text = fs.readFileSync(rootReadme, 'utf8');
+    // So does the repository's performance page (the tables and the targets).
+    const performancePage = path.join(config.REPO_DIR, 'docs/performance.md');
+    if (fs.existsSync(performancePage)) {
+      const text = fs.readFileSync(performancePage, 'utf8');
       const start = '<!-- bench-latest:start -->';
       const end = '<!-- bench-latest:end -->';
       if (text.includes(start) && text.includes(end)) {
         const body = report.readmeSection(reportArgs);
         fs.writeFileSync(
-          rootReadme,
+          performancePage,
           `${text.slice(0, text.indexOf(start) + start.length)}\n${body}\n${text.slice(text.indexOf(end))}`,
         );
       }

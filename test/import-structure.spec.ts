@@ -4,7 +4,7 @@ import { preProcessFile } from 'typescript';
 
 /**
  * The library's import structure, read from its source with the TypeScript compiler: no file imports itself back
- * through others (a circle), and no file imports from a layer above its own (the README's "How it runs" tells the
+ * through others (a circle), and no file imports from a layer above its own (docs/repository.md tells the
  * layers). Type-only imports count: a type ties two files as much as a value does.
  */
 const SRC = join(__dirname, '../packages/nest-dedup-queue/src');

@@ -1,25 +1,18 @@
 import { ChildProcess, execFile, spawn } from 'node:child_process';
-import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
 import { findFreePort } from 'throwaway-postgres/internals';
 import { databaseUrl, testPool, uniqueSchema } from './support/database';
+import { DocsBlock, docsBlocks, multiFileExamples, oneFileApp } from './support/docs-examples';
 import { describeWithRegistry } from './support/system-tools';
 
 const run = promisify(execFile);
 
 const ROOT = path.resolve(__dirname, '..');
 const LIBRARY = path.join(ROOT, 'packages/nest-dedup-queue');
-const EXAMPLE_START = '<!-- one-file-app:start -->';
-const EXAMPLE_END = '<!-- one-file-app:end -->';
-/** The README's other compiled blocks: `<!-- compiled-example:start NAME -->`, a ```ts fence of files, the end marker. */
-const COMPILED_BLOCK =
-  /<!-- compiled-example:start ([\w-]+) -->\n```ts\n([\s\S]*?)\n```\n<!-- compiled-example:end -->/g;
-/** A line that starts a file in such a block: `// app.module.ts`, maybe followed by a comment. */
-const FILE_HEADER = /^\/\/ ([\w.-]+\.ts)\b.*$/gm;
-
 /** The fresh application's dependencies: what a user would install for NestJS 11, without `@types/pg`. */
 const APP_DEPENDENCIES = {
   '@nestjs/common': '11.2.10',
@@ -32,6 +25,8 @@ const APP_DEPENDENCIES = {
 };
 /** `nest new` puts these in every app; `@types/node` is what `process.env` needs. */
 const APP_DEV_DEPENDENCIES = { '@types/node': '20.19.43', typescript: '5.9.3' };
+/** What the examples of `docs/` import besides the library (the versions of the root `package.json`). */
+const DOCS_DEPENDENCIES = { '@nestjs/terminus': '11.1.1', '@nestjs/typeorm': '11.0.3', 'prom-client': '15.1.3' };
 
 /** A strict application's compiler options, and no `skipLibCheck`: the package's declarations are checked too. */
 const APP_TSCONFIG = {
@@ -47,36 +42,6 @@ const APP_TSCONFIG = {
   },
   include: ['src'],
 };
-
-/** The README's one-file application, between its markers (so the README and this test cannot drift apart). */
-async function readmeExample(): Promise<string> {
-  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
-  const start = readme.indexOf(EXAMPLE_START);
-  const end = readme.indexOf(EXAMPLE_END);
-  if (start < 0 || end < start) throw new Error(`README.md has no block between ${EXAMPLE_START} and ${EXAMPLE_END}`);
-  const block = readme.slice(start + EXAMPLE_START.length, end).trim();
-  const code = /^```ts\n([\s\S]*)\n```$/.exec(block);
-  if (!code) throw new Error('the README block between the one-file-app markers is not a single ```ts fence');
-  return code[1];
-}
-
-/**
- * The README's blocks marked `compiled-example`, split into their files (each starts at its `// name.ts` line), as
- * paths under `src/examples/<block>/` with their code: compiled with the one-file app, as a user's project would be.
- */
-async function readmeExampleFiles(): Promise<Map<string, string>> {
-  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
-  const files = new Map<string, string>();
-  for (const [, block, code] of readme.matchAll(COMPILED_BLOCK)) {
-    const headers = [...code.matchAll(FILE_HEADER)];
-    if (headers[0]?.index !== 0) throw new Error(`README block "${block}" does not start with a // file.ts line`);
-    headers.forEach((header, index) => {
-      const text = code.slice(header.index, headers[index + 1]?.index ?? code.length);
-      files.set(path.join('src/examples', block, header[1]), text.trim() + '\n');
-    });
-  }
-  return files;
-}
 
 /** Resolves once `url` answers at all (the application listens), polling every 100 ms for up to `ms`. */
 async function answering(url: string, app: ChildProcess, ms: number): Promise<void> {
@@ -102,6 +67,7 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
   let app: ChildProcess | undefined;
   let appOutput = '';
   let exampleFiles = new Map<string, string>();
+  let blocks: DocsBlock[] = [];
 
   beforeAll(async () => {
     workDir = await mkdtemp(path.join(tmpdir(), 'nest-dedup-queue-packed-'));
@@ -116,7 +82,9 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
       recursive: true,
       filter: (source) => !/[/\\](dist|node_modules)$/.test(source),
     });
-    for (const file of ['README.md', 'tsconfig.base.json']) await cp(path.join(ROOT, file), path.join(copy, file));
+    for (const file of ['README.md', 'tsconfig.base.json', 'docs']) {
+      await cp(path.join(ROOT, file), path.join(copy, file), { recursive: true });
+    }
     await symlink(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'));
     const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', workDir], {
       cwd: copiedLibrary,
@@ -132,13 +100,15 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
       name: 'fresh-nest-app',
       private: true,
       dependencies: { ...APP_DEPENDENCIES, 'nest-dedup-queue': `file:${tarball}` },
-      devDependencies: APP_DEV_DEPENDENCIES,
+      devDependencies: { ...APP_DEV_DEPENDENCIES, ...DOCS_DEPENDENCIES },
     };
     await writeFile(path.join(appDir, 'package.json'), JSON.stringify(manifest, null, 2));
     await writeFile(path.join(appDir, 'tsconfig.json'), JSON.stringify(APP_TSCONFIG, null, 2));
-    await writeFile(path.join(appDir, 'src/main.ts'), await readmeExample());
-    exampleFiles = await readmeExampleFiles();
-    for (const [file, code] of exampleFiles) {
+    await writeFile(path.join(appDir, 'src/main.ts'), await oneFileApp(ROOT));
+    exampleFiles = await multiFileExamples(ROOT);
+    blocks = await docsBlocks(ROOT);
+    const docsFiles = blocks.flatMap((block) => (block.file ? [[path.join('src', block.file), block.code ?? '']] : []));
+    for (const [file, code] of [...exampleFiles, ...docsFiles]) {
       await mkdir(path.dirname(path.join(appDir, file)), { recursive: true });
       await writeFile(path.join(appDir, file), code);
     }
@@ -156,10 +126,13 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
     if (workDir) await rm(workDir, { recursive: true, force: true });
   });
 
-  it('holds the README, LICENSE, CHANGELOG and the built entry, and no sources or tests', () => {
+  it('holds the README, the docs, LICENSE, CHANGELOG and the built entry, and no sources or tests', async () => {
+    const pages = (await readdir(path.join(ROOT, 'docs'))).map((file) => `docs/${file}`);
+    expect(pages).toContain('docs/api.md');
     expect(packedFiles).toEqual(
       expect.arrayContaining([
         'README.md',
+        ...pages,
         'LICENSE',
         'CHANGELOG.md',
         'package.json',
@@ -170,7 +143,7 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
     expect(packedFiles.filter((file) => /^src\/|(^|\/)test\/|\.spec\.|\.e2e-spec\.|tsconfig/.test(file))).toEqual([]);
   });
 
-  it("finds the README's multi-file examples: Using it, and registerQueue with @InjectQueue", () => {
+  it('finds the multi-file examples: Using it, and registerQueue with @InjectQueue', () => {
     expect([...exampleFiles.keys()].sort()).toEqual(
       [
         'src/examples/register-queue/audio.controller.ts',
@@ -184,7 +157,18 @@ describeWithRegistry('the packed package in a fresh NestJS 11 application', () =
     );
   });
 
-  it('installs without @types/pg, and the README examples compile with tsc --strict against it', async () => {
+  it("finds the docs' code blocks; a block that is not compiled is a fragment, with its reason", () => {
+    const compiled = blocks.filter((block) => block.kind !== 'fragment');
+    expect(compiled.length).toBeGreaterThanOrEqual(15);
+    expect([...new Set(compiled.map((block) => block.source.split(':')[0]))]).toEqual(
+      expect.arrayContaining(['README.md', 'docs/deduplication.md', 'docs/transactions.md']),
+    );
+    const fragments = blocks.filter((block) => block.kind === 'fragment');
+    expect(fragments.length).toBeLessThanOrEqual(2);
+    for (const fragment of fragments) expect(fragment.reason).toMatch(/\w{3,}/);
+  });
+
+  it('installs without @types/pg, and the README and docs examples compile with tsc --strict against it', async () => {
     const appDir = path.join(workDir, 'app');
     const installed = JSON.parse(
       await readFile(path.join(appDir, 'node_modules/nest-dedup-queue/package.json'), 'utf8'),

@@ -5,7 +5,7 @@
  * outcomes, retries, steps, cancel, timeouts, recovery, resume, reschedule, give-back, look-ups), captures each
  * statement, EXPLAINs it with its parameters and reads every scan of the active table in the plan: each must
  * filter by `queue_name`, or be a probe by `workflow_id` made by a call that cannot know the queue (listed below,
- * and in the README's "How it runs").
+ * and in docs/how-it-runs.md).
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';
@@ -19,7 +19,7 @@ import { waitFor } from './support/wait-for';
 
 /**
  * The statements that cannot know the queue: probes of the primary key by workflow ID (one per node on Citus), and
- * reads across queues (a fan-out to every node). The README's "How it runs" lists them.
+ * reads across queues (a fan-out to every node). docs/how-it-runs.md lists them.
  */
 const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'across queues'; shape: RegExp }> = [
   {

@@ -1,5 +1,5 @@
 /**
- * A workflow's status over HTTP, returned as it is by a controller like the README's: it carries the result once the
+ * A workflow's status over HTTP, returned as it is by a controller like the one in docs/using-it.md: it carries the result once the
  * workflow succeeded, and a failure's name and message without the stack (the server's file paths), which stays in
  * the database for the dashboard.
  */

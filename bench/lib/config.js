@@ -14,7 +14,7 @@ const BENCH_DIR = path.resolve(__dirname, '..');
 const REPO_DIR = path.resolve(BENCH_DIR, '..');
 
 // A run with a subset of systems or workloads, other sizes or fewer repetitions is "partial": it writes
-// results/partial-<time>.json only, and leaves latest.* and the README's table alone.
+// results/partial-<time>.json only, and leaves latest.*, bench/README.md's table and docs/performance.md alone.
 const partial = Object.keys(process.env).some(
   (name) =>
     /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|W\d_)/.test(name) && process.env[name] !== '',

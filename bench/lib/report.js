@@ -328,13 +328,13 @@ function resultTables({ systems, summary, config }) {
   return lines;
 }
 
-/** The root README's performance section: the tables and the targets of the latest run. */
+/** docs/performance.md's latest results: the tables and the targets of the latest run. */
 function readmeSection({ systems, summary, targets, machine, startedAt, durationS, config }) {
   return [
     `Latest full run: ${startedAt.slice(0, 10)}, ${Math.round(durationS)} s, medians of ${config.reps} ` +
       `(stale statistics: ${config.staleReps}); ${machine.cpuModel}, ${machine.cores} cores shared by every process; ` +
       `PostgreSQL ${machine.postgres} (synchronous_commit ${machine.postgresSettings.synchronous_commit}); ` +
-      `repository at ${machine.repoCommit}. Definitions and notes: [bench/README.md](bench/README.md#latest-results).`,
+      `repository at ${machine.repoCommit}. Definitions and notes: [bench/README.md](../bench/README.md#latest-results).`,
     '',
     ...resultTables({ systems, summary, config }),
     '',

@@ -33,7 +33,7 @@ export class QueueService {
    *
    * @param queueName a queue declared in `DedupQueueModule.forRoot({ queues })`
    * @param workflow the `@Workflow()` method (`this.tasks.process`) or its registered name (`'UserTasks.process'`)
-   * @param args the arguments, stored as JSON (see the README for what round-trips)
+   * @param args the arguments, stored as JSON (see docs/api.md, "What round-trips through storage")
    * @param options `deduplicationId`, `onDuplicate`, `workflowId`, `timeoutMs`, `partitionKey`, `priority`, `delayMs`,
    *   `runAt`, `deduplicationWindowMs`, `manager` or `db` (see `EnqueueOptions`)
    * @throws QueueDeduplicatedError when `deduplicationId` is held by an ENQUEUED or PENDING workflow of the queue

@@ -2,8 +2,8 @@ import { WORKFLOW_EVENT_METADATA } from '../dedup-queue.constants';
 import type { WorkflowEventName } from '../interfaces/workflow-event.interface';
 
 /**
- * Calls the decorated provider method for each `event` that happens in this process (see the README, "Operating
- * it", for where each event happens), with a `WorkflowEvent` (`{ event, workflowId, queueName, workflowName, ... }`).
+ * Calls the decorated provider method for each `event` that happens in this process (see docs/operations.md,
+ * "Workflow events", for where each event happens), with a `WorkflowEvent` (`{ event, workflowId, queueName, workflowName, ... }`).
  * Each occurrence is delivered once. The method runs synchronously where the event happens; return a promise to
  * work asynchronously (it is not awaited). A method that throws or rejects is logged and never affects the queue.
  * Stack several decorators to listen to several events.

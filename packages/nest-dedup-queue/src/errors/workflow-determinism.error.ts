@@ -13,7 +13,7 @@ export class WorkflowDeterminismError extends DedupQueueError {
   ) {
     super(
       `Workflow "${workflowId}" called step "${calledStep}" as step #${stepIndex}, but "${recordedStep}" was recorded ` +
-        `there; workflow code must call the same steps in the same order on every run (see "Determinism" in the README)`,
+        `there; workflow code must call the same steps in the same order on every run (see "Determinism" in docs/durable-workflows.md)`,
     );
   }
 }

@@ -93,7 +93,7 @@ export interface DedupQueueModuleOptions {
   /**
    * Prometheus metrics through `prom-client` (an optional peer: install it). `true` registers them on prom-client's
    * default registry; `{ registry }` on the given one. Queue depths and the oldest wait are read from Postgres at
-   * scrape time (cluster-wide); counters and histograms count what this process did. See the README, "Operating it".
+   * scrape time (cluster-wide); counters and histograms count what this process did. See docs/operations.md, "Metrics".
    * Default: no metrics.
    */
   metrics?: boolean | DedupQueueMetricsOptions;
