@@ -238,7 +238,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     expect(paused!.lastRunAt).not.toBeNull();
   }, 90_000);
 
-  it('boots the new release on it, which applies the breaking migration 013 once', async () => {
+  it('boots the new release on it, which applies the breaking migration 013 once, and the ones after it', async () => {
     bootStartedAt = await databaseNow(pool);
     app = await startQueueApp({ schema, executorId, queues: [{ name: 'upgrade' }, { name: 'parked' }] }, [
       UpgradeTasks,
@@ -247,7 +247,10 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     const { rows } = await pool.query(
       `SELECT version, breaking FROM "${schema}".schema_migrations WHERE version > 12 ORDER BY version`,
     );
-    expect(rows).toEqual([{ version: 13, breaking: true }]);
+    expect(rows).toEqual([
+      { version: 13, breaking: true },
+      { version: 14, breaking: false },
+    ]);
     const { rows: relations } = await pool.query(
       `SELECT relname, relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
        WHERE n.nspname = $1 AND relname IN ('workflow_queue', 'workflow_history', 'workflow_history_legacy', 'workflows')
