@@ -47,6 +47,7 @@ function ensureBuilt(config) {
 async function main() {
   if (process.argv.includes('--soak')) return require('./soak').main();
   if (process.argv.includes('--upgrade')) return require('./upgrade/measure').main();
+  if (process.argv.includes('--wal')) return require('./storage/wal-per-job').main();
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);

@@ -91,15 +91,27 @@ describe('dashboard reads use indexes (PENDING rows are left out of the list ind
     }
     const reads = capture.captured.filter(({ text }) => /^\s*(SELECT|\(SELECT)/.test(text));
     expect(reads.length).toBeGreaterThan(0);
+    // The history's partitions that hold the seeded rows; a scan of an empty one (a day to come) costs nothing.
+    const populated = new Set(
+      (
+        await pool.query<{ relname: string }>(
+          `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r' AND reltuples > 0
+             AND relname LIKE 'workflow_history%'`,
+          [schema],
+        )
+      ).rows.map((row) => row.relname),
+    );
+    expect(populated.size).toBeGreaterThan(0);
     for (const { text, values } of reads) {
       const plan = (await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values)).rows.map(
         (row) => row['QUERY PLAN'],
       );
       // NOTE: a capped count may scan under its LIMIT when most rows match (it stops at the cap); a list may not.
       const list = text.includes('ORDER BY');
-      const unbounded = plan.filter(
-        (line, at) => /Seq Scan on workflows/.test(line) && (list || !underLimit(plan, at)),
-      );
+      const unbounded = plan.filter((line, at) => {
+        const scanned = /Seq Scan on (\w+)/.exec(line)?.[1];
+        return scanned !== undefined && populated.has(scanned) && (list || !underLimit(plan, at));
+      });
       if (unbounded.length > 0) throw new Error(`a table scan for ${path}:\n${text}\n${plan.join('\n')}`);
       if (list) expect(plan.join('\n')).toMatch(/Index (Only )?Scan|Bitmap Index Scan/);
     }

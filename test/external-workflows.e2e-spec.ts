@@ -102,7 +102,8 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
 
   it("applies the worker's options when the producer's own decorator says otherwise", async () => {
     const stale = staleProducer.get(StaleExtTasks);
-    const handle = await staleProducer.queues.enqueue('tasks', stale.flaky, ['b']);
+    // Not due for a moment, so that the row is read as the producer wrote it, before a worker claims it.
+    const handle = await staleProducer.queues.enqueue('tasks', stale.flaky, ['b'], { delayMs: 500 });
     const stored = await row(handle.workflowId);
     expect(stored.max_attempts).toBe(1);
     await expect(handle.getResult()).resolves.toBe('b ok after 3');

@@ -1,4 +1,5 @@
 import type { QueueDatabase } from './queue-database';
+import { lockSchema } from './schema-lock';
 import { isLockTimeout } from './sql-errors';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
@@ -27,10 +28,7 @@ export class HistoryPartitions {
   /** Creates the missing daily partitions from the newest one through `daysAhead` days from today; their days. */
   async extend(daysAhead = PARTITION_DAYS_AHEAD): Promise<string[]> {
     return this.database.transaction(async (query) => {
-      await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', [
-        'nest-dedup-queue',
-        this.database.schema,
-      ]);
+      await lockSchema(query, this.database.schema);
       const [row] = await query<{ days: string[] | null }>(
         `SELECT array_agg(to_char(d AT TIME ZONE 'UTC', 'YYYY-MM-DD') ORDER BY d) AS days
          FROM generate_series(

@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { Migration } from './migrations';
 import type { QueueDatabase } from './queue-database';
+import { lockSchema } from './schema-lock';
 import { isConnectionFailure } from './sql-errors';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -47,7 +48,7 @@ async function applyNext(
   migrations: readonly Migration[],
 ): Promise<MigrationStep> {
   const schema = database.schemaSql;
-  await query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['nest-dedup-queue', database.schema]);
+  await lockSchema(query, database.schema);
   await query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
   await query(`
     CREATE TABLE IF NOT EXISTS ${schema}.schema_migrations (

@@ -208,11 +208,11 @@ export class WorkflowInserter {
 
   /**
    * Keeps exactly one follow-up for a key whose holder has started (running, or waiting to retry or to be run again
-   * after a recovery): updates the waiting one with the latest
-   * arguments, or inserts it (ENQUEUED, not due, holding the key's "next" slot) while the holder is still running.
-   * A trigger hands the key to the follow-up in the statement that frees it. Undefined when the holder is no longer
-   * running. NOTE: the holder row is locked FOR SHARE while the follow-up is inserted, so the holder cannot end in
-   * between and leave the follow-up waiting forever.
+   * after a recovery): updates the waiting one with the latest arguments, or inserts it (ENQUEUED, not due, holding
+   * the key's "next" slot) while the holder is still running. The statement that frees the key hands it to the
+   * follow-up (see `endWorkflowsSql`). Undefined when the holder is no longer running. NOTE: the holder row is locked
+   * FOR SHARE while the follow-up is inserted, so the holder cannot end in between and leave the follow-up waiting
+   * forever.
    */
   async upsertFollowUp(workflow: NewWorkflow): Promise<{ workflowId: string; created: boolean } | undefined> {
     for (let round = 0; round < 3; round++) {

@@ -11,6 +11,7 @@ import { dashboard } from './010-dashboard.migration';
 import { followUpHandOver } from './011-follow-up-hand-over.migration';
 import { dashboardIndexesWithoutPending } from './012-dashboard-indexes-without-pending.migration';
 import { activeWorkApartFromHistory } from './013-active-work-apart-from-history.migration';
+import { enqueueFromSql } from './014-enqueue-from-sql.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -28,6 +29,7 @@ export const MIGRATIONS: readonly Migration[] = [
   followUpHandOver,
   dashboardIndexesWithoutPending,
   activeWorkApartFromHistory,
+  enqueueFromSql,
 ];
 
 export type { Migration } from './migration.interface';
