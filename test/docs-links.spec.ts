@@ -21,6 +21,9 @@ describe('the links of the README and docs/', () => {
       'sharing-the-applications-typeorm-connection',
     );
     expect(headingSlug('Schedules: coming from `@nestjs/schedule`')).toBe('schedules-coming-from-nestjsschedule');
+    expect(headingSlug('From SQL and triggers: `<schema>.enqueue_workflow(...)`')).toBe(
+      'from-sql-and-triggers-schemaenqueue_workflow',
+    );
   });
 
   describe('on broken links', () => {

@@ -17,7 +17,7 @@ function withoutCode(markdown: string): string {
 export function headingSlug(heading: string): string {
   return heading
     .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1') // a link in a heading keeps its text
-    .replace(/<[^>]+>/g, '')
+    .replace(/(`+)([\s\S]*?)\1|<[^>]+>/g, (match, ticks?: string, code?: string) => (ticks ? (code ?? '') : '')) // tags go, code stays
     .trim()
     .toLowerCase()
     .replace(/[^\p{L}\p{N}\p{M}\- _]/gu, '')
