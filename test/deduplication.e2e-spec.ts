@@ -142,13 +142,13 @@ describe('deduplication contract', () => {
     try {
       await finisher.query('BEGIN');
       await finisher.query(
-        `WITH moved AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1 RETURNING *)
-         INSERT INTO "${schema}".workflow_history SELECT * FROM moved`,
+        `UPDATE "${schema}".workflow_queue SET status = 'SUCCESS', output = '"finished"', completed_at = now()
+         WHERE workflow_id = $1`,
         [first.workflowId],
       );
       await finisher.query(
-        `UPDATE "${schema}".workflow_history SET status = 'SUCCESS', output = '"finished"', completed_at = now()
-         WHERE workflow_id = $1`,
+        `WITH moved AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1 RETURNING *)
+         INSERT INTO "${schema}".workflow_history SELECT * FROM moved`,
         [first.workflowId],
       );
       const again = app.queues.enqueue('tasks', tasks.echo, ['finishing'], { workflowId: 'wf-finishing' });
@@ -167,6 +167,7 @@ describe('deduplication contract', () => {
       expect(second.workflowId).toBe(first.workflowId);
       await expect(second.getResult()).resolves.toBe('finished');
     } finally {
+      await finisher.query('ROLLBACK').catch(() => undefined);
       finisher.release();
     }
     const rows = await pool.query(
