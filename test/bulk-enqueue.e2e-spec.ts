@@ -19,6 +19,7 @@ import type { BulkReport } from './fixtures/child-policy-enqueuer';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { activeTableLockWaits } from './support/lock-waits';
 
 @Injectable()
 class BulkTasks {
@@ -305,17 +306,9 @@ describe('enqueueMany', () => {
         await locker.query(`LOCK TABLE ${table} IN SHARE MODE`);
         children[0].send({ type: 'bulk', round, queue: 'bulk', keys: forA });
         children[1].send({ type: 'bulk', round, queue: 'bulk', keys: forB });
-        await waitFor(
-          async () =>
-            (
-              await pool.query(
-                `SELECT count(*)::int AS waiting FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND application_name LIKE 'policy-enqueuer-%' AND query LIKE $1`,
-                [`%"${schema}".workflow_queue%`],
-              )
-            ).rows[0].waiting >= 2,
-          { what: 'both bulk statements to wait for the table' },
-        );
+        await waitFor(async () => (await activeTableLockWaits(pool, schema, 'policy-enqueuer-%')) >= 2, {
+          what: 'both bulk statements to wait for the table',
+        });
       } finally {
         await locker.query('COMMIT');
         locker.release();

@@ -10,6 +10,7 @@ import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { waitFor } from './support/wait-for';
+import { activeTableLockWaits } from './support/lock-waits';
 
 describe('deduplication contract', () => {
   const schema = uniqueSchema('dedup');
@@ -152,16 +153,9 @@ describe('deduplication contract', () => {
         [first.workflowId],
       );
       const again = app.queues.enqueue('tasks', tasks.echo, ['finishing'], { workflowId: 'wf-finishing' });
-      await waitFor(
-        async () =>
-          (
-            await pool.query(
-              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-              [`%"${schema}".workflow_queue%`],
-            )
-          ).rows[0].n === 1,
-        { what: 'the second enqueue to wait on the finishing row' },
-      );
+      await waitFor(async () => (await activeTableLockWaits(pool, schema)) === 1, {
+        what: 'the second enqueue to wait on the finishing row',
+      });
       await finisher.query('COMMIT');
       const second = await again;
       expect(second.workflowId).toBe(first.workflowId);

@@ -19,6 +19,7 @@ import { ConnectedDriver, TRANSACTION_DRIVERS } from './fixtures/transaction-dri
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { activeTableLockWaits } from './support/lock-waits';
 
 @Injectable()
 class DriverTasks {
@@ -69,14 +70,7 @@ const workflowExists = async (workflowId: string) =>
   (await pool.query(`SELECT 1 FROM ${table} WHERE workflow_id = $1`, [workflowId])).rowCount === 1;
 const orderExists = async (id: string) =>
   (await pool.query(`SELECT 1 FROM "${schema}".orders WHERE id = $1`, [id])).rowCount === 1;
-/** How many statements on the active table wait for a lock (an enqueue of a key an open transaction holds). */
-const waitingInserts = async () =>
-  (
-    await pool.query(
-      `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-      [`%"${schema}".workflow_queue%`],
-    )
-  ).rows[0].waiting as number;
+const waitingInserts = () => activeTableLockWaits(pool, schema);
 /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */
 const settle = <T>(promise: Promise<T>) =>
   promise.then(

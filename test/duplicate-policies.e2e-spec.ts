@@ -26,6 +26,7 @@ import { Gate } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { activeTableLockWaits } from './support/lock-waits';
 
 /** Concurrent enqueues per process and storm; two processes fire at once. */
 const PER_PROCESS = 50;
@@ -1074,17 +1075,9 @@ describe('duplicate policies, windows and events in one process', () => {
             deduplicationId: `window-burst-earlier-${n}`,
           }),
         );
-        await waitFor(
-          async () =>
-            (
-              await pool.query(
-                `SELECT count(*)::int AS waiting FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND application_name = 'window-burst' AND query LIKE $1`,
-                [`%"${schema}".workflow_queue%`],
-              )
-            ).rows[0].waiting >= 2,
-          { what: 'two enqueues to wait for the table' },
-        );
+        await waitFor(async () => (await activeTableLockWaits(pool, schema, 'window-burst')) >= 2, {
+          what: 'two enqueues to wait for the table',
+        });
         burst = Promise.allSettled(
           Array.from({ length: 20 }, () =>
             enqueuer.queues.enqueue('local', burstTasks.hold, ['window-burst-new-holder'], { deduplicationId: key }),

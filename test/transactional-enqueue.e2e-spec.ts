@@ -20,6 +20,7 @@ import { DataSource, EntityManager } from 'typeorm';
 import { Gate } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { waitFor } from './support/wait-for';
+import { activeTableLockWaits } from './support/lock-waits';
 
 @Injectable()
 class TxTasks {
@@ -153,14 +154,7 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     (await pool.query(`SELECT id FROM "${schema}".orders WHERE id = ANY($1) ORDER BY id`, [ids])).rows.map(
       (row) => row.id,
     );
-  /** How many statements on this schema's workflows wait for a lock (an enqueue of a key an open transaction holds). */
-  const waitingInserts = async () =>
-    (
-      await pool.query(
-        `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-        [`%"${schema}".workflow_queue%`],
-      )
-    ).rows[0].waiting as number;
+  const waitingInserts = () => activeTableLockWaits(pool, schema);
   /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */
   const settle = <T>(promise: Promise<T>) =>
     promise.then(
