@@ -5,7 +5,9 @@
  * outcomes, retries, steps, cancel, timeouts, recovery, resume, reschedule, give-back, look-ups), captures each
  * statement, EXPLAINs it with its parameters and reads every scan of the active table in the plan: each must
  * filter by `queue_name`, or be a probe by `workflow_id` made by a call that cannot know the queue (listed below,
- * and in docs/how-it-runs.md).
+ * and in docs/how-it-runs.md). It also runs each statement in a transaction it rolls back, to check that only
+ * claims commit without waiting for the disk (`synchronous_commit = off`): enqueues and outcomes, which callers
+ * see, wait for it.
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';
@@ -102,7 +104,7 @@ class StepTasks {
 
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
-  const capture = captureStatements(/workflow_queue|\.workflows\b/);
+  const capture = captureStatements(/workflow_queue|\.workflows\b|synchronous_commit/);
   let pool: Pool;
   let app: QueueApp;
 
@@ -221,5 +223,45 @@ describe('every statement that reaches the active table names its queue', () => 
         'counts per queue (countByStatus(), metrics, dashboard totals)',
       ]),
     );
+  });
+
+  it('lets only claims commit without waiting for the disk', async () => {
+    capture.capturing = false;
+    const statements = new Map(capture.captured.map((statement) => [statement.text, statement]));
+    const withoutFlush: string[] = [];
+    const waiting: string[] = [];
+    const client = await pool.connect();
+    try {
+      for (const { text, values } of statements.values()) {
+        if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
+        await client.query('BEGIN');
+        // NOTE: a claim only runs its parts when there is a workflow to claim: one waits in the rolled-back transaction.
+        await client.query(
+          `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
+           VALUES ('sync-probe', 'work', 'RecordingTasks.echo', 'ENQUEUED', '["probe"]')`,
+        );
+        await client.query('SAVEPOINT statement');
+        const ran = await client.query(text, values).then(
+          () => true,
+          () => false,
+        );
+        if (!ran) await client.query('ROLLBACK TO SAVEPOINT statement');
+        const [{ synchronous_commit: setting }] = (
+          await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit')
+        ).rows;
+        await client.query('ROLLBACK');
+        if (setting === 'off') withoutFlush.push(text.trim());
+        else if (ran && /INSERT INTO \S+\.(workflow_queue|workflow_history)/.test(text)) waiting.push(text.trim());
+      }
+    } finally {
+      client.release();
+    }
+    const claims = /SET status = 'PENDING', executor_id = \$2/;
+    expect(withoutFlush.length).toBeGreaterThan(0);
+    expect(withoutFlush.filter((text) => !claims.test(text) || /INSERT INTO/.test(text))).toEqual([]);
+    // Enqueues and outcomes (every statement that writes a workflow in or out) commit synchronously.
+    expect(waiting.length).toBeGreaterThan(2);
+    // A claim of a queue with global limits runs in a transaction that turns it off for that transaction only.
+    expect(capture.captured.some(({ text }) => /SET LOCAL synchronous_commit = off/.test(text))).toBe(true);
   });
 });
