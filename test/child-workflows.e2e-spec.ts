@@ -1,5 +1,13 @@
-import { ChildKeyHeldByParentError, QueueService, WorkflowStatusInfo } from 'nest-dedup-queue';
+import { Test } from '@nestjs/testing';
+import {
+  ChildKeyHeldByParentError,
+  DedupQueueDashboardModule,
+  DedupQueueModule,
+  QueueService,
+  WorkflowStatusInfo,
+} from 'nest-dedup-queue';
 import type { Pool } from 'pg';
+import request from 'supertest';
 import { ComposeTasks, composeTablesSql } from './fixtures/child-compose-tasks';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
@@ -232,6 +240,43 @@ describe('child workflows', () => {
       deduplicationId: 'own',
     });
     expect(await childrenOf(parent.workflowId)).toEqual([]);
+  });
+
+  it("shows the tree in the dashboard: a parent's children, a child's parent", async () => {
+    await startWorker('dashboard-worker');
+    const parent = await queues.enqueue('parents', tasks.childWorkflowsParent, ['x', 'y']);
+    await parent.getResult({ timeoutMs: 20_000 });
+    const module = await Test.createTestingModule({
+      imports: [
+        DedupQueueModule.forRoot({
+          connection: { url: databaseUrl(), poolSize: 2 },
+          schema,
+          queues: [{ name: 'parents' }, { name: 'children' }],
+          worker: false,
+        }),
+        DedupQueueDashboardModule.forRoot(),
+      ],
+    }).compile();
+    const http = module.createNestApplication({ logger: false });
+    await http.init();
+    try {
+      const { body: parentPage } = await request(http.getHttpServer())
+        .get(`/queues/api/workflows/${parent.workflowId}`)
+        .expect(200);
+      // Positions 0 and 1 enqueue, 2 and 3 await their results, and so on.
+      const positions = [0, 1, 4, 5];
+      const childIds = positions.map((position) => `${parent.workflowId}-${position}`);
+      expect(parentPage).toMatchObject({ parentWorkflowId: null });
+      expect(parentPage.children).toEqual(
+        positions.map((stepIndex) => ({ workflowId: `${parent.workflowId}-${stepIndex}`, stepIndex })),
+      );
+      const { body: childPage } = await request(http.getHttpServer())
+        .get(`/queues/api/workflows/${childIds[0]}`)
+        .expect(200);
+      expect(childPage).toMatchObject({ parentWorkflowId: parent.workflowId, children: [] });
+    } finally {
+      await http.close();
+    }
   });
 
   it('keeps enqueue outside a workflow as it was: no parent, a generated ID', async () => {
