@@ -33,6 +33,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
       'queue.service.ts',
       'enqueue/',
       'control/',
+      'composition/',
       'lookup/',
       'workflow-handle.factory.ts',
       'queue-workflow.handle.ts',

@@ -109,9 +109,19 @@ describe('retention drops whole days of history', () => {
       [`${day(18)} 13:00:00+00`],
     );
 
+    for (const workflowId of ['old-1', 'beside-active']) {
+      await pool.query(
+        `INSERT INTO "${schema}".workflow_events (queue_name, workflow_id, key, value, workflow_created_at)
+         SELECT queue_name, workflow_id, 'progress', '1', created_at FROM "${schema}".workflows WHERE workflow_id = $1`,
+        [workflowId],
+      );
+    }
+
     const result = await partitions.prune(RETENTION_MS);
 
     expect(result.days).toEqual([old]);
+    const events = await pool.query(`SELECT workflow_id FROM "${schema}".workflow_events ORDER BY 1`);
+    expect(events.rows.map((row) => row.workflow_id)).toEqual(['beside-active']);
     const left = await tables();
     expect(left).not.toContain(`workflow_history_p${old}`);
     expect(left).not.toContain(`steps_p${old}`);

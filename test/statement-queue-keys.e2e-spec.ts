@@ -11,7 +11,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';
-import { Workflow, runStep } from 'nest-dedup-queue';
+import { QueueService, Workflow, runStep, setEvent } from 'nest-dedup-queue';
 import { ExecutorStore, QueueDatabase } from 'nest-dedup-queue/testing';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
@@ -45,6 +45,11 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     what: 'retention: is a workflow of that day still active',
     kind: 'across queues',
     shape: /^SELECT b\.name, b\.lower, b\.upper FROM/,
+  },
+  {
+    what: "retention: a dropped day's events",
+    kind: 'across queues',
+    shape: /^DELETE FROM \S+\.workflow_events WHERE workflow_created_at >= \$1/,
   },
   {
     what: 'counts per queue (countByStatus(), metrics, dashboard totals)',
@@ -102,9 +107,32 @@ class StepTasks {
   static readonly failed = new Set<string>();
 }
 
+/** Workflows that compose: a child enqueued and awaited, an event, and a parent left running with a child. */
+@Injectable()
+class ParentTasks {
+  constructor(
+    private readonly queues: QueueService,
+    private readonly tasks: RecordingTasks,
+  ) {}
+
+  @Workflow()
+  async parent(label: string): Promise<unknown> {
+    const child = await this.queues.enqueue('work', this.tasks.echo, [label], { deduplicationId: `child-${label}` });
+    const result = await child.getResult();
+    await setEvent('done', result);
+    return result;
+  }
+
+  @Workflow()
+  async holdingParent(label: string): Promise<void> {
+    await this.queues.enqueue('work', this.tasks.blocked, [label]);
+    await this.tasks.gate(`${label}-parent`).wait();
+  }
+}
+
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
-  const capture = captureStatements(/workflow_queue|\.workflows\b|synchronous_commit/);
+  const capture = captureStatements(/workflow_queue|\.workflows|workflow_events|synchronous_commit/);
   let pool: Pool;
   let app: QueueApp;
 
@@ -126,7 +154,7 @@ describe('every statement that reaches the active table names its queue', () => 
         ],
         worker: { queues: ['work', 'limited', 'keyed', 'rated'] },
       },
-      [RecordingTasks, StepTasks],
+      [RecordingTasks, StepTasks, ParentTasks],
     );
   });
 
@@ -176,6 +204,17 @@ describe('every statement that reaches the active table names its queue', () => 
     tasks.gate('hold').open();
     await holder.getResult();
 
+    const parent = await queues.enqueue('work', app.get(ParentTasks).parent, ['composed']);
+    await expect(queues.getEvent(parent.workflowId, 'done', { timeoutMs: 10_000 })).resolves.toBe('composed');
+    await parent.getResult();
+    const holding = await queues.enqueue('work', app.get(ParentTasks).holdingParent, ['holding']);
+    await waitFor(async () => (await queues.list({ queueName: 'work', status: 'PENDING' })).length === 2, {
+      what: 'the parent and its child to run',
+    });
+    await queues.cancel(holding.workflowId, { cancelChildren: true });
+    tasks.gate('holding').open();
+    tasks.gate('holding-parent').open();
+
     // A dead executor's workflow, recovered by this process's sweep.
     await pool.query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, executor_id,
@@ -204,7 +243,8 @@ describe('every statement that reaches the active table names its queue', () => 
         await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${text}`, values)
       ).rows;
       explained++;
-      for (const conditions of scansOf(plan[0].Plan, 'workflow_queue')) {
+      const scans = [...scansOf(plan[0].Plan, 'workflow_queue'), ...scansOf(plan[0].Plan, 'workflow_events')];
+      for (const conditions of scans) {
         if (/queue_name = /.test(conditions)) continue;
         const known = UNKEYED_BY_DESIGN.find(({ shape }) => shape.test(text.trim()));
         if (known && (known.kind === 'across queues' || /workflow_id = /.test(conditions))) {

@@ -28,6 +28,9 @@ import { EnqueueService } from './enqueue/enqueue.service';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { QueueControlService } from './control/queue-control.service';
+import { ChildWorkflows } from './composition/child-workflows';
+import { WorkflowEvents } from './composition/workflow-events';
+import { ChildWorkflowStore } from './database/child-workflow.store';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { ExecutorStore } from './database/executor.store';
@@ -97,6 +100,9 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     WorkflowLookupService,
     WorkflowControlService,
     QueueControlService,
+    onDatabase(ChildWorkflowStore),
+    ChildWorkflows,
+    WorkflowEvents,
     QueueService,
     DedupQueueHealthIndicator,
     onDatabase(ScheduleStore),

@@ -10,6 +10,7 @@ export {
 export { Scheduled } from './decorators/scheduled.decorator';
 export { ScheduleService } from './scheduling/schedule.service';
 export { runStep, stepManager, workflowContext } from './execution/workflow-context';
+export { setEvent } from './composition/workflow-events';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,

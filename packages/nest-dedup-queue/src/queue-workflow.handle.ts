@@ -6,7 +6,8 @@ import { WorkflowFailedError } from './errors/workflow-failed.error';
 import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
 import { WorkflowResultTimeoutError } from './errors/workflow-result-timeout.error';
 import type { EnqueuedWorkflowHandle, GetResultOptions } from './interfaces/workflow-handle.interface';
-import type { WorkflowStatusInfo } from './interfaces/workflow-status.interface';
+import { FINISHED_WORKFLOW_STATUSES, type WorkflowStatusInfo } from './interfaces/workflow-status.interface';
+import { executionFrames } from './execution/execution-frames';
 import { fromStoredJson } from './utils/stored-json';
 import type { WorkflowCompletions } from './workflow-completions';
 
@@ -31,24 +32,46 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
     return { ...status, result: fromStoredJson<R>(stored?.output ?? null) };
   }
 
+  /**
+   * Waits for the workflow's result. Awaited inside a running workflow (outside a step), the outcome is recorded at
+   * the caller's position: a re-executed caller gets the same result or error at once, and its wait ends when the
+   * caller is cancelled or interrupted.
+   */
   async getResult(options: GetResultOptions = {}): Promise<R> {
+    const frame = executionFrames.getStore();
+    if (!frame || frame.inStep) return this.toResult(await this.waitForOutcome(options));
+    const { signal } = frame.execution.context;
+    const outcome = await frame.execution.runStep(
+      `getResult ${this.workflowId}`,
+      () => this.waitForOutcome(options, signal),
+      {},
+    );
+    return this.toResult(outcome);
+  }
+
+  /** Waits until the workflow finished (or the deadline passed, or `signal` aborted) and gives its stored outcome. */
+  private async waitForOutcome(options: GetResultOptions, signal?: AbortSignal): Promise<WorkflowResultRow> {
     const deadline = options.timeoutMs === undefined ? Infinity : Date.now() + options.timeoutMs;
     let pollMs = FIRST_POLL_MS;
     for (;;) {
+      signal?.throwIfAborted();
       const row = await this.readResult(deadline);
-      switch (row?.status) {
-        case 'SUCCESS':
-          return fromStoredJson<R>(row.output);
-        case 'ERROR':
-          throw new WorkflowFailedError(this.workflowId, row.error ?? { name: 'Error', message: 'unknown error' });
-        case 'CANCELLED':
-        case 'MAX_RECOVERY_ATTEMPTS_EXCEEDED':
-          throw new WorkflowCancelledError(this.workflowId, row.status);
-      }
+      if (row && FINISHED_WORKFLOW_STATUSES.includes(row.status)) return row;
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw new WorkflowResultTimeoutError(this.workflowId, options.timeoutMs ?? 0);
       await this.completions.waitFor(this.workflowId, Math.min(pollMs, remaining));
       pollMs = Math.min(pollMs * 2, MAX_POLL_MS);
+    }
+  }
+
+  private toResult(row: WorkflowResultRow): R {
+    switch (row.status) {
+      case 'SUCCESS':
+        return fromStoredJson<R>(row.output);
+      case 'ERROR':
+        throw new WorkflowFailedError(this.workflowId, row.error ?? { name: 'Error', message: 'unknown error' });
+      default:
+        throw new WorkflowCancelledError(this.workflowId, row.status);
     }
   }
 

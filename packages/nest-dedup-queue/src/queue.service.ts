@@ -1,11 +1,15 @@
 import { Injectable } from '@nestjs/common';
+import { ChildWorkflows } from './composition/child-workflows';
+import { WorkflowEvents } from './composition/workflow-events';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
 import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
+import type { CancelOptions } from './interfaces/cancel-options.interface';
 import type { DeduplicationEvent } from './interfaces/deduplication-event.interface';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
+import type { GetEventOptions } from './interfaces/get-event-options.interface';
 import type { ListWorkflowsOptions } from './interfaces/list-workflows-options.interface';
 import type { QueueLimits } from './interfaces/queue-options.interface';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
@@ -25,11 +29,18 @@ export class QueueService {
     private readonly lookup: WorkflowLookupService,
     private readonly workflows: WorkflowControlService,
     private readonly queues: QueueControlService,
+    private readonly children: ChildWorkflows,
+    private readonly events: WorkflowEvents,
   ) {}
 
   /**
    * Enqueues one run of a workflow. The row is written in one statement (one transaction, shared with concurrent
    * calls under load) and workers are woken on commit. Everything is validated before anything is written.
+   *
+   * Called inside a running workflow (outside its steps), the workflow enqueued is its child: its status names the
+   * parent (`parentWorkflowId`), its ID is derived from the parent's unless `workflowId` is given, and the outcome
+   * (the handle, or the `QueueDeduplicatedError`) is recorded at the parent's position, so that a re-executed parent
+   * gets the same outcome and writes nothing. See docs/composing-workflows.md.
    *
    * @param queueName a queue declared in `DedupQueueModule.forRoot({ queues })`
    * @param workflow the `@Workflow()` method (`this.tasks.process`) or its registered name (`'UserTasks.process'`)
@@ -38,6 +49,7 @@ export class QueueService {
    *   `runAt`, `deduplicationWindowMs`, `manager` or `db` (see `EnqueueOptions`)
    * @throws QueueDeduplicatedError when `deduplicationId` is held by an ENQUEUED or PENDING workflow of the queue
    *   (or one still in its deduplication window) and the policy is to reject
+   * @throws ChildKeyHeldByParentError inside a workflow, for a child of its own queue with its own deduplication ID
    * @throws UnknownQueueError, UnknownWorkflowError, InvalidArgumentError, WorkflowIdConflictError
    */
   enqueue<F extends WorkflowFunction>(
@@ -67,7 +79,7 @@ export class QueueService {
     const [queueName, workflow, args, options = {}] = Array.isArray(call[1])
       ? ([this.enqueuing.defaultQueue(call[0]), ...call] as EnqueueCall)
       : (call as EnqueueCall);
-    return this.enqueuing.enqueue(queueName, workflow, args, options);
+    return this.children.enqueue(queueName, workflow, args, options);
   }
 
   /**
@@ -76,6 +88,7 @@ export class QueueService {
    * outcome per item, in order: `created`, `duplicate` (with the holder's ID) or `existing` (its `workflowId` was
    * used before). Duplicates are reported, not thrown. Everything is validated before anything is written.
    * With `options.db` (or `options.manager`) the rows are written in the caller's transaction, as for `enqueue`.
+   * Inside a running workflow the items are its children and the whole call is recorded at one position, as `enqueue`.
    */
   async enqueueMany(
     queueName: string,
@@ -83,7 +96,7 @@ export class QueueService {
     items: BulkEnqueueItem[],
     options: BulkEnqueueOptions = {},
   ): Promise<BulkEnqueueResult[]> {
-    return this.enqueuing.enqueueMany(queueName, workflow, items, options);
+    return this.children.enqueueMany(queueName, workflow, items, options);
   }
 
   /** A handle to the workflow that holds a deduplication ID in a queue now, or undefined when the ID is free. */
@@ -117,10 +130,23 @@ export class QueueService {
    * body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once, whether
    * or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow keeps
    * its status. Resolves with the workflow's status afterwards.
+   *
+   * With `{ cancelChildren: true }` it then cancels the unfinished workflows this workflow's body enqueued (its
+   * children, whatever their queue), and theirs in turn; never a workflow it only joined (`return-existing`).
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
-  async cancel(workflowId: string): Promise<WorkflowStatus> {
-    return this.workflows.cancel(workflowId);
+  async cancel(workflowId: string, options?: CancelOptions): Promise<WorkflowStatus> {
+    return this.children.cancel(workflowId, options);
+  }
+
+  /**
+   * The last value workflow `workflowId` published under `key` with `setEvent`, from any process: resolves as soon
+   * as it is set (at once if it is), or with `undefined` after `options.timeoutMs` (default 60 s; 0 reads once).
+   * Values set in this process are seen at once; others within half a second (polling).
+   * @throws InvalidArgumentError when `workflowId` or `key` is not a non-empty string, or the timeout is not valid
+   */
+  async getEvent<T = unknown>(workflowId: string, key: string, options?: GetEventOptions): Promise<T | undefined> {
+    return this.events.getEvent<T>(workflowId, key, options);
   }
 
   /**

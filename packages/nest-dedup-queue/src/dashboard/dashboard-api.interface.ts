@@ -79,6 +79,20 @@ export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
   deadlineAt: string | null;
   updatedAt: string;
   steps: DashboardStep[];
+  /** The workflow whose body enqueued this one, or null. */
+  parentWorkflowId: string | null;
+  /**
+   * The workflows this one's body created (its children), in the order it enqueued them, read from its recorded
+   * enqueues: a holder it only joined (`return-existing`) or that refused it is not one of them.
+   */
+  children: DashboardChild[];
+}
+
+/** A child workflow, as its parent recorded it. */
+export interface DashboardChild {
+  workflowId: string;
+  /** The parent's step position that enqueued it. */
+  stepIndex: number;
 }
 
 /** `GET <path>/api/schedules`: one schedule, a `@Scheduled` method's or one made with `ScheduleService.create()`. */

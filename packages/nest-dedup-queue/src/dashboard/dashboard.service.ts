@@ -13,12 +13,13 @@ import { QueueService } from '../queue.service';
 import type {
   DashboardCount,
   DashboardQueue,
+  DashboardChild,
   DashboardWorkflowDetail,
   DashboardWorkflowPage,
   DashboardWorkflowSummary,
 } from './dashboard-api.interface';
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
-import { DashboardStore, ListCursor, SummaryRow, WorkflowListFilter } from './dashboard.store';
+import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
@@ -132,6 +133,8 @@ export class DashboardService {
       timeoutMs: row.timeout_ms,
       deadlineAt: isoOrNull(row.deadline_at),
       updatedAt: row.updated_at.toISOString(),
+      parentWorkflowId: row.parent_workflow_id,
+      children: childrenOf(steps),
       steps: steps.map((step) => ({
         index: step.step_index,
         name: step.step_name,
@@ -301,4 +304,25 @@ function plainObject(body: unknown, fields: string[]): Record<string, unknown> {
   if (unknown !== undefined) throw new InvalidArgumentError(unknown, `is not accepted here; use ${fields.join(', ')}`);
   if (keys.length === 0) throw new InvalidArgumentError('body', `must give at least one of ${fields.join(', ')}`);
   return { ...body };
+}
+
+/** The children a workflow created, from its recorded `enqueue` and `enqueueMany` positions (see ChildWorkflows). */
+function childrenOf(steps: StepRow[]): DashboardChild[] {
+  return steps.flatMap((step) => {
+    const outcomes: unknown[] = step.step_name.startsWith('enqueue ')
+      ? [step.output]
+      : step.step_name.startsWith('enqueueMany ') && Array.isArray(step.output)
+        ? (step.output as unknown[])
+        : [];
+    return outcomes
+      .filter(
+        (outcome): outcome is { workflowId: string } =>
+          typeof outcome === 'object' &&
+          outcome !== null &&
+          typeof (outcome as { workflowId?: unknown }).workflowId === 'string' &&
+          ((outcome as { created?: unknown }).created === true ||
+            (outcome as { status?: unknown }).status === 'created'),
+      )
+      .map((outcome) => ({ workflowId: outcome.workflowId, stepIndex: step.step_index }));
+  });
 }

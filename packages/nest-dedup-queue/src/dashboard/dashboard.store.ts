@@ -55,6 +55,7 @@ export interface DetailRow extends SummaryRow {
   timeout_ms: number | null;
   deadline_at: Date | null;
   updated_at: Date;
+  parent_workflow_id: string | null;
 }
 
 export interface StepRow {
@@ -271,7 +272,7 @@ export class DashboardStore {
   async findDetail(workflowId: string): Promise<DetailRow | undefined> {
     const rows = await this.database.query<DetailRow>(
       `SELECT ${SUMMARY_COLUMNS}, inputs, output, error, failed_attempts, max_attempts, recovery_attempts,
-              max_recovery_attempts, timeout_ms, deadline_at, updated_at
+              max_recovery_attempts, timeout_ms, deadline_at, updated_at, parent_workflow_id
        FROM ${this.table} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       READ,

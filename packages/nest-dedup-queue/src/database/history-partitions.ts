@@ -13,7 +13,8 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 /**
  * The daily partitions of the history and of the steps (by the day, UTC, a workflow was created): a day's workflows
- * and their steps live in `workflow_history_pYYYYMMDD` and `steps_pYYYYMMDD`. `extend` creates the days up to a week
+ * and their steps live in `workflow_history_pYYYYMMDD` and `steps_pYYYYMMDD` (their events, in `workflow_events`, are
+ * deleted by creation day when the day is dropped). `extend` creates the days up to a week
  * ahead; `prune` drops a day's two partitions whole once every workflow created that day finished more than the
  * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
  * `steps_legacy`, `steps_before`) in batches, as retention did before.
@@ -71,7 +72,7 @@ export class HistoryPartitions {
       { idempotent: true },
     );
     for (const partition of expired) {
-      if (await this.dropDay(partition.name, retentionMs)) days.push(partition.name.replace(/^workflow_history_p/, ''));
+      if (await this.dropDay(partition, retentionMs)) days.push(partition.name.replace(/^workflow_history_p/, ''));
     }
     const rows = await this.database.query(
       `WITH pruned AS (
@@ -81,7 +82,11 @@ export class HistoryPartitions {
              AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
                              WHERE a.workflow_id = l.workflow_id AND a.queue_name = l.queue_name)
            LIMIT $2 FOR UPDATE SKIP LOCKED))
-         RETURNING workflow_id, created_at
+         RETURNING workflow_id, queue_name, created_at
+       ),
+       events_pruned AS (
+         DELETE FROM ${this.tables.events} AS e USING pruned AS p
+         WHERE e.queue_name = p.queue_name AND e.workflow_id = p.workflow_id
        ),
        steps_pruned AS (
          DELETE FROM ${this.tables.steps} AS s USING pruned AS p
@@ -95,8 +100,9 @@ export class HistoryPartitions {
     return { days, rows: rows.length };
   }
 
-  /** Drops one day of history and its steps, unless a workflow of it finished within the retention. */
-  private async dropDay(historyPartition: string, retentionMs: number): Promise<boolean> {
+  /** Drops one day of history, its steps and its events, unless a workflow of it finished within the retention. */
+  private async dropDay(day: { name: string; lower: Date; upper: Date }, retentionMs: number): Promise<boolean> {
+    const historyPartition = day.name;
     const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
     const dropping = this.database.transaction(async (query: Query) => {
       await query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
@@ -106,6 +112,10 @@ export class HistoryPartitions {
         [retentionMs],
       );
       if (recent.length > 0) return false;
+      await query(`DELETE FROM ${this.tables.events} WHERE workflow_created_at >= $1 AND workflow_created_at < $2`, [
+        day.lower,
+        day.upper,
+      ]);
       await query(`DROP TABLE ${this.database.schemaSql}.${historyPartition}`);
       await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${stepsPartition}`);
       return true;

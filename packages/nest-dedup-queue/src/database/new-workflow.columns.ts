@@ -25,6 +25,7 @@ export const NEW_WORKFLOW_INPUTS = {
   dedup_window_ms: { type: 'int', value: (w) => w.deduplicationWindowMs },
   release_key_on_error: { type: 'bool', value: (w) => w.releaseKeyOnError },
   trace_context: { type: 'text', value: (w) => w.traceContext },
+  parent_workflow_id: { type: 'text', value: (w) => w.parentWorkflowId },
 } satisfies Record<string, NewWorkflowInput>;
 
 export type NewWorkflowInputName = keyof typeof NEW_WORKFLOW_INPUTS;
@@ -58,6 +59,7 @@ export function newWorkflowColumns(
     dedup_window_ms: () => input('dedup_window_ms'),
     release_key_on_error: () => input('release_key_on_error'),
     trace_context: () => input('trace_context'),
+    parent_workflow_id: () => input('parent_workflow_id'),
   };
   // NOTE: an overridden column never asks for its inputs, so a statement has no parameter it does not use.
   const sql = Object.entries(columns).map(([column, value]) => [column, overrides[column] ?? value()] as const);

@@ -21,4 +21,6 @@ export interface NewWorkflow {
   releaseKeyOnError: boolean;
   /** The W3C `traceparent` of the enqueue's span, when it was traced. */
   traceContext: string | null;
+  /** The workflow whose body enqueued this one, when it was enqueued from inside a running workflow. */
+  parentWorkflowId: string | null;
 }

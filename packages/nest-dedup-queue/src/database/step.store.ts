@@ -46,7 +46,8 @@ export class StepStore {
   private readonly workflows: string;
 
   constructor(
-    private readonly database: QueueDatabase,
+    /** The database the checkpoints are written to (a running workflow's events go there too). */
+    readonly database: QueueDatabase,
     /** How long a step's transaction may sit idle (its process stalled) before Postgres ends it. */
     private readonly idleTransactionTimeoutMs: number,
   ) {

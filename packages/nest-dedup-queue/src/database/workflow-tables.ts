@@ -2,13 +2,15 @@
  * The tables of a schema (since migration 013), named once. `active`: what can still run (ENQUEUED, DELAYED,
  * PENDING), dead letters waiting for `resume`, and the key records of finished workflows whose deduplication window
  * is open; keyed by `(workflow_id, queue_name)`. `history`: finished workflows, partitioned by day of creation.
- * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history.
+ * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history. `events`: the
+ * values workflows published with `setEvent` (since migration 015).
  */
 export interface WorkflowTables {
   active: string;
   history: string;
   workflows: string;
   steps: string;
+  events: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -17,6 +19,7 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     history: `${schemaSql}.workflow_history`,
     workflows: `${schemaSql}.workflows`,
     steps: `${schemaSql}.steps`,
+    events: `${schemaSql}.workflow_events`,
   };
 }
 
@@ -52,6 +55,7 @@ export const WORKFLOW_COLUMNS = [
   'dedup_expires_at',
   'next_deduplication_id',
   'trace_context',
+  'parent_workflow_id',
 ] as const;
 
 export type WorkflowColumn = (typeof WORKFLOW_COLUMNS)[number];

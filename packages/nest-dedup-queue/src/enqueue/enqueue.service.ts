@@ -4,6 +4,7 @@ import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { executionFrames } from '../execution/execution-frames';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
@@ -135,6 +136,7 @@ export class EnqueueService {
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
       traceContext: null,
+      parentWorkflowId: executionFrames.getStore()?.execution.context.workflowId ?? null,
     };
     return { valid, row };
   }

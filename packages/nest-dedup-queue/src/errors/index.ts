@@ -14,3 +14,4 @@ export * from './workflow-result-timeout.error';
 export * from './workflow-determinism.error';
 export * from './workflow-interrupted.error';
 export * from './schedule-not-found.error';
+export * from './child-key-held-by-parent.error';

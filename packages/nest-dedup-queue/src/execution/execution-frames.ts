@@ -1,11 +1,16 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
+import type { QueueDatabase } from '../database/queue-database';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 
 /** What the workflow's own code reaches of the run it belongs to: its context and its next step. */
 export interface FramedExecution {
   readonly context: WorkflowContext;
+  /** The module's database, for what the workflow's code records besides steps (events). */
+  readonly database: QueueDatabase;
+  /** The position the next `runStep` call takes (a child workflow's ID is derived from it). */
+  readonly nextStep: number;
   runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T>;
 }
 

@@ -1,3 +1,4 @@
+import type { QueueDatabase } from '../database/queue-database';
 import type { RecordedStep, StepCheckpoint, StepStore } from '../database/step.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
@@ -28,6 +29,14 @@ export class WorkflowExecution implements FramedExecution {
     private readonly interrupt: (reason: 'ownership-lost') => void,
     private readonly trace: RunTrace = { step: (_name, body) => body() },
   ) {}
+
+  get database(): QueueDatabase {
+    return this.steps.database;
+  }
+
+  get nextStep(): number {
+    return this.nextStepIndex;
+  }
 
   /** Runs the workflow body in this execution's context. */
   run<T>(body: () => Promise<T>): Promise<T> {

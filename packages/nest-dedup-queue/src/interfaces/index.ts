@@ -17,3 +17,5 @@ export * from './workflow-event.interface';
 export * from './workflow-function.interface';
 export * from './workflow-context.interface';
 export * from './dashboard-options.interface';
+export * from './cancel-options.interface';
+export * from './get-event-options.interface';

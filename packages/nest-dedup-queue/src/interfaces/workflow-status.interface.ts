@@ -73,4 +73,9 @@ export interface WorkflowStatusInfo<R = unknown> {
   priority: number;
   /** While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. */
   notBefore: Date | null;
+  /**
+   * The workflow whose body enqueued this one (a child workflow), or null when it was enqueued from outside a
+   * workflow. See docs/composing-workflows.md.
+   */
+  parentWorkflowId: string | null;
 }

@@ -679,6 +679,24 @@
           field('Finished', formatTime(workflow.completedAt)),
           workflow.notBefore ? field('Not before', formatTime(workflow.notBefore)) : [],
           workflow.deadlineAt ? field('Deadline', formatTime(workflow.deadlineAt)) : [],
+          workflow.parentWorkflowId
+            ? field(
+                'Parent',
+                h('a', { href: workflowLink(workflow.parentWorkflowId), class: 'mono' }, workflow.parentWorkflowId),
+              )
+            : [],
+          workflow.children.length
+            ? field(
+                'Children',
+                h(
+                  'ul',
+                  { class: 'children' },
+                  workflow.children.map((child) =>
+                    h('li', {}, h('a', { href: workflowLink(child.workflowId), class: 'mono' }, child.workflowId)),
+                  ),
+                ),
+              )
+            : [],
         ),
         h('div', {}, h('h2', {}, 'Inputs'), h('pre', {}, json(workflow.inputs)), outcome),
       ),

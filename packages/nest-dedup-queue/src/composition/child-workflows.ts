@@ -1,0 +1,178 @@
+import { Injectable } from '@nestjs/common';
+import { ChildWorkflowStore } from '../database/child-workflow.store';
+import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { WorkflowControlService } from '../control/workflow-control.service';
+import { EnqueueService } from '../enqueue/enqueue.service';
+import { ChildKeyHeldByParentError } from '../errors/child-key-held-by-parent.error';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
+import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
+import { type FramedExecution, executionFrames } from '../execution/execution-frames';
+import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from '../interfaces/bulk-enqueue.interface';
+import type { CancelOptions } from '../interfaces/cancel-options.interface';
+import type { EnqueueOptions } from '../interfaces/enqueue-options.interface';
+import type { EnqueuedWorkflowHandle } from '../interfaces/workflow-handle.interface';
+import type { WorkflowContext } from '../interfaces/workflow-context.interface';
+import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
+import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
+import { abortableDelay, backoffDelayMs } from '../utils/backoff';
+import { WorkflowHandleFactory } from '../workflow-handle.factory';
+
+/** How an enqueue inside a workflow waits for an unavailable database (the parent waits; nothing is recorded). */
+const UNAVAILABLE_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
+
+/** What the parent records of one child enqueue: the handle's workflow and whether this parent created it. */
+interface RecordedEnqueue {
+  workflowId: string;
+  created: boolean;
+}
+
+/**
+ * Enqueues made inside a running workflow (outside its steps): each is recorded at the parent's position, like a
+ * step, so that a re-executed parent gets the same child (or the same `QueueDeduplicatedError`) and writes nothing.
+ * A child's ID is derived from its parent's (`<parent>-<position>`, or `<parent>-<position>-<item>` in a batch)
+ * unless the caller gives one, so an enqueue repeated after a crash between the insert and its record finds the same
+ * row. Elsewhere (outside a workflow, inside a step, in a caller's transaction) enqueues pass straight through.
+ */
+@Injectable()
+export class ChildWorkflows {
+  constructor(
+    private readonly enqueuing: EnqueueService,
+    private readonly registry: WorkflowRegistry,
+    private readonly handles: WorkflowHandleFactory,
+    private readonly store: ChildWorkflowStore,
+    private readonly control: WorkflowControlService,
+  ) {}
+
+  /**
+   * See `QueueService.cancel`: cancels the workflow, then (with `cancelChildren`) its unfinished children, found by
+   * their parent column in every declared queue, and theirs in turn. Returns the workflow's status afterwards.
+   */
+  async cancel(workflowId: string, options: CancelOptions = {}): Promise<WorkflowStatus> {
+    const status = await this.control.cancel(workflowId);
+    if (options?.cancelChildren === true) await this.cancelDescendants(workflowId);
+    return status;
+  }
+
+  private async cancelDescendants(parentWorkflowId: string): Promise<void> {
+    const queues = await this.store.queueNames();
+    const seen = new Set([parentWorkflowId]);
+    const parents = [parentWorkflowId];
+    for (let parent = parents.shift(); parent !== undefined; parent = parents.shift()) {
+      for (const queueName of queues) {
+        for (const child of await this.store.unfinishedChildren(queueName, parent)) {
+          if (seen.has(child)) continue;
+          seen.add(child);
+          await this.cancelIfThere(child);
+          parents.push(child);
+        }
+      }
+    }
+  }
+
+  /** A child that finished (or went) since it was listed is left as it is. */
+  private async cancelIfThere(workflowId: string): Promise<void> {
+    try {
+      await this.control.cancel(workflowId);
+    } catch (error) {
+      if (!(error instanceof WorkflowNotFoundError)) throw error;
+    }
+  }
+
+  /** See `QueueService.enqueue`. */
+  async enqueue(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    args: unknown[],
+    options: EnqueueOptions = {},
+  ): Promise<EnqueuedWorkflowHandle<unknown>> {
+    const parent = this.recordingParent(options);
+    if (!parent) return this.enqueuing.enqueue(queueName, workflow, args, options);
+    const derivedId = `${parent.context.workflowId}-${parent.nextStep}`;
+    // NOTE: nothing may be awaited between reading nextStep and runStep taking that position.
+    const recorded = await parent.runStep(
+      `enqueue ${this.nameOf(workflow)}`,
+      () =>
+        this.whileUnavailable(parent.context, async () => {
+          await this.refuseParentKey(parent.context, queueName, options.deduplicationId);
+          const childId = typeof options.workflowId === 'string' ? options.workflowId : derivedId;
+          const handle = await this.enqueuing.enqueue(queueName, workflow, args, { ...options, workflowId: childId });
+          return {
+            workflowId: handle.workflowId,
+            created: handle.created || (childId === derivedId && handle.workflowId === derivedId),
+          } satisfies RecordedEnqueue;
+        }),
+      {},
+    );
+    return this.handles.handle(recorded.workflowId, recorded.created);
+  }
+
+  /** See `QueueService.enqueueMany`. Inside a workflow the whole batch is one recorded position. */
+  async enqueueMany(
+    queueName: string,
+    workflow: WorkflowFunction | string,
+    items: BulkEnqueueItem[],
+    options: BulkEnqueueOptions = {},
+  ): Promise<BulkEnqueueResult[]> {
+    const parent = this.recordingParent(options);
+    if (!parent || !Array.isArray(items)) return this.enqueuing.enqueueMany(queueName, workflow, items, options);
+    const prefix = `${parent.context.workflowId}-${parent.nextStep}`;
+    return parent.runStep(
+      `enqueueMany ${this.nameOf(workflow)}`,
+      () =>
+        this.whileUnavailable(parent.context, async () => {
+          const derived = items.map((item, index) =>
+            typeof item?.options?.workflowId === 'string' ? undefined : `${prefix}-${index}`,
+          );
+          for (const item of items) {
+            await this.refuseParentKey(parent.context, queueName, item?.options?.deduplicationId);
+          }
+          const withIds = items.map((item, index) => ({
+            ...item,
+            options: { ...item?.options, workflowId: derived[index] ?? item?.options?.workflowId },
+          }));
+          const results = await this.enqueuing.enqueueMany(queueName, workflow, withIds, options);
+          return results.map((result, index) =>
+            result.status === 'existing' && result.workflowId === derived[index]
+              ? { ...result, status: 'created' as const }
+              : result,
+          );
+        }),
+      {},
+    );
+  }
+
+  /** The running workflow whose position an enqueue takes, or undefined when it is not recorded. */
+  private recordingParent(options: EnqueueOptions | BulkEnqueueOptions): FramedExecution | undefined {
+    const frame = executionFrames.getStore();
+    if (!frame || frame.inStep || options?.db !== undefined || options?.manager !== undefined) return undefined;
+    return frame.execution;
+  }
+
+  private nameOf(workflow: WorkflowFunction | string): string {
+    try {
+      return this.registry.resolveName(workflow);
+    } catch {
+      return typeof workflow === 'string' ? workflow : 'unknown';
+    }
+  }
+
+  /** A child in the parent's queue with the key the parent holds could never start while the parent runs. */
+  private async refuseParentKey(parent: WorkflowContext, queueName: string, deduplicationId: unknown): Promise<void> {
+    if (queueName !== parent.queueName || typeof deduplicationId !== 'string') return;
+    if ((await this.store.heldKey(parent.queueName, parent.workflowId)) === deduplicationId) {
+      throw new ChildKeyHeldByParentError(parent.workflowId, queueName, deduplicationId);
+    }
+  }
+
+  /** Runs `enqueue`, waiting and trying again while the database is unavailable, until the parent is interrupted. */
+  private async whileUnavailable<T>(parent: WorkflowContext, enqueue: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await enqueue();
+      } catch (error) {
+        if (!(error instanceof DatabaseUnavailableError)) throw error;
+        await abortableDelay(backoffDelayMs(attempt, UNAVAILABLE_RETRY), parent.signal);
+      }
+    }
+  }
+}

@@ -1,0 +1,80 @@
+import { Injectable } from '@nestjs/common';
+import { QueueDatabase } from '../database/queue-database';
+import { workflowEventStore } from '../database/workflow-event.store';
+import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
+import { DedupQueueError } from '../errors/dedup-queue.error';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { executionFrames } from '../execution/execution-frames';
+import type { GetEventOptions } from '../interfaces/get-event-options.interface';
+import { fromStoredJson, toStoredJson } from '../utils/stored-json';
+
+const FIRST_POLL_MS = 10;
+const MAX_POLL_MS = 500;
+/** How long `getEvent` waits by default. */
+export const DEFAULT_GET_EVENT_TIMEOUT_MS = 60_000;
+
+/**
+ * Publishes `value` (stored as JSON) under `key` for the running workflow; the last value set for a key wins, and
+ * `QueueService.getEvent(workflowId, key)` reads it from any process. Recorded at the workflow's position like a
+ * step: a re-executed workflow does not set it again. Use it to report progress, or an intermediate result, to
+ * whoever follows the workflow (a caller refused with 409 can follow the holder's).
+ *
+ * @throws DedupQueueError when called outside a running workflow (inside a `@Workflow()` method)
+ * @throws InvalidArgumentError when `key` is not a non-empty string, or `value` cannot be stored as JSON
+ */
+export async function setEvent(key: string, value: unknown): Promise<void> {
+  const frame = executionFrames.getStore();
+  if (!frame) {
+    throw new DedupQueueError('setEvent() is only available while a workflow runs (inside a @Workflow() method)');
+  }
+  if (typeof key !== 'string' || key === '') throw new InvalidArgumentError('key', 'must be a non-empty string');
+  let valueJson: string;
+  try {
+    valueJson = toStoredJson(value, 'value');
+  } catch (error) {
+    throw new InvalidArgumentError('value', (error as Error).message.replace(/^value /, ''));
+  }
+  const { execution } = frame;
+  const { queueName, workflowId } = execution.context;
+  const store = workflowEventStore(execution.database);
+  const publish = async () => {
+    await store.set(queueName, workflowId, key, valueJson);
+  };
+  if (frame.inStep) return publish();
+  await execution.runStep(`setEvent ${key}`, publish, {});
+}
+
+/** Reads the events workflows publish with `setEvent`, waiting for a key until it is set. */
+@Injectable()
+export class WorkflowEvents {
+  constructor(private readonly database: QueueDatabase) {}
+
+  /** See `QueueService.getEvent`. */
+  async getEvent<T = unknown>(workflowId: string, key: string, options: GetEventOptions = {}): Promise<T | undefined> {
+    if (typeof workflowId !== 'string' || workflowId === '') {
+      throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
+    }
+    if (typeof key !== 'string' || key === '') throw new InvalidArgumentError('key', 'must be a non-empty string');
+    const timeoutMs = options?.timeoutMs ?? DEFAULT_GET_EVENT_TIMEOUT_MS;
+    if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
+      throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more');
+    }
+    const store = workflowEventStore(this.database);
+    const deadline = Date.now() + timeoutMs;
+    let queueName: string | undefined;
+    let pollMs = FIRST_POLL_MS;
+    for (;;) {
+      try {
+        queueName ??= await store.queueOf(workflowId);
+        const found = queueName === undefined ? undefined : await store.get(queueName, workflowId, key);
+        if (found) return fromStoredJson<T>(found.valueJson);
+      } catch (error) {
+        if (!(error instanceof DatabaseUnavailableError) || Date.now() >= deadline) throw error;
+      }
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) return undefined;
+      await store.waitFor(workflowId, key, Math.min(pollMs, remaining));
+      pollMs = Math.min(pollMs * 2, MAX_POLL_MS);
+    }
+  }
+}

@@ -1,0 +1,96 @@
+import type { QueueDatabase } from './queue-database';
+import { STATUS_SQL } from './workflow-status.sql';
+import { workflowTables } from './workflow-tables';
+
+/**
+ * The SQL of workflow events (`setEvent` / `getEvent`): the last value of each key a workflow published, keyed by
+ * queue, workflow and key; and the waiters of this process, woken at once when a workflow of this process sets a
+ * key (other processes' values are found by polling).
+ */
+export class WorkflowEventStore {
+  private readonly events: string;
+  private readonly active: string;
+  private readonly workflows: string;
+  private readonly waiters = new Map<string, Set<() => void>>();
+
+  constructor(private readonly database: QueueDatabase) {
+    const tables = workflowTables(database.schemaSql);
+    this.events = tables.events;
+    this.active = tables.active;
+    this.workflows = tables.workflows;
+  }
+
+  /**
+   * Sets `key` of a running workflow to `valueJson` (the last value wins), stamped with the workflow's creation
+   * time for retention. False when the workflow is not running (cancelled meanwhile): nothing is written.
+   */
+  async set(queueName: string, workflowId: string, key: string, valueJson: string): Promise<boolean> {
+    const rows = await this.database.query(
+      `INSERT INTO ${this.events} AS e (queue_name, workflow_id, key, value, updated_at, workflow_created_at)
+       SELECT w.queue_name, w.workflow_id, $3, $4::json, now(), w.created_at FROM ${this.active} AS w
+       WHERE w.queue_name = $1 AND w.workflow_id = $2 AND w.status = ${STATUS_SQL.PENDING}
+       ON CONFLICT (queue_name, workflow_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
+       RETURNING e.key`,
+      [queueName, workflowId, key, valueJson],
+      { idempotent: true },
+    );
+    this.wake(workflowId, key);
+    return rows.length === 1;
+  }
+
+  /** The queue of a workflow, or undefined when no workflow has this ID (yet). */
+  async queueOf(workflowId: string): Promise<string | undefined> {
+    const rows = await this.database.query<{ queue_name: string }>(
+      `SELECT queue_name FROM ${this.workflows} WHERE workflow_id = $1 LIMIT 1`,
+      [workflowId],
+      { idempotent: true },
+    );
+    return rows[0]?.queue_name;
+  }
+
+  /** The value of `key` as JSON text, or undefined while it is not set. */
+  async get(queueName: string, workflowId: string, key: string): Promise<{ valueJson: string } | undefined> {
+    const rows = await this.database.query<{ value: string }>(
+      `SELECT value::text AS value FROM ${this.events} WHERE queue_name = $1 AND workflow_id = $2 AND key = $3`,
+      [queueName, workflowId, key],
+      { idempotent: true },
+    );
+    return rows[0] && { valueJson: rows[0].value };
+  }
+
+  /** Resolves when this process sets `key` of `workflowId`, or after `timeoutMs`, whichever comes first. */
+  waitFor(workflowId: string, key: string, timeoutMs: number): Promise<void> {
+    const id = JSON.stringify([workflowId, key]);
+    return new Promise((resolve) => {
+      const waiters = this.waiters.get(id) ?? new Set();
+      this.waiters.set(id, waiters);
+      const done = () => {
+        clearTimeout(timer);
+        waiters.delete(done);
+        if (waiters.size === 0) this.waiters.delete(id);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      waiters.add(done);
+    });
+  }
+
+  private wake(workflowId: string, key: string): void {
+    for (const done of [...(this.waiters.get(JSON.stringify([workflowId, key])) ?? [])]) done();
+  }
+}
+
+const stores = new WeakMap<QueueDatabase, WorkflowEventStore>();
+
+/**
+ * The event store of a module's database: one per database, so that `setEvent` (called from a workflow's code,
+ * which reaches the database through its execution) and `QueueService.getEvent` share the waiters of this process.
+ */
+export function workflowEventStore(database: QueueDatabase): WorkflowEventStore {
+  let store = stores.get(database);
+  if (!store) {
+    store = new WorkflowEventStore(database);
+    stores.set(database, store);
+  }
+  return store;
+}
