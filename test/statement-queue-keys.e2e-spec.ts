@@ -132,7 +132,7 @@ class ParentTasks {
 
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
-  const capture = captureStatements(/workflow_queue|\.workflows|workflow_events|synchronous_commit/);
+  const capture = captureStatements(/workflow_queue|\.workflows\b|workflow_events|synchronous_commit/);
   let pool: Pool;
   let app: QueueApp;
 
