@@ -1,8 +1,7 @@
 /**
- * Claiming ahead for quick workflows: a worker whose bodies return within milliseconds claims more than its free
- * slots into a local buffer (two claims in flight), yet never runs more than `workerConcurrency` bodies at once, runs
- * each workflow once, and holds no buffered workflow behind slots that stop freeing: it gives them back to the
- * queue after a short hold, and at shutdown.
+ * Claiming ahead: a worker whose bodies return within milliseconds claims more than its free slots into a local
+ * buffer, yet never runs more than `workerConcurrency` bodies at once, runs each workflow once, and holds no buffered
+ * workflow behind slots that stop freeing: it gives them back to the queue after a short hold, and at shutdown.
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';

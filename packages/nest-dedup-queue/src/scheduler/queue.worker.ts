@@ -26,11 +26,7 @@ const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
 const ABANDONED_WARNING_AFTER_MS = 1000;
 /** Later reminders that an abandoned body still runs: at 1 minute, then each time its age doubles, at least hourly. */
 const ABANDONED_REMINDER = { firstMs: 60_000, maxIntervalMs: 3_600_000 };
-/**
- * A queue's workflows are quick while their bodies take less than this on average, and at least `workerConcurrency`
- * of them returned in a row, each less than this after the one before, the last less than this ago: they are then
- * claimed ahead of free slots, into a local buffer.
- */
+/** A queue's workflows are quick while their bodies take less than this, on average (see `QueueWorker`). */
 const QUICK_BODY_MS = 10;
 /** A buffered workflow not started within this long is put back in its queue, for any process to take. */
 const BUFFER_HOLD_MS = 250;
@@ -79,15 +75,16 @@ interface AbandonedRun {
 }
 
 /**
- * Drains one queue in this process: claims as many workflows as it has free slots (`workerConcurrency`, and the
- * queue's global `concurrency` as counted in Postgres), runs each on its provider with its recorded steps, records
- * the outcome (or schedules a retry), and claims again when a slot frees or a wake-up arrives. In a queue without
- * global limits, the next claim is made in the statement that records outcomes. A slot frees once its outcome is
- * recorded, so the executor's PENDING rows are at most `workerConcurrency`; but quick workflows (see
- * `QUICK_BODY_MS`) free their slot when the body returns (the outcome is written meanwhile) and are claimed ahead,
- * up to `workerConcurrency` more, into a local buffer that fills slots as they free, by two claims in flight at
- * once, so that claiming overlaps running. A buffered workflow not started within `BUFFER_HOLD_MS`, or still
- * buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
+ * Drains one queue in this process: claim, run, record. It claims when woken (work was announced, a timer fired)
+ * and after each recorded outcome, runs each claimed workflow in one of `workerConcurrency` slots with its recorded
+ * steps, and records its outcome (or schedules a retry); in a queue without global limits the next claim rides in
+ * the statement that records outcomes. A slot frees once its outcome is recorded, so the executor's PENDING rows
+ * are at most `workerConcurrency`, with one exception: while a queue without global limits is quick (its bodies
+ * average under `QUICK_BODY_MS`), a slot frees as soon as the body returns (the outcome is written meanwhile), and
+ * a claim riding in an outcome write asks for up to `workerConcurrency` more than the free slots, into a local
+ * buffer started in claim order as slots free, so that the next workflows are already here while the write is in
+ * the database. Claims in flight count against the room. A buffered workflow not started within `BUFFER_HOLD_MS`,
+ * or still buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
  */
 export class QueueWorker {
   private readonly logger = new Logger('DedupQueueScheduler');
@@ -99,11 +96,8 @@ export class QueueWorker {
   private givingBack: Promise<unknown> = Promise.resolve();
   /** A moving average of how long bodies take, in milliseconds; undefined before the first returns. */
   private bodyMs?: number;
-  private lastReturnAt = -Infinity;
-  /** Bodies returned in a row, each less than `QUICK_BODY_MS` after the one before. */
-  private quickReturns = 0;
   private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
-  /** The claims in flight (at most two: see `claimRoom`), and how many workflows they ask for in all. */
+  /** The claims in flight (one of `claimLoop`, and those attached to outcome writes) and what they ask for in all. */
   private readonly claims = new Set<Promise<void>>();
   private claimingLimit = 0;
   private claimLoopRun?: Promise<void>;
@@ -132,7 +126,7 @@ export class QueueWorker {
 
   private claimSoon(): void {
     if (this.stopped || !this.mayHaveWork) return;
-    if (this.claimLoopRun || this.claims.size >= this.claimLanes(this.deps.settings.effective(this.queueName))) {
+    if (this.claimLoopRun) {
       this.claimAgain = true;
       return;
     }
@@ -227,14 +221,15 @@ export class QueueWorker {
 
   /**
    * The claim to make in the statement that records `outcomes` of this queue: as many as `claimRoom`, counting the
-   * slots that recording them frees. None while claims are held or the queue has global limits or is paused.
+   * slots that recording them frees, and claiming ahead while the queue is quick. None while claims are held or the
+   * queue has global limits or is paused.
    */
   claimWithOutcomes(outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
     if (this.stopped || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
     const queue = this.deps.settings.effective(this.queueName);
     if (queue.paused || hasGlobalLimits(queue)) return undefined;
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
-    const limit = this.claimRoom(queue, freeing.length, true);
+    const limit = this.claimRoom(queue, freeing.length, this.quick(queue));
     if (limit <= 0) return undefined;
     const settle = this.claimStarted(limit);
     this.claimAgain = false;
@@ -289,30 +284,17 @@ export class QueueWorker {
   }
 
   /**
-   * How many to claim now (0: none): the free slots (with those `freeing`: outcomes being recorded with this claim),
-   * less the buffer and what the claims in flight ask for. Quick workflows are also claimed ahead into the buffer, by
-   * two claims in flight each asking for at most half of twice `workerConcurrency`, so that one claim's workflows run
-   * while the other is in the database.
+   * How many to claim now (0 or less: none): the free slots (with those `freeing`: outcomes being recorded with this
+   * claim), and `workerConcurrency` more when claiming `ahead`, less the buffer and what the claims in flight ask for.
    */
-  private claimRoom(queue: ResolvedQueue, freeing = 0, attached = false): number {
-    const lanes = this.claimLanes(queue);
-    if (this.claims.size >= lanes) return 0;
-    // NOTE: claiming ahead rides on recorded outcomes: a claim in their statement, or the second lane beside one.
-    const ahead = lanes > 1 && (attached || this.claims.size > 0);
+  private claimRoom(queue: ResolvedQueue, freeing = 0, ahead = false): number {
     const capacity = queue.workerConcurrency * (ahead ? 2 : 1);
-    const room = capacity - (this.running.size - freeing) - this.buffered.length - this.claimingLimit;
-    return Math.min(room, queue.workerConcurrency + freeing);
+    return capacity - (this.running.size - freeing) - this.buffered.length - this.claimingLimit;
   }
 
-  /** Two claims in flight for quick workflows (see `QUICK_BODY_MS`), each for up to `workerConcurrency`; else one. */
-  private claimLanes(queue: ResolvedQueue): number {
-    const quick =
-      !hasGlobalLimits(queue) &&
-      this.bodyMs !== undefined &&
-      this.bodyMs < QUICK_BODY_MS &&
-      this.quickReturns >= queue.workerConcurrency &&
-      performance.now() - this.lastReturnAt < QUICK_BODY_MS;
-    return quick ? 2 : 1;
+  /** Whether the queue's bodies are quick (see the class doc): never with global limits, whose counts stay exact. */
+  private quick(queue: ResolvedQueue): boolean {
+    return !hasGlobalLimits(queue) && this.bodyMs !== undefined && this.bodyMs < QUICK_BODY_MS;
   }
 
   /** Counts a claim of `limit` as in flight until the returned function is called. */
@@ -405,7 +387,7 @@ export class QueueWorker {
     run.done = this.execute(claimed, run).finally(() => this.finished(run));
   }
 
-  /** The body returned and its outcome is being written: its slot goes to the next workflow. */
+  /** The body of a quick queue returned and its outcome is being written: its slot goes to the next workflow. */
   private bodyReturned(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) !== run) return;
     this.running.delete(run.workflowId);
@@ -482,14 +464,11 @@ export class QueueWorker {
       );
       const durationMs = performance.now() - startedAt;
       this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
-      const returnedAt = performance.now();
-      this.quickReturns = returnedAt - this.lastReturnAt < QUICK_BODY_MS ? this.quickReturns + 1 : 1;
-      this.lastReturnAt = returnedAt;
       if (controller.signal.aborted) return;
       if (outcome.status === 'ERROR') {
         this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
       }
-      if (this.claimLanes(this.deps.settings.effective(this.queueName)) > 1) this.bodyReturned(run);
+      if (this.quick(this.deps.settings.effective(this.queueName))) this.bodyReturned(run);
       if (await this.deps.outcomes.write(outcome, this.queueName)) {
         this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
       }
