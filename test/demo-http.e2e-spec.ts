@@ -43,7 +43,14 @@ describe('demo app over HTTP', () => {
       existingWorkflowId: first.body.workflow_id,
       location: `/workflows/${first.body.workflow_id}`,
     });
-    await request(server).get(duplicate.headers.location).expect(200);
+    const holder = await request(server).get(duplicate.headers.location).expect(200);
+    expect(holder.body.progress_url).toBe(`/workflows/${first.body.workflow_id}/progress`);
+    // The refused caller follows the holder's progress, published with setEvent as it works.
+    const following = await request(server).get(`${holder.body.progress_url}?waitMs=5000`).expect(200);
+    expect(following.body).toEqual({
+      workflow_id: first.body.workflow_id,
+      progress: { done: expect.any(Number), of: 4 },
+    });
     const joined = await request(server).post('/process/u1/join').expect(202);
     expect(joined.body).toEqual({ workflow_id: first.body.workflow_id, created: false });
     await request(server).post('/process/u2').expect(201);
@@ -57,6 +64,7 @@ describe('demo app over HTTP', () => {
       { what: 'the first workflow to finish' },
     );
     expect(done.result).toEqual({ userId: 'u1', processedAt: expect.any(String) });
+    expect(done.progress).toEqual({ done: 4, of: 4 });
 
     const again = await request(server).post('/process/u1/join').expect(201);
     expect(again.body.created).toBe(true);
@@ -65,6 +73,13 @@ describe('demo app over HTTP', () => {
       await pool.query(`SELECT status FROM "${schema}".workflows WHERE deduplication_id = 'u1' ORDER BY seq`)
     ).rows;
     expect(rows.map((row) => row.status)).toEqual(['SUCCESS', expect.stringMatching(/ENQUEUED|PENDING/)]);
+  });
+
+  it("answers 400 for a progress wait that is not a number, 404 for an unknown workflow's progress", async () => {
+    const server = app.getHttpServer();
+    await request(server).get('/workflows/nope/progress').expect(404);
+    const first = await request(server).post('/process/u-progress').expect(201);
+    await request(server).get(`/workflows/${first.body.workflow_id}/progress?waitMs=soon`).expect(400);
   });
 
   it('answers 404 for an unknown workflow', async () => {
