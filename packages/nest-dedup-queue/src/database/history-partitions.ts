@@ -12,8 +12,9 @@ const DROP_LOCK_TIMEOUT_MS = 2000;
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
- * The daily partitions of the history and of the steps (by the day, UTC, a workflow was created): a day's workflows
- * and their steps live in `workflow_history_pYYYYMMDD` and `steps_pYYYYMMDD`. `extend` creates the days up to a week
+ * The daily partitions of the history, the steps and the messages (by the day, UTC, a workflow was created): a day's
+ * workflows, their steps and messages live in `workflow_history_pYYYYMMDD`, `steps_pYYYYMMDD` and
+ * `workflow_messages_pYYYYMMDD`. `extend` creates the days up to a week
  * ahead; `prune` drops a day's two partitions whole once every workflow created that day finished more than the
  * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
  * `steps_legacy`, `steps_before`) in batches, as retention did before.
@@ -49,6 +50,10 @@ export class HistoryPartitions {
           `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.steps_p${suffix}
              PARTITION OF ${this.tables.steps} FOR VALUES ${range}`,
         );
+        await query(
+          `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.workflow_messages_p${suffix}
+             PARTITION OF ${this.database.schemaSql}.workflow_messages FOR VALUES ${range}`,
+        );
       }
       return days;
     });
@@ -81,7 +86,11 @@ export class HistoryPartitions {
              AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
                              WHERE a.workflow_id = l.workflow_id AND a.queue_name = l.queue_name)
            LIMIT $2 FOR UPDATE SKIP LOCKED))
-         RETURNING workflow_id, created_at
+         RETURNING workflow_id, queue_name, created_at
+       ),
+       messages_pruned AS (
+         DELETE FROM ${this.database.schemaSql}.workflow_messages AS m USING pruned AS p
+         WHERE m.queue_name = p.queue_name AND m.workflow_id = p.workflow_id AND m.workflow_created_at = p.created_at
        ),
        steps_pruned AS (
          DELETE FROM ${this.tables.steps} AS s USING pruned AS p
@@ -98,6 +107,7 @@ export class HistoryPartitions {
   /** Drops one day of history and its steps, unless a workflow of it finished within the retention. */
   private async dropDay(historyPartition: string, retentionMs: number): Promise<boolean> {
     const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
+    const messagesPartition = historyPartition.replace(/^workflow_history_p/, 'workflow_messages_p');
     const dropping = this.database.transaction(async (query: Query) => {
       await query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
       const recent = await query(
@@ -108,6 +118,7 @@ export class HistoryPartitions {
       if (recent.length > 0) return false;
       await query(`DROP TABLE ${this.database.schemaSql}.${historyPartition}`);
       await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${stepsPartition}`);
+      await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${messagesPartition}`);
       return true;
     });
     try {

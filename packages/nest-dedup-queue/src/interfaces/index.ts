@@ -17,3 +17,4 @@ export * from './workflow-event.interface';
 export * from './workflow-function.interface';
 export * from './workflow-context.interface';
 export * from './dashboard-options.interface';
+export * from './message-options.interface';
