@@ -41,7 +41,14 @@ const LAYERS: { name: string; paths: string[] }[] = [
   },
   {
     name: 'execution',
-    paths: ['scheduler/', 'execution/', 'observability/', 'queue-settings.ts', 'workflow-completions.ts'],
+    paths: [
+      'scheduler/',
+      'execution/',
+      'composition/',
+      'observability/',
+      'queue-settings.ts',
+      'workflow-completions.ts',
+    ],
   },
   { name: 'discovery', paths: ['discovery/'] },
   { name: 'database', paths: ['database/'] },

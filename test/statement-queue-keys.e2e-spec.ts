@@ -11,7 +11,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';
-import { QueueService, Workflow, runStep, setEvent } from 'nest-dedup-queue';
+import { QueueService, Workflow, recv, runStep, setEvent, sleep } from 'nest-dedup-queue';
 import { ExecutorStore, QueueDatabase } from 'nest-dedup-queue/testing';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
@@ -74,9 +74,12 @@ interface PlanNode {
  * The conditions under which each scan of `relation` in a plan reads its rows: its own (a bitmap heap scan's with
  * its index scans'), and those of the joins above it, which may match it on `queue_name` to rows already keyed.
  */
-function scansOf(node: PlanNode, relation: string, joins: string[] = []): string[] {
+function scansOf(node: PlanNode, relation: string | RegExp, joins: string[] = []): string[] {
+  const name = node['Relation Name'];
   const own =
-    node['Relation Name'] === relation && node['Node Type'] !== 'ModifyTable'
+    name !== undefined &&
+    (typeof relation === 'string' ? name === relation : relation.test(name)) &&
+    node['Node Type'] !== 'ModifyTable'
       ? [
           [
             node['Index Cond'],
@@ -102,6 +105,13 @@ class StepTasks {
     if (StepTasks.failed.has(label)) return `${first} ${failures > 0}`;
     StepTasks.failed.add(label);
     throw new Error('once');
+  }
+
+  /** Sleeps long enough to be suspended, then waits for a message (suspended again). */
+  @Workflow()
+  async sleepThenReceive(): Promise<unknown> {
+    await sleep(1100);
+    return recv('t', { timeoutMs: 10_000 });
   }
 
   static readonly failed = new Set<string>();
@@ -132,7 +142,9 @@ class ParentTasks {
 
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
-  const capture = captureStatements(/workflow_queue|\.workflows\b|workflow_events|synchronous_commit/);
+  const capture = captureStatements(
+    /workflow_queue|\.workflows\b|workflow_events|workflow_messages|synchronous_commit/,
+  );
   let pool: Pool;
   let app: QueueApp;
 
@@ -199,6 +211,16 @@ describe('every statement that reaches the active table names its queue', () => 
     await windowed.getResult();
     await queues.enqueue('work', tasks.echo, ['w'], { deduplicationId: 'window', onDuplicate: 'return-existing' });
     results.push((await queues.enqueue('work', app.get(StepTasks).stepsThenFailOnce, ['s'])).getResult());
+    const waiter = await queues.enqueue('work', app.get(StepTasks).sleepThenReceive, []);
+    await waitFor(
+      async () => {
+        const status = await waiter.getStatus();
+        return status.status === 'WAITING' && status.attempts === 2;
+      },
+      { what: 'the waiter to wait for its message', timeoutMs: 10_000 },
+    );
+    await queues.send(waiter.workflowId, 'message', { topic: 't', idempotencyKey: 'once' });
+    await expect(waiter.getResult()).resolves.toBe('message');
     const timed = await queues.enqueue('work', tasks.blocked, ['slow'], { timeoutMs: 300 });
     await expect(timed.getResult()).rejects.toThrow();
     tasks.gate('hold').open();
@@ -243,8 +265,7 @@ describe('every statement that reaches the active table names its queue', () => 
         await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${text}`, values)
       ).rows;
       explained++;
-      const scans = [...scansOf(plan[0].Plan, 'workflow_queue'), ...scansOf(plan[0].Plan, 'workflow_events')];
-      for (const conditions of scans) {
+      for (const conditions of scansOf(plan[0].Plan, /^(workflow_queue|workflow_events|workflow_messages(_\w+)?)$/)) {
         if (/queue_name = /.test(conditions)) continue;
         const known = UNKEYED_BY_DESIGN.find(({ shape }) => shape.test(text.trim()));
         if (known && (known.kind === 'across queues' || /workflow_id = /.test(conditions))) {
@@ -255,6 +276,9 @@ describe('every statement that reaches the active table names its queue', () => 
       }
     }
     expect(explained).toBeGreaterThan(20);
+    const texts = [...statements.keys()];
+    expect(texts.filter((text) => /workflow_messages/.test(text)).length).toBeGreaterThanOrEqual(3);
+    expect(texts.some((text) => /status = 'WAITING'/.test(text))).toBe(true);
     expect(unkeyed).toEqual([]);
     expect([...probes].sort()).toEqual(
       expect.arrayContaining([

@@ -248,11 +248,12 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
       `SELECT version, breaking FROM "${schema}".schema_migrations WHERE version > 12 ORDER BY version`,
     );
     expect(rows).toEqual(
-      MIGRATIONS.filter((migration) => migration.version > 12).map((migration) => ({
-        version: migration.version,
-        breaking: migration.version === 13,
+      MIGRATIONS.filter(({ version }) => version > 12).map(({ version, breaking }) => ({
+        version,
+        breaking: breaking === true,
       })),
     );
+    expect(rows[0]).toEqual({ version: 13, breaking: true });
     const { rows: relations } = await pool.query(
       `SELECT relname, relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
        WHERE n.nspname = $1 AND relname IN ('workflow_queue', 'workflow_history', 'workflow_history_legacy', 'workflows')

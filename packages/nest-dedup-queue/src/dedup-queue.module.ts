@@ -47,6 +47,11 @@ import { ScheduleService } from './scheduling/schedule.service';
 import { ScheduleStore } from './scheduling/schedule.store';
 import { ScheduleTicker } from './scheduling/schedule.ticker';
 import { TickEnqueuer } from './scheduling/tick.enqueuer';
+import { WaitingStore } from './database/waiting.store';
+import { MessageStore } from './database/message.store';
+import { WaitingWaker } from './composition/waiting.waker';
+import { WorkflowWaits } from './composition/workflow-waits';
+import { MessageSender } from './composition/message.sender';
 
 /**
  * Durable, Postgres-backed workflow queues with database-enforced deduplication.
@@ -90,6 +95,11 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
       useFactory: (database: QueueDatabase, config: DedupQueueConfig) => new StepStore(database, config.leaseMs),
       inject: [QueueDatabase, DedupQueueConfig],
     },
+    onDatabase(WaitingStore),
+    onDatabase(MessageStore),
+    WaitingWaker,
+    WorkflowWaits,
+    MessageSender,
     OutcomeWriter,
     ExecutorHeartbeat,
     NotificationListener,

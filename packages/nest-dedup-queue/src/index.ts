@@ -11,6 +11,8 @@ export { Scheduled } from './decorators/scheduled.decorator';
 export { ScheduleService } from './scheduling/schedule.service';
 export { runStep, stepManager, workflowContext } from './execution/workflow-context';
 export { setEvent } from './composition/workflow-events';
+export { sleep } from './composition/durable-sleep';
+export { DUPLICATE_TOPIC, recv } from './composition/workflow-messages';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,

@@ -16,6 +16,8 @@ import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workfl
 import type { WorkflowFunction } from './interfaces/workflow-function.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
+import { MessageSender } from './composition/message.sender';
+import type { SendOptions } from './interfaces/message-options.interface';
 
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
 type WithoutQueue<T> = T extends [string, ...infer Rest] ? Rest : never;
@@ -31,6 +33,7 @@ export class QueueService {
     private readonly queues: QueueControlService,
     private readonly children: ChildWorkflows,
     private readonly events: WorkflowEvents,
+    private readonly messages: MessageSender,
   ) {}
 
   /**
@@ -208,6 +211,21 @@ export class QueueService {
   /** The limits that apply to a queue now (declared, with run-time changes), and whether it is paused. */
   async getQueueSettings(queueName: string): Promise<QueueLimits & { paused: boolean }> {
     return this.queues.getQueueSettings(queueName);
+  }
+
+  /**
+   * Sends a JSON message to a workflow, which receives it with `recv(topic)` (each message once, oldest first per
+   * topic); a workflow waiting in `recv` on that topic wakes up. A workflow that exists in any status accepts
+   * messages; those it never receives stay with it until retention removes them with it.
+   *
+   * @param workflowId the receiving workflow
+   * @param message any JSON value (see docs/api.md, "What round-trips through storage")
+   * @param options `topic` (default: the default topic), `idempotencyKey` (the same key twice delivers once)
+   * @throws WorkflowNotFoundError when no workflow has this ID
+   * @throws InvalidArgumentError for a message JSON cannot hold, an empty topic or idempotency key
+   */
+  async send(workflowId: string, message: unknown, options?: SendOptions): Promise<void> {
+    return this.messages.send(workflowId, message, options);
   }
 
   /** Lists workflows, newest first. */

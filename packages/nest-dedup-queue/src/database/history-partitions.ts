@@ -12,9 +12,10 @@ const DROP_LOCK_TIMEOUT_MS = 2000;
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
- * The daily partitions of the history and of the steps (by the day, UTC, a workflow was created): a day's workflows
- * and their steps live in `workflow_history_pYYYYMMDD` and `steps_pYYYYMMDD` (their events, in `workflow_events`, are
- * deleted by creation day when the day is dropped). `extend` creates the days up to a week
+ * The daily partitions of the history, the steps and the messages (by the day, UTC, a workflow was created): a day's
+ * workflows, their steps and messages live in `workflow_history_pYYYYMMDD`, `steps_pYYYYMMDD` and
+ * `workflow_messages_pYYYYMMDD` (their events, in `workflow_events`, are deleted by creation day when the day is
+ * dropped). `extend` creates the days up to a week
  * ahead; `prune` drops a day's two partitions whole once every workflow created that day finished more than the
  * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
  * `steps_legacy`, `steps_before`) in batches, as retention did before.
@@ -49,6 +50,10 @@ export class HistoryPartitions {
         await query(
           `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.steps_p${suffix}
              PARTITION OF ${this.tables.steps} FOR VALUES ${range}`,
+        );
+        await query(
+          `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.workflow_messages_p${suffix}
+             PARTITION OF ${this.database.schemaSql}.workflow_messages FOR VALUES ${range}`,
         );
       }
       return days;
@@ -88,6 +93,10 @@ export class HistoryPartitions {
          DELETE FROM ${this.tables.events} AS e USING pruned AS p
          WHERE e.queue_name = p.queue_name AND e.workflow_id = p.workflow_id
        ),
+       messages_pruned AS (
+         DELETE FROM ${this.database.schemaSql}.workflow_messages AS m USING pruned AS p
+         WHERE m.queue_name = p.queue_name AND m.workflow_id = p.workflow_id AND m.workflow_created_at = p.created_at
+       ),
        steps_pruned AS (
          DELETE FROM ${this.tables.steps} AS s USING pruned AS p
          WHERE s.workflow_id = p.workflow_id
@@ -104,6 +113,7 @@ export class HistoryPartitions {
   private async dropDay(day: { name: string; lower: Date; upper: Date }, retentionMs: number): Promise<boolean> {
     const historyPartition = day.name;
     const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
+    const messagesPartition = historyPartition.replace(/^workflow_history_p/, 'workflow_messages_p');
     const dropping = this.database.transaction(async (query: Query) => {
       await query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
       const recent = await query(
@@ -118,6 +128,7 @@ export class HistoryPartitions {
       ]);
       await query(`DROP TABLE ${this.database.schemaSql}.${historyPartition}`);
       await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${stepsPartition}`);
+      await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${messagesPartition}`);
       return true;
     });
     try {

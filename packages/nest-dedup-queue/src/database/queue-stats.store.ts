@@ -30,7 +30,7 @@ export class QueueStatsStore {
     this.workflows = workflowTables(database.schemaSql).workflows;
   }
 
-  /** ENQUEUED (ready), DELAYED and PENDING workflows per queue, and the wait of each queue's oldest due workflow. */
+  /** ENQUEUED (ready), DELAYED, PENDING and WAITING workflows per queue, and the wait of each queue's oldest due workflow. */
   async active(timeoutMs: number): Promise<{ counts: StatusCount[]; oldestWaits: OldestWaits }> {
     const rows = await this.withTimeout(timeoutMs, (query) =>
       query<{ queue_name: string; status: WorkflowStatus; n: number; oldest_wait: number | null }>(
@@ -41,6 +41,10 @@ export class QueueStatsStore {
          UNION ALL
          SELECT queue_name, ${STATUS_SQL.PENDING}, count(*)::float8, NULL FROM ${this.table}
          WHERE status = ${STATUS_SQL.PENDING}
+         GROUP BY queue_name
+         UNION ALL
+         SELECT queue_name, ${STATUS_SQL.WAITING}, count(*)::float8, NULL FROM ${this.table}
+         WHERE status = ${STATUS_SQL.WAITING}
          GROUP BY queue_name`,
       ),
     );

@@ -34,7 +34,7 @@ const STEP_COLUMNS =
  * The active row of workflow `$1` in `queue` if it is PENDING under `executor` in the run `attempt` (parameter
  * references).
  */
-function ownedRowSql(active: string, queue: string, executor: string, attempt: string): string {
+export function ownedRowSql(active: string, queue: string, executor: string, attempt: string): string {
   return `SELECT queue_name, created_at FROM ${active}
     WHERE queue_name = ${queue} AND workflow_id = $1 AND status = ${STATUS_SQL.PENDING}
       AND executor_id = ${executor} AND attempts = ${attempt}`;

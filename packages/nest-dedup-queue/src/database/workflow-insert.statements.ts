@@ -122,7 +122,7 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
   const sql = `WITH holder AS (
        SELECT workflow_id FROM ${table}
        WHERE queue_name = ${input('queue_name')} AND active_deduplication_id = ${input('deduplication_id')}
-         AND (status = ${STATUS_SQL.PENDING} OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
+         AND (status IN (${STATUS_SQL.PENDING}, ${STATUS_SQL.WAITING}) OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
        FOR SHARE
      ),
      inserted AS (

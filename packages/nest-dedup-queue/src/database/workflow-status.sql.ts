@@ -27,7 +27,7 @@ export const STATUS_SQL = Object.fromEntries(
   WORKFLOW_STATUSES.filter(isStored).map((status) => [status, `'${status}'`]),
 ) as Readonly<Record<StoredWorkflowStatus, string>>;
 
-/** The stored statuses that hold a deduplication ID (`ENQUEUED`, which covers `DELAYED`, and `PENDING`). */
+/** The stored statuses that hold a deduplication ID (`ENQUEUED`, which covers `DELAYED`, `PENDING` and `WAITING`). */
 export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
 
 /**
@@ -37,6 +37,7 @@ export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
 export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql([
   'ENQUEUED',
   'PENDING',
+  'WAITING',
   'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
 ]);
 

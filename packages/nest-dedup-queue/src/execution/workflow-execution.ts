@@ -52,6 +52,16 @@ export class WorkflowExecution implements FramedExecution {
     return this.trace.step(name, () => this.runNewStep(index, name, fn, options));
   }
 
+  /**
+   * Takes the next step position for a durable primitive that records its own checkpoint (`sleep`, `recv`): its
+   * index, and what an earlier run recorded there. Throws once the run was interrupted.
+   */
+  takePosition(): { index: number; recorded?: RecordedStep } {
+    this.throwIfInterrupted();
+    const index = this.nextStepIndex++;
+    return { index, recorded: this.recorded.get(index) };
+  }
+
   private async runNewStep<T>(index: number, name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T> {
     const maxAttempts = options.maxAttempts ?? 1;
     const startedAt = performance.now();
@@ -136,7 +146,8 @@ export class WorkflowExecution implements FramedExecution {
     };
   }
 
-  private ownershipLost(): WorkflowInterruptedError {
+  /** Interrupts the run: its workflow is no longer PENDING under this executor in this run. Returns the error to throw. */
+  ownershipLost(): WorkflowInterruptedError {
     this.interrupt('ownership-lost');
     return this.context.signal.reason instanceof WorkflowInterruptedError
       ? this.context.signal.reason

@@ -19,3 +19,4 @@ export * from './workflow-context.interface';
 export * from './dashboard-options.interface';
 export * from './cancel-options.interface';
 export * from './get-event-options.interface';
+export * from './message-options.interface';

@@ -5,13 +5,16 @@
  * - `DELAYED`: waiting for its start time (`delayMs`, `runAt`, or a retry's backoff) by the database's clock; holds
  *   its deduplication ID, and becomes `ENQUEUED` when the time comes. Stored as ENQUEUED with a future `notBefore`.
  * - `PENDING`: claimed by a worker and running; holds its deduplication ID.
+ * - `WAITING`: started, and suspended in `sleep()` or `recv()` until `notBefore` (or a message): holds its
+ *   deduplication ID but no worker slot (it counts towards no `concurrency`, `workerConcurrency` or partition limit),
+ *   and is claimed again, through its queue like any due workflow, when it wakes.
  * - `SUCCESS`, `ERROR`, `CANCELLED`, `MAX_RECOVERY_ATTEMPTS_EXCEEDED`: finished; the deduplication ID is free.
  */
 export type WorkflowStatus =
-  'ENQUEUED' | 'DELAYED' | 'PENDING' | 'SUCCESS' | 'ERROR' | 'CANCELLED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
+  'ENQUEUED' | 'DELAYED' | 'PENDING' | 'WAITING' | 'SUCCESS' | 'ERROR' | 'CANCELLED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED';
 
 /** The statuses in which a workflow holds its deduplication ID. */
-export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'DELAYED', 'PENDING'];
+export const ACTIVE_WORKFLOW_STATUSES: readonly WorkflowStatus[] = ['ENQUEUED', 'DELAYED', 'PENDING', 'WAITING'];
 
 /** The statuses a workflow never leaves. */
 export const FINISHED_WORKFLOW_STATUSES: readonly WorkflowStatus[] = [
@@ -71,7 +74,10 @@ export interface WorkflowStatusInfo<R = unknown> {
   result?: R;
   partitionKey: string | null;
   priority: number;
-  /** While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. */
+  /**
+   * While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. While
+   * WAITING: when it wakes (the end of its `sleep()`, or its `recv()` timeout; far in the future for none).
+   */
   notBefore: Date | null;
   /**
    * The workflow whose body enqueued this one (a child workflow), or null when it was enqueued from outside a

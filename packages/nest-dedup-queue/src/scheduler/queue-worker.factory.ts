@@ -3,6 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { StepStore } from '../database/step.store';
 import { WorkflowClaimer } from '../database/workflow-claimer';
 import { WorkflowStore } from '../database/workflow.store';
+import { WorkflowWaits } from '../composition/workflow-waits';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { WorkflowTracer } from '../observability/workflow.tracer';
@@ -28,6 +29,7 @@ export class QueueWorkerFactory {
     private readonly completions: WorkflowCompletions,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly tracer: WorkflowTracer,
+    private readonly waits: WorkflowWaits,
   ) {}
 
   create(queueName: string, hooks: QueueWorkerHooks): QueueWorker {
@@ -42,6 +44,7 @@ export class QueueWorkerFactory {
       executorId: this.config.executorId,
       lifecycle: this.lifecycle,
       tracer: this.tracer,
+      waits: this.waits,
       ...hooks,
     });
   }

@@ -19,6 +19,7 @@ import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
+import { SUSPENDED, type WorkflowWaits } from '../composition/workflow-waits';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
@@ -46,6 +47,8 @@ export interface QueueWorkerDependencies {
   claimMayHaveBeenLost(): void;
   lifecycle: WorkflowLifecycle;
   tracer: WorkflowTracer;
+  /** Durable waits (`sleep`, `recv`): a run they suspend ends without an outcome, its workflow WAITING. */
+  waits: WorkflowWaits;
 }
 
 /** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
@@ -58,6 +61,8 @@ interface RunningWorkflow {
   /** Resolves when the run no longer holds a slot: it returned, or it was abandoned. */
   freed: Promise<void>;
   free: () => void;
+  /** Set once the body was suspended in a durable wait: the run ends, and nothing is recorded. */
+  suspended?: boolean;
 }
 
 /** Claimed ahead of a free slot: PENDING under this executor, started in claim order as slots free. */
@@ -462,6 +467,7 @@ export class QueueWorker {
           ? this.run(claimed, workflow, run, trace)
           : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`)),
       );
+      if (run.suspended) return;
       const durationMs = performance.now() - startedAt;
       this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
       if (controller.signal.aborted) return;
@@ -503,7 +509,14 @@ export class QueueWorker {
         (reason) => abort(run, reason),
         trace,
       );
-      const result = await execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[]));
+      const result = await this.deps.waits.run(execution, () =>
+        execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
+      );
+      if (result === SUSPENDED) {
+        // NOTE: the workflow is WAITING in Postgres already; this placeholder is never written.
+        run.suspended = true;
+        return { workflowId, queueName: this.queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
+      }
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
       return {
         workflowId,
@@ -568,6 +581,8 @@ export class QueueWorker {
     }
   }
 }
+
+const NOTHING_RECORDED = { status: 'SUCCESS', outputJson: null, error: null } as const;
 
 /** A claim's time left until its timeout, `waitedMs` later. */
 function remainingAfter(remainingMs: number | null, waitedMs: number): number | null {

@@ -9,6 +9,7 @@
     'ENQUEUED',
     'DELAYED',
     'PENDING',
+    'WAITING',
     'SUCCESS',
     'ERROR',
     'CANCELLED',
@@ -563,7 +564,7 @@
   function workflowActions(workflow) {
     const id = workflow.workflowId;
     const buttons = [];
-    if (workflow.status === 'ENQUEUED' || workflow.status === 'DELAYED' || workflow.status === 'PENDING') {
+    if (['ENQUEUED', 'DELAYED', 'PENDING', 'WAITING'].includes(workflow.status)) {
       buttons.push(
         h(
           'button',

@@ -13,6 +13,7 @@ import { dashboardIndexesWithoutPending } from './012-dashboard-indexes-without-
 import { activeWorkApartFromHistory } from './013-active-work-apart-from-history.migration';
 import { enqueueFromSql } from './014-enqueue-from-sql.migration';
 import { childWorkflowsAndEvents } from './015-child-workflows-and-events.migration';
+import { waitingAndMessages } from './016-waiting-and-messages.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -32,6 +33,7 @@ export const MIGRATIONS: readonly Migration[] = [
   activeWorkApartFromHistory,
   enqueueFromSql,
   childWorkflowsAndEvents,
+  waitingAndMessages,
 ];
 
 export type { Migration } from './migration.interface';

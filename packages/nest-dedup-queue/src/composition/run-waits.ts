@@ -1,0 +1,165 @@
+import type { MessageStore } from '../database/message.store';
+import type { RecordedStep, StepStore } from '../database/step.store';
+import type { OwnedRun, WaitingStore } from '../database/waiting.store';
+import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
+import type { FramedExecution } from '../execution/execution-frames';
+import type { WorkflowExecution } from '../execution/workflow-execution';
+import { abortableDelay } from '../utils/backoff';
+import { reviveError } from '../utils/error-info';
+import { fromStoredJson } from '../utils/stored-json';
+
+/**
+ * A wait shorter than this is spent in the process, holding the slot (suspending and waking again costs about
+ * five statements and a claim); a longer one suspends the workflow.
+ */
+export const IN_PROCESS_WAIT_MS = 1000;
+/** While a `recv` waits in the process (its timeout is near), how often it looks for its message. */
+const RECV_POLL_MS = 100;
+
+/** The step names that `sleep` and `recv` record at their positions. */
+export const SLEEP_STEP = 'sleep';
+export const RECV_DEADLINE_STEP = 'recv deadline';
+export const RECV_STEP = 'recv';
+
+/** What a run's waits need from the module. */
+export interface RunWaitsDependencies {
+  waiting: WaitingStore;
+  messages: MessageStore;
+  steps: StepStore;
+  executorId: string;
+  /** A workflow of `queueName` was suspended until `inMs` from now: make it due then. */
+  expectWakeUp(queueName: string, inMs: number): void;
+}
+
+/**
+ * The durable waits (`sleep`, `recv`) of one run of one workflow. Each records what it decides at its step position
+ * (a wake-up time, a deadline, the message received), so that a re-executed workflow gets the same outcome at the
+ * same point. A wait that outlasts `IN_PROCESS_WAIT_MS` suspends the workflow: its row becomes WAITING (key kept, no
+ * executor, no slot) and `suspended` resolves, which ends the run for its worker; the body's promise never settles.
+ */
+export class RunWaits {
+  /** Resolves when the run was suspended. */
+  readonly suspended: Promise<void>;
+  private suspend!: () => void;
+  private readonly run: OwnedRun;
+  /** The database's clock minus this process's, once read. */
+  private clockOffsetMs?: number;
+
+  constructor(
+    private readonly execution: WorkflowExecution,
+    private readonly deps: RunWaitsDependencies,
+  ) {
+    this.suspended = new Promise((resolve) => (this.suspend = resolve));
+    const { queueName, workflowId, attempt } = execution.context;
+    this.run = { queueName, workflowId, attempt, executorId: deps.executorId };
+  }
+
+  async sleep(ms: number): Promise<void> {
+    const wakeAt = await this.recordedTime(SLEEP_STEP, ms);
+    const remaining = await this.remainingMs(wakeAt);
+    if (remaining <= 0) return;
+    if (remaining < IN_PROCESS_WAIT_MS) return abortableDelay(remaining, this.execution.context.signal);
+    if (!(await this.deps.waiting.suspend(this.run, timestampOf(wakeAt), null, null))) {
+      throw this.execution.ownershipLost();
+    }
+    return this.suspendRun(remaining);
+  }
+
+  async recv<T>(topic: string, timeoutMs: number): Promise<T | undefined> {
+    const deadline = await this.recordedTime(RECV_DEADLINE_STEP, Number.isFinite(timeoutMs) ? timeoutMs : null);
+    const { index, recorded } = this.execution.takePosition();
+    if (recorded) return this.replayed<T>(index, RECV_STEP, recorded);
+    for (;;) {
+      const inbox = await this.deps.messages.inbox(this.run, topic);
+      if (!inbox) throw this.execution.ownershipLost();
+      if (inbox.hasMessage) {
+        const received = await this.deps.messages.receive(this.deps.steps, this.run, index, RECV_STEP, topic);
+        if (received === undefined) throw this.execution.ownershipLost();
+        if (received !== null) return fromStoredJson<T>(received);
+        continue;
+      }
+      const remaining = await this.remainingMs(deadline);
+      if (remaining <= 0) return this.timedOut(index);
+      if (remaining < IN_PROCESS_WAIT_MS) {
+        await abortableDelay(Math.min(remaining, RECV_POLL_MS), this.execution.context.signal);
+        continue;
+      }
+      if (await this.deps.waiting.suspend(this.run, timestampOf(deadline), topic, inbox.messagesSent)) {
+        return this.suspendRun(remaining);
+      }
+    }
+  }
+
+  /** Records that a `recv` timed out (re-executed, it times out again at once) and resolves with undefined. */
+  private async timedOut(index: number): Promise<undefined> {
+    const checkpoint = {
+      workflowId: this.run.workflowId,
+      queueName: this.run.queueName,
+      index,
+      name: RECV_STEP,
+      outputJson: null,
+      error: null,
+      durationMs: 0,
+    };
+    if (!(await this.deps.steps.record(checkpoint, this.run.executorId, this.run.attempt))) {
+      throw this.execution.ownershipLost();
+    }
+    return undefined;
+  }
+
+  /**
+   * The time recorded at the next position (epoch milliseconds; null for none): recorded now, `ms` from the
+   * database's clock, or as an earlier run recorded it.
+   */
+  private async recordedTime(name: string, ms: number | null): Promise<number | null> {
+    const { index, recorded } = this.execution.takePosition();
+    if (recorded) return timeOf(this.replayed<string | undefined>(index, name, recorded));
+    const json = await this.deps.waiting.recordTime(this.run, index, name, ms);
+    if (json === undefined) throw this.execution.ownershipLost();
+    const at = timeOf(fromStoredJson<string | undefined>(json));
+    // NOTE: the database's clock read `ms` before `at`, a round trip ago at most: close enough for a wait.
+    if (at !== null && ms !== null) this.clockOffsetMs ??= at - ms - Date.now();
+    return at;
+  }
+
+  private replayed<T>(index: number, name: string, recorded: RecordedStep): T {
+    if (recorded.name !== name) {
+      throw new WorkflowDeterminismError(this.run.workflowId, index, recorded.name, name);
+    }
+    if (recorded.error) throw reviveError(recorded.error);
+    return fromStoredJson<T>(recorded.output);
+  }
+
+  /** Milliseconds until `at` by the database's clock (Infinity for no time). */
+  private async remainingMs(at: number | null): Promise<number> {
+    if (at === null) return Infinity;
+    this.clockOffsetMs ??= (await this.deps.waiting.now()) - Date.now();
+    return at - (Date.now() + this.clockOffsetMs);
+  }
+
+  private suspendRun(remainingMs: number): Promise<never> {
+    if (Number.isFinite(remainingMs)) this.deps.expectWakeUp(this.run.queueName, remainingMs);
+    this.suspend();
+    return new Promise<never>(() => undefined);
+  }
+}
+
+const waitsOfRuns = new WeakMap<FramedExecution, RunWaits>();
+
+/** Makes `sleep` and `recv` available to the code of `execution`'s run. */
+export function attachRunWaits(execution: WorkflowExecution, waits: RunWaits): void {
+  waitsOfRuns.set(execution, waits);
+}
+
+/** The waits of the run `execution` belongs to; undefined for a run started without them. */
+export function runWaitsOf(execution: FramedExecution): RunWaits | undefined {
+  return waitsOfRuns.get(execution);
+}
+
+function timeOf(recorded: string | null | undefined): number | null {
+  return typeof recorded === 'string' ? Date.parse(recorded) : null;
+}
+
+function timestampOf(at: number | null): string {
+  return at === null ? 'infinity' : new Date(at).toISOString();
+}

@@ -1,0 +1,40 @@
+import { Injectable } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { MessageStore } from '../database/message.store';
+import { StepStore } from '../database/step.store';
+import { WaitingStore } from '../database/waiting.store';
+import type { WorkflowExecution } from '../execution/workflow-execution';
+import { RunWaits, attachRunWaits } from './run-waits';
+import { WaitingWaker } from './waiting.waker';
+
+/** What `WorkflowWaits.run` resolves with when the body was suspended in a `sleep` or `recv`. */
+export const SUSPENDED: unique symbol = Symbol('nest-dedup-queue: suspended');
+
+/** Gives each run of a workflow its durable waits (`sleep`, `recv`), and tells its worker when it was suspended. */
+@Injectable()
+export class WorkflowWaits {
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly waiting: WaitingStore,
+    private readonly messages: MessageStore,
+    private readonly steps: StepStore,
+    private readonly waker: WaitingWaker,
+  ) {}
+
+  /**
+   * Runs `body` (the run of `execution`) with `sleep` and `recv` available to it. Resolves with its result, or with
+   * `SUSPENDED` once it is suspended: the workflow is then WAITING in Postgres and this run is over (its body's
+   * promise never settles).
+   */
+  run<T>(execution: WorkflowExecution, body: () => Promise<T>): Promise<T | typeof SUSPENDED> {
+    const waits = new RunWaits(execution, {
+      waiting: this.waiting,
+      messages: this.messages,
+      steps: this.steps,
+      executorId: this.config.executorId,
+      expectWakeUp: (queueName, inMs) => this.waker.expect(queueName, inMs),
+    });
+    attachRunWaits(execution, waits);
+    return Promise.race([body(), waits.suspended.then((): typeof SUSPENDED => SUSPENDED)]);
+  }
+}

@@ -1,0 +1,147 @@
+import { InvalidArgumentError, WorkflowHandle, WorkflowNotFoundError } from 'nest-dedup-queue';
+import type { Pool } from 'pg';
+import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
+import { WaitingTasks, waitingTablesSql } from './fixtures/waiting-tasks';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { QueueApp, startQueueApp } from './support/queue-app';
+import { waitFor } from './support/wait-for';
+
+/**
+ * Messages between workflows (`send` / `recv`) with real worker processes (child-waiting-worker.ts, queue `inbox`):
+ * each message received once, in order per topic, recorded so that a workflow re-executed after a SIGKILL gets the
+ * same message at the same point; a workflow waiting in `recv` is WAITING until a message or its timeout.
+ */
+describe('workflow messages', () => {
+  const schema = uniqueSchema('messages');
+  let pool: Pool;
+  let app: QueueApp;
+  let tasks: WaitingTasks;
+
+  beforeAll(async () => {
+    process.env.SCHEMA = schema;
+    pool = testPool();
+    app = await startQueueApp(
+      { schema, worker: false, queues: [{ name: 'naps', concurrency: 1 }, { name: 'inbox' }] },
+      [WaitingTasks],
+    );
+    tasks = app.get(WaitingTasks);
+    await pool.query(waitingTablesSql(schema));
+  });
+
+  afterEach(() => killFixtures());
+
+  afterAll(async () => {
+    await killFixtures();
+    await app?.close();
+    await dropSchema(pool, schema);
+    await pool.end();
+  });
+
+  async function startWorker(name: string): Promise<FixtureProcess> {
+    const worker = spawnFixture('child-waiting-worker.ts', name, { SCHEMA: schema, EXECUTOR_ID: name });
+    await worker.message('ready');
+    return worker;
+  }
+
+  const waitForStatus = (handle: WorkflowHandle, status: string) =>
+    waitFor(async () => (await handle.getStatus()).status === status, {
+      timeoutMs: 20_000,
+      what: `${handle.workflowId} ${status}`,
+    });
+
+  const eventsOf = async (workflowId: string) =>
+    (
+      await pool.query<{ kind: string; data: unknown }>(
+        `SELECT kind, data FROM "${schema}".events WHERE workflow_id = $1 ORDER BY seq`,
+        [workflowId],
+      )
+    ).rows;
+
+  const messagesOf = async (workflowId: string) =>
+    (
+      await pool.query(
+        `SELECT topic, message, received_at IS NOT NULL AS received FROM "${schema}".workflow_messages
+         WHERE workflow_id = $1 ORDER BY seq`,
+        [workflowId],
+      )
+    ).rows;
+
+  it('across a SIGKILL, recv returns the recorded first message and then the next one', async () => {
+    const first = await startWorker('messages-killed');
+    const receiver = await app.queues.enqueue('inbox', tasks.receive, ['orders', 2, 60_000]);
+    await app.queues.send(receiver.workflowId, { n: 1 }, { topic: 'orders' });
+    await waitFor(async () => (await eventsOf(receiver.workflowId)).some((event) => event.kind === 'received'), {
+      what: 'the first message received',
+    });
+    await waitForStatus(receiver, 'WAITING');
+    first.child.kill('SIGKILL');
+    await first.ended;
+
+    await startWorker('messages-restarted');
+    await app.queues.send(receiver.workflowId, { n: 2 }, { topic: 'orders' });
+    await expect(receiver.getResult({ timeoutMs: 15_000 })).resolves.toEqual([{ n: 1 }, { n: 2 }]);
+    expect(await eventsOf(receiver.workflowId)).toEqual([
+      { kind: 'started', data: null },
+      { kind: 'received', data: { n: 1 } },
+      { kind: 'started', data: null },
+      { kind: 'received', data: { n: 1 } },
+      { kind: 'received', data: { n: 2 } },
+    ]);
+    expect(await messagesOf(receiver.workflowId)).toEqual([
+      { topic: 'orders', message: { n: 1 }, received: true },
+      { topic: 'orders', message: { n: 2 }, received: true },
+    ]);
+  });
+
+  it('delivers a message sent twice with one idempotency key once', async () => {
+    await startWorker('messages-idempotent');
+    const receiver = await app.queues.enqueue('inbox', tasks.receive, [null, 2, 1500]);
+    await app.queues.send(receiver.workflowId, 'hello', { idempotencyKey: 'greeting' });
+    await app.queues.send(receiver.workflowId, 'hello', { idempotencyKey: 'greeting' });
+    await expect(receiver.getResult({ timeoutMs: 15_000 })).resolves.toEqual(['hello', null]);
+    expect(await messagesOf(receiver.workflowId)).toEqual([{ topic: '', message: 'hello', received: true }]);
+  });
+
+  it('returns undefined after the timeout, suspended meanwhile, and records it', async () => {
+    await startWorker('messages-timeout');
+    const receiver = await app.queues.enqueue('inbox', tasks.receive, ['never', 1, 2500]);
+    await waitForStatus(receiver, 'WAITING');
+    await expect(receiver.getResult({ timeoutMs: 15_000 })).resolves.toEqual([null]);
+    const { rows } = await pool.query(
+      `SELECT step_index, step_name, output FROM "${schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
+      [receiver.workflowId],
+    );
+    expect(rows).toEqual([
+      { step_index: 0, step_name: 'recv deadline', output: expect.any(String) },
+      { step_index: 1, step_name: 'recv', output: null },
+    ]);
+    // A message sent after the timeout stays unreceived with its workflow.
+    await app.queues.send(receiver.workflowId, 'late', { topic: 'never' });
+    expect(await messagesOf(receiver.workflowId)).toEqual([{ topic: 'never', message: 'late', received: false }]);
+  });
+
+  it('receives the messages of each topic in the order they were sent', async () => {
+    await startWorker('messages-order');
+    const receiver = await app.queues.enqueue('inbox', tasks.receiveTopics, [['b', 'a', 'a', 'b']]);
+    for (const [topic, message] of [
+      ['a', 'a1'],
+      ['b', 'b1'],
+      ['a', 'a2'],
+      ['b', 'b2'],
+    ]) {
+      await app.queues.send(receiver.workflowId, message, { topic });
+    }
+    await expect(receiver.getResult({ timeoutMs: 15_000 })).resolves.toEqual(['b1', 'a1', 'a2', 'b2']);
+  });
+
+  it('refuses a message for an unknown workflow, and bad input, before writing anything', async () => {
+    await expect(app.queues.send('no-such-workflow', 'x')).rejects.toBeInstanceOf(WorkflowNotFoundError);
+    await expect(app.queues.send('', 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(app.queues.send('w', 'x', { topic: '' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(app.queues.send('w', { n: 1n })).rejects.toBeInstanceOf(InvalidArgumentError);
+    const { rows } = await pool.query(
+      `SELECT count(*)::int AS n FROM "${schema}".workflow_messages WHERE workflow_id IN ('no-such-workflow', 'w', '')`,
+    );
+    expect(rows).toEqual([{ n: 0 }]);
+  });
+});
