@@ -103,6 +103,7 @@ async function latencyProducer({ jobs, ratePerSecond }) {
   const intervalNs = BigInt(Math.round(1e9 / ratePerSecond));
   const start = nowNs();
   const inFlight = [];
+  const callMs = new Float64Array(jobs);
   let errors = 0;
   let maxLagMs = 0;
   for (let i = 0; i < jobs; i++) {
@@ -118,6 +119,7 @@ async function latencyProducer({ jobs, ratePerSecond }) {
     inFlight.push(
       producer.enqueue(`lat-${i}`, { i, t0: t0.toString() }).then(
         (ok) => {
+          callMs[i] = Number(nowNs() - t0) / 1e6;
           if (!ok) errors++;
         },
         () => {
@@ -129,7 +131,9 @@ async function latencyProducer({ jobs, ratePerSecond }) {
   await Promise.all(inFlight);
   const elapsedNs = Number(nowNs() - start);
   await producer.close();
-  return { jobs, errors, maxLagMs, achievedRate: jobs / (elapsedNs / 1e9) };
+  const calls = Array.from(callMs).sort((a, b) => a - b);
+  const callP50Ms = calls[Math.floor((calls.length - 1) / 2)];
+  return { jobs, errors, maxLagMs, callP50Ms, achievedRate: jobs / (elapsedNs / 1e9) };
 }
 
 /** The worker: counts bodies; in 'drain' mode reports when `expect` bodies ran, in 'latency' mode their latencies. */

@@ -122,6 +122,20 @@ async function main() {
       settings:
         'one claim/complete loop of up to 32 jobs (UPDATE … FOR UPDATE SKIP LOCKED; one UPDATE to complete); LISTEN/NOTIFY wake-ups (W3)',
     },
+    // BENCH_BASELINE_DIST: an earlier build of the library (a copy of its dist/ inside the repository), measured as a
+    // system of its own next to the current one, so that a change is compared within one run.
+    ...(process.env.BENCH_BASELINE_DIST
+      ? [
+          {
+            id: 'nest-dedup-queue-baseline',
+            module: 'nest-dedup-queue',
+            db: 'nest_dedup_queue_baseline',
+            options: { dist: process.env.BENCH_BASELINE_DIST },
+            label: 'nest-dedup-queue (baseline)',
+            workloads: ['w1', 'w2', 'w3', 'w4'],
+          },
+        ]
+      : []),
     { id: 'dbos', module: 'dbos', db: 'dbos', workloads: ['w1', 'w2', 'w3'] },
     { id: 'pg-boss', module: 'pg-boss', db: 'pg_boss', workloads: ['w1', 'w2', 'w3', 'w5'] },
     { id: 'graphile-worker', module: 'graphile-worker', db: 'graphile_worker', workloads: ['w1', 'w2', 'w3', 'w5'] },

@@ -17,14 +17,19 @@ const REPO_DIR = path.resolve(BENCH_DIR, '..');
 // results/partial-<time>.json only, and leaves latest.*, bench/README.md's table and docs/performance.md alone.
 const partial = Object.keys(process.env).some(
   (name) =>
-    /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|W\d_)/.test(name) && process.env[name] !== '',
+    /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|LIBRARY_DIST|BASELINE_DIST|W\d_)/.test(name) &&
+    process.env[name] !== '',
 );
 
 module.exports = {
   partial,
   BENCH_DIR,
   REPO_DIR,
-  LIBRARY_DIST: path.join(REPO_DIR, 'packages', 'nest-dedup-queue', 'dist'),
+  // BENCH_LIBRARY_DIST: another build to measure (a copy of an earlier dist/ inside the repository, so that its peer
+  // dependencies resolve from the root node_modules), e.g. a baseline next to a change.
+  LIBRARY_DIST: process.env.BENCH_LIBRARY_DIST
+    ? path.resolve(REPO_DIR, process.env.BENCH_LIBRARY_DIST)
+    : path.join(REPO_DIR, 'packages', 'nest-dedup-queue', 'dist'),
   RESULTS_DIR: path.join(BENCH_DIR, 'results'),
 
   // Where the per-system databases are created (CREATE DATABASE bench_<system>, dropped first).

@@ -18,7 +18,7 @@
  * row that a recorded outcome leaves (status SUCCESS, completed_at set, active_deduplication_id NULL).
  */
 const path = require('node:path');
-const { LIBRARY_DIST } = require('../lib/config');
+const { LIBRARY_DIST, REPO_DIR } = require('../lib/config');
 const { query } = require('../lib/pg');
 
 const SCHEMA = 'dedup_queue';
@@ -30,18 +30,20 @@ const WORKFLOW_NAME = 'BenchTasks.run';
 
 let onJob = () => {};
 
-function loadNest() {
+/** The build to measure: the repository's, or the baseline's (`options.dist`, see BENCH_BASELINE_DIST). */
+function loadNest(ctx) {
+  const dist = ctx.options && ctx.options.dist ? path.resolve(REPO_DIR, ctx.options.dist) : LIBRARY_DIST;
   // Resolve everything from the library's own location so there is one copy of @nestjs/* and reflect-metadata.
-  const from = (id) => require(require.resolve(id, { paths: [LIBRARY_DIST] }));
+  const from = (id) => require(require.resolve(id, { paths: [dist] }));
   from('reflect-metadata');
   const common = from('@nestjs/common');
   const core = from('@nestjs/core');
-  const lib = require(path.resolve(LIBRARY_DIST));
+  const lib = require(dist);
   return { common, core, lib };
 }
 
 async function createApp(ctx, { worker }) {
-  const { common, core, lib } = loadNest();
+  const { common, core, lib } = loadNest(ctx);
 
   class BenchTasks {
     async run(payload) {

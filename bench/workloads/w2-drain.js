@@ -64,6 +64,7 @@ async function drain(
   let timedOut = false;
   let cpu = null;
   let startup = null;
+  let walBytesPerJob = null;
   try {
     const first = await Promise.any(children.map((c) => c.waitFor('first', 60_000)));
     const store = new StoreCpu({
@@ -73,6 +74,7 @@ async function drain(
     });
     const workerCpu0 = children.map((c) => cpuSeconds(c.pid));
     await store.start();
+    const walBefore = ctx.databaseUrl ? await walLsn(ctx.adminUrl) : null;
     const tFirst = BigInt(first.t);
     let done = null;
     try {
@@ -109,6 +111,7 @@ async function drain(
         );
         const storeSeconds = await store.stop();
         cpu = { workerUsPerJob: (workerSeconds * 1e6) / jobs, storeUsPerJob: (storeSeconds * 1e6) / jobs };
+        if (walBefore !== null) walBytesPerJob = Number((await walLsn(ctx.adminUrl)) - walBefore) / jobs;
       }
     }
     const ready = child.messages.find((m) => m.type === 'ready');
@@ -148,6 +151,9 @@ async function drain(
     rssSamplesMiB: samples,
     cpu,
     startup,
+    // WAL written by the whole server over the drain (pg_current_wal_lsn), per job: other clients of a shared
+    // server add theirs.
+    walBytesPerJob,
     commitsPerJob: xacts ? xacts.transactions / jobs : null,
     // Every statement the worker processes sent, boot to shutdown (where the adapter counts them).
     statementsPerJob: stopped.every((m) => m && typeof m.statements === 'number')
@@ -158,6 +164,12 @@ async function drain(
     ok: problems.length === 0,
     problems,
   };
+}
+
+/** The server's current WAL position, in bytes. */
+async function walLsn(adminUrl) {
+  const [row] = await query(adminUrl, "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS lsn");
+  return BigInt(row.lsn.split('.')[0]);
 }
 
 module.exports = { drain, prefill };
