@@ -1,4 +1,5 @@
 import { Test } from '@nestjs/testing';
+import { createHash } from 'node:crypto';
 import {
   ChildKeyHeldByParentError,
   DedupQueueDashboardModule,
@@ -277,6 +278,16 @@ describe('child workflows', () => {
     } finally {
       await http.close();
     }
+  });
+
+  it("derives a child's ID from a parent's ID too long to extend by hashing it", async () => {
+    await startWorker('long-id-worker');
+    const parentId = 'p'.repeat(254);
+    const parent = await queues.enqueue('parents', tasks.dedupParent, ['long-id'], { workflowId: parentId });
+    const { childId } = await parent.getResult({ timeoutMs: 20_000 });
+    expect(childId).toBe(`${createHash('sha256').update(parentId).digest('hex')}-0`);
+    expect(await statusOf(childId as string)).toMatchObject({ parentWorkflowId: parentId });
+    await release('long-id');
   });
 
   it('keeps enqueue outside a workflow as it was: no parent, a generated ID', async () => {
