@@ -126,6 +126,30 @@ describe('child workflows', () => {
     expect(await statusOf(parent.workflowId)).toMatchObject({ parentWorkflowId: null, status: 'SUCCESS' });
   });
 
+  it('finds the same child when the parent died between inserting it and recording it (derived child ID)', async () => {
+    const key = 'unrecorded';
+    const first = await startWorker('unrecorded-worker');
+    const parent = await queues.enqueue('parents', tasks.keyedParent, [key]);
+    await first.message('mark', { key, kind: 'enqueued' });
+    await sigkill(first);
+    // As if the process had died right after the inserts: the parent's records of both enqueues are gone.
+    const removed = await pool.query(`DELETE FROM "${schema}".steps WHERE workflow_id = $1`, [parent.workflowId]);
+    expect(removed.rowCount).toBe(2);
+
+    await startWorker('unrecorded-worker');
+    const childId = `${parent.workflowId}-0`;
+    await waitFor(async () => (await marks(key, 'enqueued', childId)).length === 2, { what: 'the re-execution' });
+    await release(key);
+    await release(`${key}-parent`);
+    await expect(parent.getResult({ timeoutMs: 20_000 })).resolves.toEqual({
+      childId,
+      created: true,
+      refused: { name: 'QueueDeduplicatedError', existingWorkflowId: childId },
+      child: 7,
+    });
+    expect((await childrenOf(parent.workflowId)).map((child) => child.workflow_id)).toEqual([childId]);
+  });
+
   it('records getResult awaited in a workflow: re-executed, the parent gets the result without reading it again', async () => {
     const key = 'awaited';
     const first = await startWorker('awaiting-worker');
