@@ -224,6 +224,18 @@ describe('child workflows', () => {
     await expect(third.getResult({ timeoutMs: 20_000 })).resolves.toEqual({ childId: `${third.workflowId}-0` });
   });
 
+  it('records a batch enqueued from a workflow at one position, with derived IDs and the refused duplicate', async () => {
+    await startWorker('batch-worker');
+    const parent = await queues.enqueue('parents', tasks.batchParent, ['batch']);
+    const id = (item: number) => `${parent.workflowId}-0-${item}`;
+    await expect(parent.getResult({ timeoutMs: 20_000 })).resolves.toEqual([
+      { status: 'created', workflowId: id(0) },
+      { status: 'created', workflowId: id(1) },
+      { status: 'duplicate', workflowId: id(1) },
+    ]);
+    expect((await childrenOf(parent.workflowId)).map((child) => child.workflow_id).sort()).toEqual([id(0), id(1)]);
+  });
+
   it('cancels a parent alone, or with its unfinished children but never a holder it only joined', async () => {
     const worker = await startWorker('cancel-worker');
     const holder = await queues.enqueue('children', tasks.blockingChild, ['shared-holder', 0], {
