@@ -1,4 +1,5 @@
 import { Test } from '@nestjs/testing';
+import { createHash } from 'node:crypto';
 import {
   ChildKeyHeldByParentError,
   DedupQueueDashboardModule,
@@ -125,6 +126,30 @@ describe('child workflows', () => {
     expect(await statusOf(parent.workflowId)).toMatchObject({ parentWorkflowId: null, status: 'SUCCESS' });
   });
 
+  it('finds the same child when the parent died between inserting it and recording it (derived child ID)', async () => {
+    const key = 'unrecorded';
+    const first = await startWorker('unrecorded-worker');
+    const parent = await queues.enqueue('parents', tasks.keyedParent, [key]);
+    await first.message('mark', { key, kind: 'enqueued' });
+    await sigkill(first);
+    // As if the process had died right after the inserts: the parent's records of both enqueues are gone.
+    const removed = await pool.query(`DELETE FROM "${schema}".steps WHERE workflow_id = $1`, [parent.workflowId]);
+    expect(removed.rowCount).toBe(2);
+
+    await startWorker('unrecorded-worker');
+    const childId = `${parent.workflowId}-0`;
+    await waitFor(async () => (await marks(key, 'enqueued', childId)).length === 2, { what: 'the re-execution' });
+    await release(key);
+    await release(`${key}-parent`);
+    await expect(parent.getResult({ timeoutMs: 20_000 })).resolves.toEqual({
+      childId,
+      created: true,
+      refused: { name: 'QueueDeduplicatedError', existingWorkflowId: childId },
+      child: 7,
+    });
+    expect((await childrenOf(parent.workflowId)).map((child) => child.workflow_id)).toEqual([childId]);
+  });
+
   it('records getResult awaited in a workflow: re-executed, the parent gets the result without reading it again', async () => {
     const key = 'awaited';
     const first = await startWorker('awaiting-worker');
@@ -197,6 +222,18 @@ describe('child workflows', () => {
     await expect((await queues.retrieve(childId as string)).getResult({ timeoutMs: 20_000 })).resolves.toBe(1);
     const third = await queues.enqueue('parents', tasks.dedupParent, [key]);
     await expect(third.getResult({ timeoutMs: 20_000 })).resolves.toEqual({ childId: `${third.workflowId}-0` });
+  });
+
+  it('records a batch enqueued from a workflow at one position, with derived IDs and the refused duplicate', async () => {
+    await startWorker('batch-worker');
+    const parent = await queues.enqueue('parents', tasks.batchParent, ['batch']);
+    const id = (item: number) => `${parent.workflowId}-0-${item}`;
+    await expect(parent.getResult({ timeoutMs: 20_000 })).resolves.toEqual([
+      { status: 'created', workflowId: id(0) },
+      { status: 'created', workflowId: id(1) },
+      { status: 'duplicate', workflowId: id(1) },
+    ]);
+    expect((await childrenOf(parent.workflowId)).map((child) => child.workflow_id).sort()).toEqual([id(0), id(1)]);
   });
 
   it('cancels a parent alone, or with its unfinished children but never a holder it only joined', async () => {
@@ -277,6 +314,16 @@ describe('child workflows', () => {
     } finally {
       await http.close();
     }
+  });
+
+  it("derives a child's ID from a parent's ID too long to extend by hashing it", async () => {
+    await startWorker('long-id-worker');
+    const parentId = 'p'.repeat(254);
+    const parent = await queues.enqueue('parents', tasks.dedupParent, ['long-id'], { workflowId: parentId });
+    const { childId } = await parent.getResult({ timeoutMs: 20_000 });
+    expect(childId).toBe(`${createHash('sha256').update(parentId).digest('hex')}-0`);
+    expect(await statusOf(childId as string)).toMatchObject({ parentWorkflowId: parentId });
+    await release('long-id');
   });
 
   it('keeps enqueue outside a workflow as it was: no parent, a generated ID', async () => {

@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { createHash } from 'node:crypto';
 import { ChildWorkflowStore } from '../database/child-workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowControlService } from '../control/workflow-control.service';
@@ -15,10 +16,26 @@ import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
+import { characterLength } from '../utils/character-length';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 
 /** How an enqueue inside a workflow waits for an unavailable database (the parent waits; nothing is recorded). */
 const UNAVAILABLE_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
+
+/** The longest workflow ID an enqueue takes (see `enqueue-options.validation`). */
+const MAX_WORKFLOW_ID_CHARACTERS = 255;
+
+/**
+ * The ID of the child enqueued at `position` (and `item`, in a batch) of a parent: `<parent>-<position>[-<item>]`, or
+ * the same with the SHA-256 of the parent's ID when that would be longer than a workflow ID may be.
+ */
+export function childWorkflowId(parentWorkflowId: string, position: number, item?: number): string {
+  const suffix = item === undefined ? `-${position}` : `-${position}-${item}`;
+  const id = `${parentWorkflowId}${suffix}`;
+  return characterLength(id) <= MAX_WORKFLOW_ID_CHARACTERS
+    ? id
+    : `${createHash('sha256').update(parentWorkflowId).digest('hex')}${suffix}`;
+}
 
 /** What the parent records of one child enqueue: the handle's workflow and whether this parent created it. */
 interface RecordedEnqueue {
@@ -87,7 +104,7 @@ export class ChildWorkflows {
   ): Promise<EnqueuedWorkflowHandle<unknown>> {
     const parent = this.recordingParent(options);
     if (!parent) return this.enqueuing.enqueue(queueName, workflow, args, options);
-    const derivedId = `${parent.context.workflowId}-${parent.nextStep}`;
+    const derivedId = childWorkflowId(parent.context.workflowId, parent.nextStep);
     // NOTE: nothing may be awaited between reading nextStep and runStep taking that position.
     const recorded = await parent.runStep(
       `enqueue ${this.nameOf(workflow)}`,
@@ -115,13 +132,15 @@ export class ChildWorkflows {
   ): Promise<BulkEnqueueResult[]> {
     const parent = this.recordingParent(options);
     if (!parent || !Array.isArray(items)) return this.enqueuing.enqueueMany(queueName, workflow, items, options);
-    const prefix = `${parent.context.workflowId}-${parent.nextStep}`;
+    const position = parent.nextStep;
     return parent.runStep(
       `enqueueMany ${this.nameOf(workflow)}`,
       () =>
         this.whileUnavailable(parent.context, async () => {
           const derived = items.map((item, index) =>
-            typeof item?.options?.workflowId === 'string' ? undefined : `${prefix}-${index}`,
+            typeof item?.options?.workflowId === 'string'
+              ? undefined
+              : childWorkflowId(parent.context.workflowId, position, index),
           );
           for (const item of items) {
             await this.refuseParentKey(parent.context, queueName, item?.options?.deduplicationId);
