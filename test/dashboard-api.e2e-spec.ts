@@ -12,6 +12,7 @@ const COUNT_KEYS = [
   'ENQUEUED',
   'DELAYED',
   'PENDING',
+  'WAITING',
   'SUCCESS',
   'ERROR',
   'CANCELLED',

@@ -59,14 +59,14 @@ describe('metrics: GET /metrics of the demo app', () => {
     const text = scraped.text;
     const queue = { queue: 'user_tasks' };
     const counts = Object.fromEntries(
-      ['ENQUEUED', 'PENDING', 'SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'].map((status) => [
-        status,
-        sample(text, 'dedup_queue_workflows', { ...queue, status }),
-      ]),
+      ['ENQUEUED', 'PENDING', 'WAITING', 'SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'].map(
+        (status) => [status, sample(text, 'dedup_queue_workflows', { ...queue, status })],
+      ),
     );
     expect(counts).toEqual({
       ENQUEUED: 2,
       PENDING: 0,
+      WAITING: 0,
       SUCCESS: 2,
       ERROR: 0,
       CANCELLED: 0,

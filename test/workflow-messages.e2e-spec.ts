@@ -1,9 +1,8 @@
 import { InvalidArgumentError, WorkflowHandle, WorkflowNotFoundError } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { WaitingTasks, waitingTablesSql } from './fixtures/waiting-tasks';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import type { WaitingTasks } from './fixtures/waiting-tasks';
+import { useWaitingSuite } from './fixtures/waiting-suite';
+import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 /**
@@ -12,36 +11,17 @@ import { waitFor } from './support/wait-for';
  * same message at the same point; a workflow waiting in `recv` is WAITING until a message or its timeout.
  */
 describe('workflow messages', () => {
-  const schema = uniqueSchema('messages');
+  const suite = useWaitingSuite('messages');
+  const { schema, startWorker } = suite;
   let pool: Pool;
   let app: QueueApp;
   let tasks: WaitingTasks;
 
-  beforeAll(async () => {
-    process.env.SCHEMA = schema;
-    pool = testPool();
-    app = await startQueueApp(
-      { schema, worker: false, queues: [{ name: 'naps', concurrency: 1 }, { name: 'inbox' }] },
-      [WaitingTasks],
-    );
-    tasks = app.get(WaitingTasks);
-    await pool.query(waitingTablesSql(schema));
+  beforeAll(() => {
+    pool = suite.pool();
+    app = suite.app();
+    tasks = suite.tasks();
   });
-
-  afterEach(() => killFixtures());
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
-
-  async function startWorker(name: string): Promise<FixtureProcess> {
-    const worker = spawnFixture('child-waiting-worker.ts', name, { SCHEMA: schema, EXECUTOR_ID: name });
-    await worker.message('ready');
-    return worker;
-  }
 
   const waitForStatus = (handle: WorkflowHandle, status: string) =>
     waitFor(async () => (await handle.getStatus()).status === status, {
