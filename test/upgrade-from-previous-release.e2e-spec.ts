@@ -250,6 +250,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     expect(rows).toEqual([
       { version: 13, breaking: true },
       { version: 14, breaking: false },
+      { version: 18, breaking: false },
     ]);
     const { rows: relations } = await pool.query(
       `SELECT relname, relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

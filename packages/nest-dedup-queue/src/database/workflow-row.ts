@@ -18,6 +18,8 @@ export interface WorkflowRow {
   partition_key: string | null;
   priority: number;
   not_before: Date | null;
+  superseded_by: string | null;
+  supersedes: string | null;
 }
 
 /**
@@ -29,7 +31,7 @@ export const REPORTED_STATUS_SQL = `(CASE WHEN ${DELAYED_SQL} THEN 'DELAYED' ELS
 /** The columns `WorkflowRow` is read from. */
 export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,
   deduplication_id, executor_id,
-  attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before`;
+  attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, superseded_by, supersedes`;
 
 /** A row as a status, without the result (which only `getStatus()` reads, apart). */
 export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
@@ -48,5 +50,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     partitionKey: row.partition_key,
     priority: row.priority,
     notBefore: row.not_before,
+    ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
+    ...(row.supersedes !== null ? { supersedes: row.supersedes } : {}),
   };
 }

@@ -52,6 +52,8 @@ export const WORKFLOW_COLUMNS = [
   'dedup_expires_at',
   'next_deduplication_id',
   'trace_context',
+  'superseded_by',
+  'supersedes',
 ] as const;
 
 export type WorkflowColumn = (typeof WORKFLOW_COLUMNS)[number];

@@ -73,4 +73,8 @@ export interface WorkflowStatusInfo<R = unknown> {
   priority: number;
   /** While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. */
   notBefore: Date | null;
+  /** Present when `onDuplicate: 'supersede'` cancelled this workflow: the workflow that took its key. */
+  supersededBy?: string;
+  /** Present when this workflow was enqueued with `onDuplicate: 'supersede'` and cancelled a holder: that holder. */
+  supersedes?: string;
 }

@@ -12,6 +12,7 @@ import { followUpHandOver } from './011-follow-up-hand-over.migration';
 import { dashboardIndexesWithoutPending } from './012-dashboard-indexes-without-pending.migration';
 import { activeWorkApartFromHistory } from './013-active-work-apart-from-history.migration';
 import { enqueueFromSql } from './014-enqueue-from-sql.migration';
+import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -30,6 +31,7 @@ export const MIGRATIONS: readonly Migration[] = [
   dashboardIndexesWithoutPending,
   activeWorkApartFromHistory,
   enqueueFromSql,
+  moreDuplicatePolicies,
 ];
 
 export type { Migration } from './migration.interface';
