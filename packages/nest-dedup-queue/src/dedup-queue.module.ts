@@ -10,6 +10,7 @@ import { HistoryPartitions } from './database/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflow-inserter';
 import { DeduplicationEvents } from './enqueue/deduplication-events';
+import { SupersededRuns } from './enqueue/superseded-runs';
 import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
@@ -75,6 +76,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     QueueMetrics,
     WorkflowEventsExplorer,
     DeduplicationEvents,
+    SupersededRuns,
     WorkflowEnqueuer,
     WorkflowRegistry,
     WorkflowExplorer,
