@@ -6,6 +6,7 @@ import { QueueDatabase } from './database/queue-database';
 import { createQueueDatabase } from './database/queue-database.factory';
 import { QueueControlStore } from './database/queue-control.store';
 import { WorkflowStore } from './database/workflow.store';
+import { BulkControlStore } from './database/bulk-control.store';
 import { HistoryPartitions } from './database/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflow-inserter';
@@ -28,6 +29,7 @@ import { QueueService } from './queue.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { WorkflowControlService } from './control/workflow-control.service';
+import { BulkControlService } from './control/bulk-control.service';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
@@ -68,6 +70,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
     onDatabase(WorkflowStore),
+    onDatabase(BulkControlStore),
     onDatabase(QueueControlStore),
     QueueSettings,
     onDatabase(WorkflowInserter),
@@ -98,6 +101,7 @@ import { TickEnqueuer } from './scheduling/tick.enqueuer';
     EnqueueService,
     WorkflowLookupService,
     WorkflowControlService,
+    BulkControlService,
     QueueControlService,
     QueueService,
     DedupQueueHealthIndicator,
