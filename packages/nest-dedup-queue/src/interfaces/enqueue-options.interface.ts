@@ -7,8 +7,12 @@ import type { TransactionSql } from './transaction-sql.interface';
  * - `'return-existing'`: return the holder's handle (`created: false`);
  * - `'replace'`: if the holder has not started, replace its arguments (and delay, if given) with this call's and
  *   return its handle (debounce, latest wins); if it is running, do what `whenRunning` says.
+ * - `'supersede'`: the holder, queued or running (and a `queue-next` follow-up waiting for it), ends `CANCELLED` and
+ *   this call's workflow takes the key in the same transaction; a running holder's signal aborts wherever it runs;
+ *   both rows name each other (`supersededBy` / `supersedes` in their status). A finished holder still within its
+ *   deduplication window is not superseded: `QueueDeduplicatedError`.
  */
-export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace';
+export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace' | 'supersede';
 
 /**
  * With `onDuplicate: 'replace'`, when the holder is already running: `'reject'` (the default), `'return-existing'`,
@@ -50,6 +54,12 @@ export interface EnqueueOptions {
    * meanwhile, and holds its deduplication ID.
    */
   delayMs?: number;
+  /**
+   * With `onDuplicate: 'replace'` and `delayMs` (a debounce): replacing never moves the start later than this many
+   * milliseconds after the key was taken (by the database's clock), so a steady stream of calls cannot starve the
+   * run. A `queue-next` follow-up counts from when it was queued. At least `delayMs`.
+   */
+  maxDelayMs?: number;
   /** Start no earlier than this time (instead of `delayMs`). */
   runAt?: Date;
   /**
@@ -64,6 +74,13 @@ export interface EnqueueOptions {
    * per hour"). Expired windows are cleared when the key is next wanted, at no other cost.
    */
   deduplicationWindowMs?: number;
+  /**
+   * Refuse a duplicate whose arguments differ from the holder's (compared as stored JSON, in the statement that finds
+   * the holder) with `DeduplicationMismatchError` (HTTP 422 through `DedupExceptionFilter`), whatever `onDuplicate`
+   * says; a duplicate with the same arguments gets what the policy gives. Nothing is written for a mismatch.
+   * Default false.
+   */
+  requireSameArgs?: boolean;
   /** With `deduplicationWindowMs`: free the key as soon as the workflow ends with ERROR. Default false. */
   releaseKeyOnError?: boolean;
   /**
