@@ -147,9 +147,15 @@ describe('deduplication contract', () => {
          WHERE workflow_id = $1`,
         [first.workflowId],
       );
+      const { rows: historyColumns } = await finisher.query<{ name: string }>(
+        `SELECT quote_ident(column_name) AS name FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'workflow_history' ORDER BY ordinal_position`,
+        [schema],
+      );
+      const columns = historyColumns.map(({ name }) => name).join(', ');
       await finisher.query(
         `WITH moved AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1 RETURNING *)
-         INSERT INTO "${schema}".workflow_history SELECT * FROM moved`,
+         INSERT INTO "${schema}".workflow_history (${columns}) SELECT ${columns} FROM moved`,
         [first.workflowId],
       );
       const again = app.queues.enqueue('tasks', tasks.echo, ['finishing'], { workflowId: 'wf-finishing' });
