@@ -1,4 +1,4 @@
-import { QueueDeduplicatedError, WorkflowHandle } from 'nest-dedup-queue';
+import { QueueDeduplicatedError, WorkflowCancelledError, WorkflowHandle } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import type { WaitingTasks } from './fixtures/waiting-tasks';
 import { useWaitingSuite } from './fixtures/waiting-suite';
@@ -106,6 +106,21 @@ describe('durable sleep', () => {
     expect(events[2].at.getTime()).toBeLessThan(wakesBy);
     // A full sleep from the re-execution would end 2.5 s or more after it began; what remained was at most that.
     expect(events[2].at.getTime() - events[1].at.getTime()).toBeLessThan(2500);
+  });
+
+  it('counts the time asleep towards timeoutMs, and cancels a sleeping workflow at once, freeing its key', async () => {
+    await startWorker('sleep-ended');
+    const timed = await app.queues.enqueue('naps', tasks.nap, ['timed', 60_000], { timeoutMs: 2000 });
+    const cancelled = await app.queues.enqueue('naps', tasks.nap, ['cancelled', 60_000], { deduplicationId: 'k2' });
+    await waitForStatus(cancelled, 'WAITING');
+    await expect(app.queues.cancel(cancelled.workflowId)).resolves.toBe('CANCELLED');
+    await expect(cancelled.getResult()).rejects.toBeInstanceOf(WorkflowCancelledError);
+    const next = await app.queues.enqueue('naps', tasks.quick, ['next'], { deduplicationId: 'k2' });
+    await expect(next.getResult({ timeoutMs: 10_000 })).resolves.toBe('next');
+
+    await expect(timed.getResult({ timeoutMs: 15_000 })).rejects.toBeInstanceOf(WorkflowCancelledError);
+    expect((await timed.getStatus()).error).toMatchObject({ name: 'WorkflowTimeoutError' });
+    expect((await eventsOf(timed.workflowId)).map((event) => event.kind)).toEqual(['before']);
   });
 
   it('sleeps a short time in the process, holding its slot', async () => {

@@ -24,7 +24,7 @@ describe('retention drops whole days of history', () => {
     (
       await pool.query<{ relname: string }>(
         `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r'
-           AND relname ~ '^(workflow_history|steps)_p' ORDER BY relname`,
+           AND relname ~ '^(workflow_history|steps|workflow_messages)_p' ORDER BY relname`,
         [schema],
       )
     ).rows.map((row) => row.relname);
@@ -37,6 +37,10 @@ describe('retention drops whole days of history', () => {
       `CREATE TABLE "${schema}".workflow_history_p${suffix} PARTITION OF "${schema}".workflow_history FOR VALUES ${range}`,
     );
     await pool.query(`CREATE TABLE "${schema}".steps_p${suffix} PARTITION OF "${schema}".steps FOR VALUES ${range}`);
+    await pool.query(
+      `CREATE TABLE "${schema}".workflow_messages_p${suffix} PARTITION OF "${schema}".workflow_messages
+         FOR VALUES ${range}`,
+    );
     return suffix;
   };
   /** A finished workflow created `daysAgo` days ago (noon UTC) that finished `finishedAgoMs` ago, with a step. */
@@ -53,6 +57,11 @@ describe('retention drops whole days of history', () => {
        VALUES ($1, 0, 'only', 'tasks', $2)`,
       [id, createdAt],
     );
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_messages (queue_name, workflow_id, workflow_created_at, topic, message)
+       VALUES ('tasks', $1, $2, '', '"unread"')`,
+      [id, createdAt],
+    );
   };
 
   beforeAll(async () => {
@@ -66,10 +75,15 @@ describe('retention drops whole days of history', () => {
   /** As if the schema had been made (or upgraded to 1.0) `daysAgo` days ago: daily partitions start then. */
   const firstDayWas = async (daysAgo: number) => {
     const start = `'${day(daysAgo)} 00:00:00+00'`;
-    await pool.query(`ALTER TABLE "${schema}".steps DETACH PARTITION "${schema}".steps_before`);
-    await pool.query(
-      `ALTER TABLE "${schema}".steps ATTACH PARTITION "${schema}".steps_before FOR VALUES FROM (MINVALUE) TO (${start})`,
-    );
+    for (const [parent, before] of [
+      ['steps', 'steps_before'],
+      ['workflow_messages', 'workflow_messages_before'],
+    ]) {
+      await pool.query(`ALTER TABLE "${schema}".${parent} DETACH PARTITION "${schema}".${before}`);
+      await pool.query(
+        `ALTER TABLE "${schema}".${parent} ATTACH PARTITION "${schema}".${before} FOR VALUES FROM (MINVALUE) TO (${start})`,
+      );
+    }
     await pool.query(
       `ALTER TABLE "${schema}".workflow_history_legacy DROP CONSTRAINT workflow_history_legacy_created_at,
          ADD CONSTRAINT workflow_history_legacy_created_at CHECK (created_at < ${start})`,
@@ -91,6 +105,7 @@ describe('retention drops whole days of history', () => {
     expect(await tables()).toEqual([
       ...suffixes.map((suffix) => `steps_p${suffix}`),
       ...suffixes.map((suffix) => `workflow_history_p${suffix}`),
+      ...suffixes.map((suffix) => `workflow_messages_p${suffix}`),
     ]);
   });
 
@@ -125,6 +140,7 @@ describe('retention drops whole days of history', () => {
     const left = await tables();
     expect(left).not.toContain(`workflow_history_p${old}`);
     expect(left).not.toContain(`steps_p${old}`);
+    expect(left).not.toContain(`workflow_messages_p${old}`);
     expect(left).toEqual(expect.arrayContaining([`workflow_history_p${recent}`, `workflow_history_p${active}`]));
     const kept = await pool.query(
       `SELECT workflow_id FROM "${schema}".workflows WHERE workflow_id <> 'still-queued' ORDER BY 1`,
@@ -132,5 +148,7 @@ describe('retention drops whole days of history', () => {
     expect(kept.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
     const steps = await pool.query(`SELECT workflow_id FROM "${schema}".steps ORDER BY 1`);
     expect(steps.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
+    const messages = await pool.query(`SELECT workflow_id FROM "${schema}".workflow_messages ORDER BY 1`);
+    expect(messages.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
   });
 });
