@@ -16,8 +16,8 @@ import {
 import type { Pool } from 'pg';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import type { BulkReport } from './fixtures/child-policy-enqueuer';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { databaseUrl } from './support/database';
+import { QueueApp, useQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 import { activeTableLockWaits } from './support/lock-waits';
 
@@ -39,31 +39,22 @@ function seeded(seed: number): () => number {
 }
 
 describe('enqueueMany', () => {
-  const schema = uniqueSchema('bulk');
+  const suite = useQueueApp(
+    'bulk',
+    { worker: false, connection: { url: databaseUrl(), poolSize: 4 }, queues: [{ name: 'bulk' }, { name: 'other' }] },
+    [BulkTasks],
+    { beforeClose: killFixtures },
+  );
+  const { schema } = suite;
   const table = `"${schema}".workflows`;
   let pool: Pool;
   let app: QueueApp;
   let tasks: BulkTasks;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp(
-      {
-        schema,
-        worker: false,
-        connection: { url: databaseUrl(), poolSize: 4 },
-        queues: [{ name: 'bulk' }, { name: 'other' }],
-      },
-      [BulkTasks],
-    );
+  beforeAll(() => {
+    pool = suite.pool;
+    app = suite.app;
     tasks = app.get(BulkTasks);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
   });
 
   const countRows = async (queue: string) =>

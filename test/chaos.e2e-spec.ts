@@ -3,9 +3,9 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Pool } from 'pg';
 import { DurableSteps, DurableTasks, durableTablesSql } from './fixtures/child-durable-tasks';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import type { FixtureProcess } from './fixtures/child-harness';
+import type { QueueApp } from './support/queue-app';
+import { useWorkerSuite } from './support/worker-suite';
 import { waitFor } from './support/wait-for';
 
 const WORKFLOWS = 200;
@@ -21,42 +21,24 @@ const KILLS = 3;
  * sweeps first), so both recovery paths run under load, and the same-id restart races the peers' lease sweeps.
  */
 describe('chaos: SIGKILL one of three workers at random moments', () => {
-  const schema = uniqueSchema('chaos');
+  const suite = useWorkerSuite({
+    prefix: 'chaos',
+    queues: [{ name: 'durable' }, { name: 'serial' }],
+    providers: [DurableSteps, DurableTasks],
+    tablesSql: durableTablesSql,
+    worker: 'child-durable-worker.ts',
+  });
+  const { schema } = suite;
   let pool: Pool;
   let app: QueueApp;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp(
-      {
-        schema,
-        worker: false,
-        connection: { url: databaseUrl(), poolSize: 3 },
-        queues: [{ name: 'durable' }, { name: 'serial' }],
-      },
-      [DurableSteps, DurableTasks],
-    );
-    await pool.query(durableTablesSql(schema));
+  beforeAll(() => {
+    pool = suite.pool;
+    app = suite.app;
   });
 
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
-
-  const startWorker = async (executorId: string): Promise<FixtureProcess> => {
-    const worker = spawnFixture('child-durable-worker.ts', executorId, {
-      SCHEMA: schema,
-      EXECUTOR_ID: executorId,
-      QUEUES: 'durable',
-      WORKER_CONCURRENCY: '4',
-      POOL_SIZE: '6',
-    });
-    await worker.message('ready');
-    return worker;
-  };
+  const startWorker = (executorId: string): Promise<FixtureProcess> =>
+    suite.startWorker(executorId, { QUEUES: 'durable', WORKER_CONCURRENCY: '4', POOL_SIZE: '6' });
 
   const count = async (sql: string, params: unknown[] = []): Promise<number> =>
     (await pool.query(`SELECT count(*)::int AS n FROM ${sql}`, params)).rows[0].n;

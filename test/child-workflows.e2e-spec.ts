@@ -10,9 +10,8 @@ import {
 import type { Pool } from 'pg';
 import request from 'supertest';
 import { ComposeTasks, composeTablesSql } from './fixtures/child-compose-tasks';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { databaseUrl } from './support/database';
+import { useWorkerSuite } from './support/worker-suite';
 import { waitFor } from './support/wait-for';
 
 /**
@@ -22,51 +21,24 @@ import { waitFor } from './support/wait-for';
  * on a queue, recovery of a parent with queued children) and of deduplication inside a parent.
  */
 describe('child workflows', () => {
-  const schema = uniqueSchema('children');
+  const suite = useWorkerSuite({
+    prefix: 'children',
+    queues: [{ name: 'parents' }, { name: 'children' }],
+    providers: [ComposeTasks],
+    tablesSql: composeTablesSql,
+    worker: 'child-compose-worker.ts',
+    cleanUpAfterEach: true,
+  });
+  const { schema, startWorker, sigkill } = suite;
   let pool: Pool;
-  let app: QueueApp;
   let queues: QueueService;
   let tasks: ComposeTasks;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp(
-      {
-        schema,
-        worker: false,
-        connection: { url: databaseUrl(), poolSize: 3 },
-        queues: [{ name: 'parents' }, { name: 'children' }],
-      },
-      [ComposeTasks],
-    );
-    queues = app.queues;
-    tasks = app.get(ComposeTasks);
-    await pool.query(composeTablesSql(schema));
+  beforeAll(() => {
+    pool = suite.pool;
+    queues = suite.app.queues;
+    tasks = suite.app.get(ComposeTasks);
   });
-
-  afterEach(async () => {
-    await killFixtures();
-    await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`);
-    await pool.query(`DELETE FROM "${schema}".executors`);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
-
-  async function startWorker(executorId: string): Promise<FixtureProcess> {
-    const worker = spawnFixture('child-compose-worker.ts', executorId, { SCHEMA: schema, EXECUTOR_ID: executorId });
-    await worker.message('ready');
-    return worker;
-  }
-
-  async function sigkill(worker: FixtureProcess): Promise<void> {
-    worker.child.kill('SIGKILL');
-    expect(await worker.ended).toEqual({ code: null, signal: 'SIGKILL' });
-  }
 
   const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 

@@ -4,9 +4,10 @@ import { ExecutorStore, QueueDatabase } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { DurableSteps, DurableTasks, durableTablesSql } from './fixtures/child-durable-tasks';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import type { FixtureProcess } from './fixtures/child-harness';
+import { databaseUrl } from './support/database';
+import type { QueueApp } from './support/queue-app';
+import { useWorkerSuite } from './support/worker-suite';
 import { waitFor } from './support/wait-for';
 
 /**
@@ -15,55 +16,25 @@ import { waitFor } from './support/wait-for';
  * and ends whatever it left active, so the next test starts with no live executor and nothing to recover.
  */
 describe('crash recovery', () => {
-  const schema = uniqueSchema('crash');
+  const suite = useWorkerSuite({
+    prefix: 'crash',
+    queues: [{ name: 'durable' }, { name: 'serial' }],
+    providers: [DurableSteps, DurableTasks],
+    tablesSql: durableTablesSql,
+    worker: 'child-durable-worker.ts',
+    cleanUpAfterEach: true,
+  });
+  const { schema, startWorker, spawnWorker, sigkill } = suite;
   let pool: Pool;
   /** Worker-less: enqueues, cancels, resumes; never runs a workflow, never recovers anything. */
   let app: QueueApp;
   let tasks: DurableTasks;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp(
-      {
-        schema,
-        worker: false,
-        connection: { url: databaseUrl(), poolSize: 3 },
-        queues: [{ name: 'durable' }, { name: 'serial' }],
-      },
-      [DurableSteps, DurableTasks],
-    );
+  beforeAll(() => {
+    pool = suite.pool;
+    app = suite.app;
     tasks = app.get(DurableTasks);
-    await pool.query(durableTablesSql(schema));
   });
-
-  afterEach(async () => {
-    await killFixtures();
-    await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`);
-    await pool.query(`DELETE FROM "${schema}".executors`);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
-
-  /** Starts a worker process with `executorId` (also its fixture name) and waits until it has booted. */
-  async function startWorker(executorId: string, env: Record<string, string> = {}): Promise<FixtureProcess> {
-    const worker = spawnWorker(executorId, env);
-    await worker.message('ready');
-    return worker;
-  }
-
-  function spawnWorker(executorId: string, env: Record<string, string> = {}): FixtureProcess {
-    return spawnFixture('child-durable-worker.ts', executorId, { SCHEMA: schema, EXECUTOR_ID: executorId, ...env });
-  }
-
-  async function sigkill(worker: FixtureProcess): Promise<void> {
-    worker.child.kill('SIGKILL');
-    expect(await worker.ended).toEqual({ code: null, signal: 'SIGKILL' });
-  }
 
   const rowOf = async (workflowId: string) =>
     (

@@ -19,14 +19,15 @@ import {
   workflowContext,
 } from 'nest-dedup-queue';
 import { Client, Pool } from 'pg';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
+import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { CallResult, RoundReport } from './fixtures/child-policy-enqueuer';
 import { PolicyTasks, policyTablesSql } from './fixtures/child-policy-tasks';
-import { Gate } from './fixtures/recording-tasks';
+import { GatedRuns } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 import { activeTableLockWaits } from './support/lock-waits';
+import { PolicyProcesses, startPolicyProcesses } from './support/policy-processes';
 
 /** Concurrent enqueues per process and storm; two processes fire at once. */
 const PER_PROCESS = 50;
@@ -241,32 +242,19 @@ function outcomes(results: CallResult[]) {
 }
 
 describe('duplicate policies under 2 processes x 50 concurrent enqueues with one key', () => {
+  let processes: PolicyProcesses;
   let enqueuers: FixtureProcess[] = [];
-  let worker: FixtureProcess;
   let parentTasks: PolicyTasks;
   let round = 0;
 
   beforeAll(async () => {
     parentTasks = parent.get(PolicyTasks);
-    enqueuers = ['a', 'b'].map((name) =>
-      spawnFixture('child-policy-enqueuer.ts', `enqueuer-${name}`, {
-        SCHEMA: schema,
-        CHILD_NAME: name,
-        QUEUES: 'idle,live',
-      }),
-    );
-    worker = spawnFixture('child-policy-worker.ts', 'worker', { SCHEMA: schema, QUEUES: 'live' });
-    await Promise.all([...enqueuers, worker].map((child) => child.message('ready')));
+    processes = await startPolicyProcesses(pool, schema, 'idle,live');
+    enqueuers = processes.enqueuers;
   });
 
-  afterAll(async () => {
-    // Lets whatever still blocks in the worker finish, then stops the processes (afterAll kills what is left).
-    await pool.query(
-      `INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`,
-    );
-    for (const child of [...enqueuers, worker]) if (!child.hasEnded) child.send({ type: 'stop' });
-    await Promise.all([...enqueuers, worker].map((child) => child.waitForExit(10_000).catch(() => undefined)));
-  });
+  // Lets whatever still blocks in the worker finish, then stops the processes (afterAll kills what is left).
+  afterAll(() => processes?.stop());
 
   /** Releases both enqueuing processes at once; each fires one enqueue per entry of `keys`, all concurrently. */
   async function storm(queue: string, keys: string[], options: EnqueueOptions, spacingMs = 0) {
@@ -629,24 +617,7 @@ describe('duplicate policies under 2 processes x 50 concurrent enqueues with one
 
 /** Workflows run by the in-process worker: each run is recorded, and `hold` waits for its gate. */
 @Injectable()
-class LocalTasks {
-  readonly runs: Array<{ label: string; workflowId: string; attempt: number }> = [];
-  private readonly gates = new Map<string, Gate>();
-
-  gate(name: string): Gate {
-    let gate = this.gates.get(name);
-    if (!gate) this.gates.set(name, (gate = new Gate()));
-    return gate;
-  }
-
-  openAll(): void {
-    for (const gate of this.gates.values()) gate.open();
-  }
-
-  ran(label: string) {
-    return this.runs.filter((run) => run.label === label);
-  }
-
+class LocalTasks extends GatedRuns<{ label: string; workflowId: string; attempt: number }> {
   @Workflow()
   async hold(label: string, outcome: 'succeed' | 'fail' = 'succeed'): Promise<string> {
     const { workflowId, attempt } = workflowContext();

@@ -1,55 +1,31 @@
 import { DedupQueueError, InvalidArgumentError, QueueService, setEvent } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { ComposeTasks, composeTablesSql } from './fixtures/child-compose-tasks';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { useWorkerSuite } from './support/worker-suite';
 
 /**
  * Workflow events (`setEvent` / `getEvent`, docs/composing-workflows.md): set in a worker process
  * (child-compose-worker.ts), read from the test's own worker-less process, on a real Postgres.
  */
 describe('workflow events', () => {
-  const schema = uniqueSchema('events');
+  const suite = useWorkerSuite({
+    prefix: 'events',
+    queues: [{ name: 'parents' }, { name: 'children' }],
+    providers: [ComposeTasks],
+    tablesSql: composeTablesSql,
+    worker: 'child-compose-worker.ts',
+    cleanUpAfterEach: true,
+  });
+  const { schema, startWorker } = suite;
   let pool: Pool;
-  let app: QueueApp;
   let queues: QueueService;
   let tasks: ComposeTasks;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp(
-      {
-        schema,
-        worker: false,
-        connection: { url: databaseUrl(), poolSize: 3 },
-        queues: [{ name: 'parents' }, { name: 'children' }],
-      },
-      [ComposeTasks],
-    );
-    queues = app.queues;
-    tasks = app.get(ComposeTasks);
-    await pool.query(composeTablesSql(schema));
+  beforeAll(() => {
+    pool = suite.pool;
+    queues = suite.app.queues;
+    tasks = suite.app.get(ComposeTasks);
   });
-
-  afterEach(async () => {
-    await killFixtures();
-    await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE status IN ('ENQUEUED', 'PENDING')`);
-    await pool.query(`DELETE FROM "${schema}".executors`);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
-  });
-
-  async function startWorker(executorId: string): Promise<FixtureProcess> {
-    const worker = spawnFixture('child-compose-worker.ts', executorId, { SCHEMA: schema, EXECUTOR_ID: executorId });
-    await worker.message('ready');
-    return worker;
-  }
 
   const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 

@@ -1,7 +1,8 @@
 import type { Provider, Type } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
 import { DedupQueueModule, DedupQueueModuleOptions, QueueService } from 'nest-dedup-queue';
-import { databaseUrl } from './database';
+import type { Pool } from 'pg';
+import { databaseUrl, dropSchema, testPool, uniqueSchema } from './database';
 
 export interface QueueApp {
   module: TestingModule;
@@ -32,4 +33,50 @@ export async function startQueueApp(
     get: (type) => module.get(type),
     close: () => module.close(),
   };
+}
+
+/** What `useQueueApp` gives a test file; `pool` and `app` are set once its `beforeAll` has run. */
+export interface QueueAppSuite {
+  /** The file's own schema (uniqueSchema). */
+  readonly schema: string;
+  /** A pool for assertions and fixtures (testPool). */
+  pool: Pool;
+  app: QueueApp;
+}
+
+/** Steps of a suite's set-up and tear-down that depend on the test file. */
+export interface QueueAppSuiteHooks {
+  /** Runs once the app has started (and migrated the schema), e.g. to create the fixture's tables. */
+  afterStart?: (suite: QueueAppSuite) => Promise<unknown>;
+  /** Runs first in `afterAll`, before the app closes, e.g. to open gates or kill child processes. */
+  beforeClose?: () => unknown;
+}
+
+/**
+ * Registers the usual `beforeAll`/`afterAll` of a test file: a schema of its own (`uniqueSchema(prefix)`), a pool,
+ * and an app started with `options` and `providers`; afterwards the app is closed, the schema dropped and the pool
+ * ended. Call it at the top of a file or a `describe`, before the file's own hooks.
+ */
+export function useQueueApp(
+  prefix: string,
+  options: Partial<DedupQueueModuleOptions>,
+  providers: Provider[] = [],
+  hooks: QueueAppSuiteHooks = {},
+): QueueAppSuite {
+  const suite = { schema: uniqueSchema(prefix) } as QueueAppSuite;
+
+  beforeAll(async () => {
+    suite.pool = testPool();
+    suite.app = await startQueueApp({ ...options, schema: suite.schema }, providers);
+    await hooks.afterStart?.(suite);
+  });
+
+  afterAll(async () => {
+    await hooks.beforeClose?.();
+    await suite.app?.close();
+    await dropSchema(suite.pool, suite.schema);
+    await suite.pool.end();
+  });
+
+  return suite;
 }
