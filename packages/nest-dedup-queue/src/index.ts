@@ -19,6 +19,7 @@ export {
   DedupExceptionFilterOptions,
   DedupQueueErrorResponseBody,
   DeduplicatedResponseBody,
+  DeduplicationMismatchResponseBody,
 } from './filters/dedup-exception.filter';
 export { QueueService } from './queue.service';
 export { InjectQueue } from './decorators/inject-queue.decorator';

@@ -166,7 +166,7 @@ export class DashboardService {
     if (!row) throw new WorkflowNotFoundError(workflowId);
     this.assertDeclared(row.queueName);
     const enqueued = await this.enqueuer.enqueue(
-      { ...row, workflowId: randomUUID(), workflowIdGiven: false, runAt: null, delayMs: null },
+      { ...row, workflowId: randomUUID(), workflowIdGiven: false, runAt: null, delayMs: null, maxDelayMs: null },
       {
         onDuplicate: 'reject',
         whenRunning: 'reject',

@@ -16,6 +16,8 @@ export interface NewWorkflow {
   /** Start no earlier than this; or `delayMs` from now by the database's clock. */
   runAt: Date | null;
   delayMs: number | null;
+  /** With `replace` + `delayMs`: the start is never later than this long after the key was taken. */
+  maxDelayMs: number | null;
   /** Keep the deduplication ID this long after the workflow ended. */
   deduplicationWindowMs: number | null;
   releaseKeyOnError: boolean;

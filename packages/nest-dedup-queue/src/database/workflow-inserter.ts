@@ -24,6 +24,8 @@ export interface Holder {
   status: WorkflowStatus;
   /** Whether it has run before (it may be ENQUEUED again, waiting for a retry or after a recovery). */
   started: boolean;
+  /** Whether its stored arguments equal the ones asked about (as JSON), when `findHolder` was given some. */
+  sameArgs?: boolean;
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -161,46 +163,72 @@ export class WorkflowInserter {
 
   /**
    * The workflow that holds a deduplication ID in a queue, if any. A holder whose deduplication window has passed
-   * lets go of the key here (expired windows are cleared when someone wants the key, never by a sweep).
+   * lets go of the key here (expired windows are cleared when someone wants the key, never by a sweep). With
+   * `inputsJson`, the same statement tells whether the holder's stored arguments equal those (`sameArgs`).
    */
-  async findHolder(queueName: string, deduplicationId: string): Promise<Holder | undefined> {
-    const holder = await this.findHolderWith(this.query, queueName, deduplicationId);
+  async findHolder(queueName: string, deduplicationId: string, inputsJson?: string): Promise<Holder | undefined> {
+    const holder = await this.findHolderWith(this.query, queueName, deduplicationId, inputsJson);
     if (holder || !this.savepoints) return holder;
     // A caller's REPEATABLE READ snapshot may predate the holder's commit: look with a fresh one.
     return this.findHolderWith(
       (sql, params) => this.database.query(sql, params, { idempotent: true }),
       queueName,
       deduplicationId,
+      inputsJson,
     );
   }
 
-  private async findHolderWith(query: Query, queueName: string, deduplicationId: string): Promise<Holder | undefined> {
-    const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number }>(
+  private async findHolderWith(
+    query: Query,
+    queueName: string,
+    deduplicationId: string,
+    inputsJson: string | undefined,
+  ): Promise<Holder | undefined> {
+    const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number; same_args: boolean }>(
       `WITH expired AS (${releaseExpiredKeySql(this.table)})
-       SELECT workflow_id, status, attempts FROM ${this.table}
+       SELECT workflow_id, status, attempts, coalesce(inputs::jsonb = $3::jsonb, true) AS same_args FROM ${this.table}
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)
          AND ${windowOpenSql()}`,
-      [queueName, deduplicationId],
+      [queueName, deduplicationId, inputsJson ?? null],
     );
-    return rows[0] && { workflowId: rows[0].workflow_id, status: rows[0].status, started: rows[0].attempts > 0 };
+    return (
+      rows[0] && {
+        workflowId: rows[0].workflow_id,
+        status: rows[0].status,
+        started: rows[0].attempts > 0,
+        sameArgs: rows[0].same_args,
+      }
+    );
   }
 
-  /** Replaces the arguments (and delay, if given) of the holder of a key if it never started; its ID, or undefined. */
-  async replaceQueued(workflow: NewWorkflow): Promise<string | undefined> {
+  /**
+   * Replaces the arguments (and delay, if given) of the holder of a key if it never started; its ID, or undefined.
+   * With `requireSameArgs`, only a holder whose stored arguments equal the new ones (as JSON) is touched. With
+   * `maxDelayMs`, the start is capped: never later than the earliest `now() + maxDelayMs` of the call that took the
+   * key and of every replace that gave one (`start_deadline`).
+   */
+  async replaceQueued(workflow: NewWorkflow, requireSameArgs = false): Promise<string | undefined> {
+    const capped = workflow.maxDelayMs !== null;
+    const start = capped
+      ? `not_before = least(now() + $5::float8 * interval '1 millisecond', start_deadline,
+                            now() + $7::float8 * interval '1 millisecond'),
+         start_deadline = least(start_deadline, now() + $7::float8 * interval '1 millisecond')`
+      : `not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before
+                           ELSE coalesce($7::timestamptz, now() + $5::float8 * interval '1 millisecond') END`;
     const rows = await this.query<{ workflow_id: string }>(
       `UPDATE ${this.table}
-       SET inputs = $3::json, workflow_name = $4, updated_at = now(),
-           not_before = CASE WHEN $5::timestamptz IS NULL AND $6::float8 IS NULL THEN not_before
-                             ELSE coalesce($5::timestamptz, now() + $6::float8 * interval '1 millisecond') END
+       SET inputs = $3::json, workflow_name = $4, updated_at = now(), ${start}
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED} AND attempts = 0
+         AND (NOT $6::bool OR inputs::jsonb = $3::jsonb)
        RETURNING workflow_id`,
       [
         workflow.queueName,
         workflow.deduplicationId,
         workflow.inputsJson,
         workflow.workflowName,
-        workflow.runAt,
         workflow.delayMs,
+        requireSameArgs,
+        capped ? workflow.maxDelayMs : workflow.runAt,
       ],
     );
     return rows[0]?.workflow_id;

@@ -19,6 +19,8 @@ export interface WorkflowRow {
   priority: number;
   not_before: Date | null;
   parent_workflow_id: string | null;
+  superseded_by: string | null;
+  supersedes: string | null;
 }
 
 /**
@@ -30,7 +32,8 @@ export const REPORTED_STATUS_SQL = `(CASE WHEN ${DELAYED_SQL} THEN 'DELAYED' ELS
 /** The columns `WorkflowRow` is read from. */
 export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,
   deduplication_id, executor_id,
-  attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, parent_workflow_id`;
+  attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, parent_workflow_id,
+  superseded_by, supersedes`;
 
 /** A row as a status, without the result (which only `getStatus()` reads, apart). */
 export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
@@ -50,5 +53,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     priority: row.priority,
     notBefore: row.not_before,
     parentWorkflowId: row.parent_workflow_id,
+    ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
+    ...(row.supersedes !== null ? { supersedes: row.supersedes } : {}),
   };
 }

@@ -56,6 +56,8 @@ export const WORKFLOW_COLUMNS = [
   'next_deduplication_id',
   'trace_context',
   'parent_workflow_id',
+  'superseded_by',
+  'supersedes',
 ] as const;
 
 export type WorkflowColumn = (typeof WORKFLOW_COLUMNS)[number];

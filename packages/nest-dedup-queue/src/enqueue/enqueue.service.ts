@@ -66,6 +66,11 @@ export class EnqueueService {
     if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
     const prepared = [];
     for (const [index, item] of items.entries()) {
+      for (const option of ['requireSameArgs', 'maxDelayMs'] as const) {
+        if (item?.options?.[option] !== undefined) {
+          throw new InvalidArgumentError(`items[${index}].options.${option}`, 'is not taken by enqueueMany');
+        }
+      }
       prepared.push(
         await this.prepare(
           queueName,
@@ -133,6 +138,7 @@ export class EnqueueService {
       priority: valid.priority,
       runAt: valid.runAt,
       delayMs: valid.delayMs,
+      maxDelayMs: valid.maxDelayMs,
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
       traceContext: null,

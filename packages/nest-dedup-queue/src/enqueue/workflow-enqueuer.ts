@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { NewWorkflow } from '../database/new-workflow';
 import { Holder, WorkflowInserter } from '../database/workflow-inserter';
+import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
@@ -14,6 +15,8 @@ import { EnqueueBatcher } from './enqueue.batcher';
 export interface EnqueuePolicy {
   onDuplicate: DuplicatePolicy;
   whenRunning: WhenRunningPolicy;
+  /** Refuse a holder whose arguments differ (`DeduplicationMismatchError`), whatever the policy. */
+  requireSameArgs?: boolean;
 }
 
 export interface Enqueued {
@@ -99,15 +102,24 @@ export class WorkflowEnqueuer {
     policy: EnqueuePolicy,
     holderId: string | undefined,
   ): Promise<Enqueued | undefined> {
+    const requireSameArgs = policy.requireSameArgs === true;
     if (policy.onDuplicate === 'replace') {
-      const replaced = await inserter.replaceQueued(workflow);
+      const replaced = await inserter.replaceQueued(workflow, requireSameArgs);
       if (replaced) return this.hit(workflow, replaced, 'replaced', { workflowId: replaced, created: false });
     }
     const holder: Holder | undefined =
-      holderId !== undefined && policy.onDuplicate !== 'replace'
+      holderId !== undefined && policy.onDuplicate !== 'replace' && !requireSameArgs
         ? { workflowId: holderId, status: 'PENDING', started: true }
-        : await inserter.findHolder(workflow.queueName, workflow.deduplicationId as string);
+        : await inserter.findHolder(
+            workflow.queueName,
+            workflow.deduplicationId as string,
+            requireSameArgs ? workflow.inputsJson : undefined,
+          );
     if (!holder) return undefined;
+    if (holder.sameArgs === false) {
+      this.hit(workflow, holder.workflowId, 'mismatched', undefined);
+      throw new DeduplicationMismatchError(workflow.queueName, workflow.deduplicationId as string, holder.workflowId);
+    }
     switch (this.modeFor(policy, holder)) {
       case 'retry':
         return undefined;

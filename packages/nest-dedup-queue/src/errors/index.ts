@@ -4,6 +4,7 @@ export * from './database-unavailable.error';
 export * from './database-query.error';
 export * from './invalid-argument.error';
 export * from './queue-deduplicated.error';
+export * from './deduplication-mismatch.error';
 export * from './unknown-queue.error';
 export * from './unknown-workflow.error';
 export * from './workflow-cancelled.error';

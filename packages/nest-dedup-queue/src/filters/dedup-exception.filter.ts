@@ -2,6 +2,7 @@ import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Logger, Opti
 import { HttpAdapterHost } from '@nestjs/core';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
+import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
@@ -18,6 +19,16 @@ export interface DeduplicatedResponseBody {
   existingWorkflowId: string;
   /** Where the holder's status can be read, when the filter was given `location`. */
   location?: string;
+}
+
+/** The JSON body `DedupExceptionFilter` answers a `DeduplicationMismatchError` with (422). */
+export interface DeduplicationMismatchResponseBody {
+  statusCode: 422;
+  error: 'Unprocessable Entity';
+  message: string;
+  queueName: string;
+  deduplicationId: string;
+  existingWorkflowId: string;
 }
 
 /** The JSON body of every other answer: `{ statusCode, error, message }`, plus `field` for a 400. */
@@ -47,6 +58,7 @@ export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
  * | error | status |
  * |---|---|
  * | `QueueDeduplicatedError` | 409, naming the queue, the deduplication ID and the holder |
+ * | `DeduplicationMismatchError` | 422, naming the queue, the deduplication ID and the holder |
  * | `WorkflowIdConflictError` | 409 |
  * | `InvalidArgumentError` | 400, naming the field |
  * | `WorkflowNotFoundError`, `ScheduleNotFoundError` | 404 |
@@ -83,6 +95,16 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
       }
       return this.reply(response, body);
     }
+    if (error instanceof DeduplicationMismatchError) {
+      return this.reply(response, {
+        statusCode: HttpStatus.UNPROCESSABLE_ENTITY,
+        error: 'Unprocessable Entity',
+        message: error.message,
+        queueName: error.queueName,
+        deduplicationId: error.deduplicationId,
+        existingWorkflowId: error.existingWorkflowId,
+      });
+    }
     if (error instanceof DatabaseUnavailableError) {
       setHeader(response, 'Retry-After', String(error.retryAfterSeconds));
       return this.reply(response, {
@@ -113,7 +135,10 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
     });
   }
 
-  private reply(response: HttpResponse, body: DeduplicatedResponseBody | DedupQueueErrorResponseBody): void {
+  private reply(
+    response: HttpResponse,
+    body: DeduplicatedResponseBody | DeduplicationMismatchResponseBody | DedupQueueErrorResponseBody,
+  ): void {
     const adapter = this.adapterHost?.httpAdapter;
     if (adapter) {
       adapter.reply(response, body, body.statusCode);

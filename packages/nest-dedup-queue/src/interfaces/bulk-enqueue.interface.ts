@@ -3,7 +3,7 @@ import type { EnqueueOptions } from './enqueue-options.interface';
 /** One item of `QueueService.enqueueMany()`. */
 export interface BulkEnqueueItem {
   args: unknown[];
-  options?: Omit<EnqueueOptions, 'manager' | 'db' | 'onDuplicate' | 'whenRunning'>;
+  options?: Omit<EnqueueOptions, 'manager' | 'db' | 'onDuplicate' | 'whenRunning' | 'requireSameArgs' | 'maxDelayMs'>;
 }
 
 /** Options of a whole `QueueService.enqueueMany()` call. */

@@ -1,5 +1,11 @@
-/** What happened to an enqueue whose deduplication ID was held. */
-export type DeduplicationOutcome = 'rejected' | 'returned-existing' | 'replaced' | 'queued-next';
+/**
+ * What happened to an enqueue whose deduplication ID was held: `rejected` (`QueueDeduplicatedError`),
+ * `returned-existing`, `replaced`, `queued-next`, `superseded` (the holder was cancelled and this call's workflow
+ * took the key; `existingWorkflowId` is the cancelled holder), `mismatched` (`requireSameArgs`: the holder's
+ * arguments differ, `DeduplicationMismatchError`).
+ */
+export type DeduplicationOutcome =
+  'rejected' | 'returned-existing' | 'replaced' | 'queued-next' | 'superseded' | 'mismatched';
 
 /** One deduplication hit, as given to `QueueService.onDeduplicated()` listeners. */
 export interface DeduplicationEvent {

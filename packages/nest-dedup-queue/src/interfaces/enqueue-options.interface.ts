@@ -50,6 +50,12 @@ export interface EnqueueOptions {
    * meanwhile, and holds its deduplication ID.
    */
   delayMs?: number;
+  /**
+   * With `onDuplicate: 'replace'` and `delayMs` (a debounce): replacing never moves the start later than this many
+   * milliseconds after the key was taken (by the database's clock), so a steady stream of calls cannot starve the
+   * run. A `queue-next` follow-up counts from when it was queued. At least `delayMs`.
+   */
+  maxDelayMs?: number;
   /** Start no earlier than this time (instead of `delayMs`). */
   runAt?: Date;
   /**
@@ -64,6 +70,13 @@ export interface EnqueueOptions {
    * per hour"). Expired windows are cleared when the key is next wanted, at no other cost.
    */
   deduplicationWindowMs?: number;
+  /**
+   * Refuse a duplicate whose arguments differ from the holder's (compared as stored JSON, in the statement that finds
+   * the holder) with `DeduplicationMismatchError` (HTTP 422 through `DedupExceptionFilter`), whatever `onDuplicate`
+   * says; a duplicate with the same arguments gets what the policy gives. Nothing is written for a mismatch.
+   * Default false.
+   */
+  requireSameArgs?: boolean;
   /** With `deduplicationWindowMs`: free the key as soon as the workflow ends with ERROR. Default false. */
   releaseKeyOnError?: boolean;
   /**

@@ -84,4 +84,8 @@ export interface WorkflowStatusInfo<R = unknown> {
    * workflow. See docs/composing-workflows.md.
    */
   parentWorkflowId: string | null;
+  /** Present when `onDuplicate: 'supersede'` cancelled this workflow: the workflow that took its key. */
+  supersededBy?: string;
+  /** Present when this workflow was enqueued with `onDuplicate: 'supersede'` and cancelled a holder: that holder. */
+  supersedes?: string;
 }

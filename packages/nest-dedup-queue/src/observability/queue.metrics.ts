@@ -19,7 +19,14 @@ const FINISHED_BY_EVENT: Partial<Record<LifecycleEvent['event'], WorkflowStatus>
   cancelled: 'CANCELLED',
   'dead-lettered': 'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
 };
-const OUTCOMES: readonly DeduplicationOutcome[] = ['rejected', 'returned-existing', 'replaced', 'queued-next'];
+const OUTCOMES: readonly DeduplicationOutcome[] = [
+  'rejected',
+  'returned-existing',
+  'replaced',
+  'queued-next',
+  'superseded',
+  'mismatched',
+];
 /** From 5 ms to an hour. */
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
 const DEFAULT_SCRAPE_TIMEOUT_MS = 3000;

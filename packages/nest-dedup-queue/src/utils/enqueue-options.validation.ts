@@ -16,10 +16,12 @@ export interface ValidEnqueueOptions {
   priority: number;
   runAt: Date | null;
   delayMs: number | null;
+  maxDelayMs: number | null;
   onDuplicate: DuplicatePolicy;
   whenRunning: WhenRunningPolicy;
   deduplicationWindowMs: number | null;
   releaseKeyOnError: boolean;
+  requireSameArgs: boolean;
   /** The caller's transaction (`db` or `manager`), if the enqueue joins one. */
   transaction: TransactionSql | undefined;
 }
@@ -36,11 +38,13 @@ const ENQUEUE_OPTION_KEYS: readonly (keyof EnqueueOptions)[] = [
   'partitionKey',
   'priority',
   'delayMs',
+  'maxDelayMs',
   'runAt',
   'onDuplicate',
   'whenRunning',
   'deduplicationWindowMs',
   'releaseKeyOnError',
+  'requireSameArgs',
   'manager',
   'db',
 ];
@@ -92,12 +96,27 @@ export function validateEnqueueOptions(
   if (deduplicationWindowMs !== null && whenRunning === 'queue-next') {
     throw new InvalidArgumentError(field, "a deduplication window and whenRunning: 'queue-next' cannot be combined");
   }
+  if (options.requireSameArgs !== undefined && typeof options.requireSameArgs !== 'boolean') {
+    throw new InvalidArgumentError(named('requireSameArgs'), 'must be a boolean');
+  }
+  if (options.requireSameArgs === true && deduplicationId === null) {
+    throw new InvalidArgumentError(named('requireSameArgs'), 'needs a deduplicationId to compare with its holder');
+  }
+  const maxDelayMs = optionalInteger(options.maxDelayMs, named('maxDelayMs'), 1);
+  const delayMs = optionalInteger(options.delayMs, named('delayMs'), 0);
+  if (maxDelayMs !== null && (onDuplicate !== 'replace' || delayMs === null)) {
+    throw new InvalidArgumentError(named('maxDelayMs'), "only applies with onDuplicate: 'replace' and delayMs");
+  }
+  if (maxDelayMs !== null && (delayMs as number) > maxDelayMs) {
+    throw new InvalidArgumentError(named('delayMs'), `must not exceed maxDelayMs (${maxDelayMs})`);
+  }
   const transaction = callerTransaction(options, field);
   return {
     onDuplicate,
     whenRunning,
     deduplicationWindowMs,
     releaseKeyOnError: options.releaseKeyOnError === true,
+    requireSameArgs: options.requireSameArgs === true,
     transaction,
     deduplicationId,
     workflowId: optionalKey(options.workflowId, named('workflowId')),
@@ -105,7 +124,8 @@ export function validateEnqueueOptions(
     partitionKey,
     priority: optionalInteger(options.priority, named('priority'), -MAX_INT) ?? 0,
     runAt: options.runAt ?? null,
-    delayMs: optionalInteger(options.delayMs, named('delayMs'), 0),
+    delayMs,
+    maxDelayMs,
   };
 }
 

@@ -14,6 +14,7 @@ import { activeWorkApartFromHistory } from './013-active-work-apart-from-history
 import { enqueueFromSql } from './014-enqueue-from-sql.migration';
 import { childWorkflowsAndEvents } from './015-child-workflows-and-events.migration';
 import { waitingAndMessages } from './016-waiting-and-messages.migration';
+import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -34,6 +35,7 @@ export const MIGRATIONS: readonly Migration[] = [
   enqueueFromSql,
   childWorkflowsAndEvents,
   waitingAndMessages,
+  moreDuplicatePolicies,
 ];
 
 export type { Migration } from './migration.interface';

@@ -1,0 +1,225 @@
+/**
+ * The duplicate policies of the third round, in one process against a real Postgres: `requireSameArgs`
+ * (`DeduplicationMismatchError`, 422 over HTTP), `onDuplicate: 'supersede'` (the holder ends CANCELLED, both rows
+ * name each other, a running holder's signal aborts) and `maxDelayMs` (a debounce's start never later than the key
+ * was taken plus the cap, by the database's clock). The races across processes are in
+ * supersede-race.e2e-spec.ts; every policy against every kind of holder in duplicate-policy-table.e2e-spec.ts.
+ */
+import { Body, Controller, INestApplication, Injectable, Param, Post, UseFilters } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  DedupExceptionFilter,
+  DedupQueueModule,
+  DeduplicationEvent,
+  DeduplicationMismatchError,
+  DedupQueueError,
+  EnqueueOptions,
+  InvalidArgumentError,
+  QueueDeduplicatedError,
+  QueueService,
+  Workflow,
+  workflowContext,
+} from 'nest-dedup-queue';
+import type { Pool } from 'pg';
+import request from 'supertest';
+import { Gate } from './fixtures/recording-tasks';
+import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { waitFor } from './support/wait-for';
+
+@Injectable()
+class PolicyTasks {
+  readonly runs: Array<{ label: string; workflowId: string }> = [];
+  readonly aborted = new Set<string>();
+  private readonly gates = new Map<string, Gate>();
+
+  gate(name: string): Gate {
+    let gate = this.gates.get(name);
+    if (!gate) this.gates.set(name, (gate = new Gate()));
+    return gate;
+  }
+
+  openAll(): void {
+    for (const gate of this.gates.values()) gate.open();
+  }
+
+  ran(label: string) {
+    return this.runs.filter((run) => run.label === label);
+  }
+
+  @Workflow()
+  async hold(label: string, extra?: unknown): Promise<string> {
+    const { workflowId, signal } = workflowContext();
+    this.runs.push({ label, workflowId });
+    signal.addEventListener('abort', () => this.aborted.add(workflowId));
+    await this.gate(label).wait();
+    return extra === undefined ? label : `${label}:${JSON.stringify(extra)}`;
+  }
+}
+
+@Controller('orders')
+@UseFilters(DedupExceptionFilter)
+class OrdersController {
+  constructor(
+    private readonly queues: QueueService,
+    private readonly tasks: PolicyTasks,
+  ) {}
+
+  @Post(':key')
+  async create(@Param('key') key: string, @Body() body: { label: string; extra?: unknown }) {
+    const handle = await this.queues.enqueue('tasks', this.tasks.hold, [body.label, body.extra], {
+      deduplicationId: key,
+      onDuplicate: 'return-existing',
+      requireSameArgs: true,
+    });
+    return { workflowId: handle.workflowId, created: handle.created };
+  }
+}
+
+const schema = uniqueSchema('more_policies');
+const view = `"${schema}".workflows`;
+let pool: Pool;
+let app: INestApplication;
+let queues: QueueService;
+let tasks: PolicyTasks;
+
+beforeAll(async () => {
+  pool = testPool();
+  const module = await Test.createTestingModule({
+    imports: [
+      DedupQueueModule.forRoot({
+        connection: { url: databaseUrl(), poolSize: 6 },
+        schema,
+        queues: [{ name: 'tasks', workerConcurrency: 20 }, { name: 'idle' }],
+        worker: { queues: ['tasks'] },
+        shutdownGraceMs: 500,
+      }),
+    ],
+    controllers: [OrdersController],
+    providers: [PolicyTasks],
+  }).compile();
+  app = module.createNestApplication({ logger: false });
+  await app.init();
+  queues = app.get(QueueService);
+  tasks = app.get(PolicyTasks);
+});
+
+afterAll(async () => {
+  tasks?.openAll();
+  await app?.close();
+  await dropSchema(pool, schema);
+  await pool.end();
+});
+
+const started = (label: string) => waitFor(() => tasks.ran(label)[0], { what: `${label} to start` });
+
+const rejection = (promise: Promise<unknown>) =>
+  promise.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+
+async function rowsOf(queue: string, key: string) {
+  return (
+    await pool.query(
+      `SELECT workflow_id, status, inputs::text AS inputs, active_deduplication_id, superseded_by, supersedes
+       FROM ${view} WHERE queue_name = $1 AND deduplication_id = $2 ORDER BY seq`,
+      [queue, key],
+    )
+  ).rows;
+}
+
+describe('requireSameArgs', () => {
+  it.each<[string, EnqueueOptions]>([
+    ["'reject'", { onDuplicate: 'reject' }],
+    ["'return-existing'", { onDuplicate: 'return-existing' }],
+    ["'replace'", { onDuplicate: 'replace' }],
+    ["'replace' + 'queue-next'", { onDuplicate: 'replace', whenRunning: 'queue-next' }],
+  ])('%s: other arguments are DeduplicationMismatchError naming the holder; nothing written', async (_, policy) => {
+    for (const running of [false, true]) {
+      const key = `same-${policy.onDuplicate}-${policy.whenRunning ?? ''}-${running}`;
+      const label = `${key}-holder`;
+      const holder = await queues.enqueue(running ? 'tasks' : 'idle', tasks.hold, [label, { n: 1, m: [1, 2] }], {
+        deduplicationId: key,
+      });
+      if (running) await started(label);
+      const queue = running ? 'tasks' : 'idle';
+      const before = await rowsOf(queue, key);
+      const events: DeduplicationEvent[] = [];
+      const unsubscribe = queues.onDeduplicated((event) => events.push(event));
+
+      const error = await rejection(
+        queues.enqueue(queue, tasks.hold, [label, { n: 2, m: [1, 2] }], {
+          ...policy,
+          deduplicationId: key,
+          requireSameArgs: true,
+        }),
+      );
+      expect(error).toBeInstanceOf(DeduplicationMismatchError);
+      expect(error).toBeInstanceOf(DedupQueueError);
+      expect(error).not.toBeInstanceOf(QueueDeduplicatedError);
+      expect(error).toMatchObject({
+        name: 'DeduplicationMismatchError',
+        queueName: queue,
+        deduplicationId: key,
+        existingWorkflowId: holder.workflowId,
+      });
+      expect(await rowsOf(queue, key)).toEqual(before);
+      expect(events).toEqual([
+        { queueName: queue, deduplicationId: key, existingWorkflowId: holder.workflowId, outcome: 'mismatched' },
+      ]);
+
+      // The same arguments as stored JSON (key order and spacing do not matter): the policy applies.
+      const same = await rejection(
+        queues.enqueue(queue, tasks.hold, [label, { m: [1, 2], n: 1 }], {
+          ...policy,
+          deduplicationId: key,
+          requireSameArgs: true,
+        }),
+      );
+      unsubscribe();
+      expect(same).not.toBeInstanceOf(DeduplicationMismatchError);
+      if (policy.onDuplicate === 'reject') expect(same).toBeInstanceOf(QueueDeduplicatedError);
+      if (running) tasks.gate(label).open();
+      else await queues.cancel(holder.workflowId);
+    }
+  });
+
+  it('answers 422 over HTTP through DedupExceptionFilter; the same request again is the holder (201)', async () => {
+    const server = app.getHttpServer();
+    const first = await request(server)
+      .post('/orders/o-1')
+      .send({ label: 'o-1', extra: { total: 10 } });
+    expect(first.status).toBe(201);
+    expect(first.body.created).toBe(true);
+    const again = await request(server)
+      .post('/orders/o-1')
+      .send({ label: 'o-1', extra: { total: 10 } });
+    expect(again.status).toBe(201);
+    expect(again.body).toEqual({ workflowId: first.body.workflowId, created: false });
+
+    const other = await request(server)
+      .post('/orders/o-1')
+      .send({ label: 'o-1', extra: { total: 11 } });
+    expect(other.status).toBe(422);
+    expect(other.body).toEqual({
+      statusCode: 422,
+      error: 'Unprocessable Entity',
+      message: expect.stringContaining('arguments differ'),
+      queueName: 'tasks',
+      deduplicationId: 'o-1',
+      existingWorkflowId: first.body.workflowId,
+    });
+    tasks.gate('o-1').open();
+  });
+
+  it('is refused without a deduplicationId, and when not a boolean, before writing', async () => {
+    await expect(queues.enqueue('idle', tasks.hold, ['x'], { requireSameArgs: true })).rejects.toMatchObject({
+      name: 'InvalidArgumentError',
+      field: 'options.requireSameArgs',
+    });
+    await expect(
+      queues.enqueue('idle', tasks.hold, ['x'], { deduplicationId: 'r', requireSameArgs: 'yes' as never }),
+    ).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM ${view} WHERE inputs::text = '["x"]'`)).rows[0].n).toBe(0);
+  });
+});
