@@ -134,6 +134,7 @@ describe('requireSameArgs', () => {
     ["'return-existing'", { onDuplicate: 'return-existing' }],
     ["'replace'", { onDuplicate: 'replace' }],
     ["'replace' + 'queue-next'", { onDuplicate: 'replace', whenRunning: 'queue-next' }],
+    ["'supersede'", { onDuplicate: 'supersede' }],
   ])('%s: other arguments are DeduplicationMismatchError naming the holder; nothing written', async (_, policy) => {
     for (const running of [false, true]) {
       const key = `same-${policy.onDuplicate}-${policy.whenRunning ?? ''}-${running}`;
@@ -221,5 +222,139 @@ describe('requireSameArgs', () => {
       queues.enqueue('idle', tasks.hold, ['x'], { deduplicationId: 'r', requireSameArgs: 'yes' as never }),
     ).rejects.toBeInstanceOf(InvalidArgumentError);
     expect((await pool.query(`SELECT count(*)::int AS n FROM ${view} WHERE inputs::text = '["x"]'`)).rows[0].n).toBe(0);
+  });
+});
+
+describe("onDuplicate: 'supersede'", () => {
+  const supersede = (queue: string, label: string, key: string, extra?: EnqueueOptions) =>
+    queues.enqueue(queue, tasks.hold, [label], { deduplicationId: key, onDuplicate: 'supersede', ...extra });
+
+  it('a queued holder ends CANCELLED, the new workflow takes the key, both rows name each other', async () => {
+    const key = 'sup-queued';
+    const holder = await queues.enqueue('idle', tasks.hold, ['sup-queued-a'], { deduplicationId: key });
+    const events: DeduplicationEvent[] = [];
+    const unsubscribe = queues.onDeduplicated((event) => events.push(event));
+    const next = await supersede('idle', 'sup-queued-b', key);
+    unsubscribe();
+
+    expect(next.created).toBe(true);
+    expect(next.workflowId).not.toBe(holder.workflowId);
+    expect(await rowsOf('idle', key)).toEqual([
+      expect.objectContaining({
+        workflow_id: holder.workflowId,
+        status: 'CANCELLED',
+        active_deduplication_id: null,
+        superseded_by: next.workflowId,
+        supersedes: null,
+      }),
+      expect.objectContaining({
+        workflow_id: next.workflowId,
+        status: 'ENQUEUED',
+        active_deduplication_id: key,
+        superseded_by: null,
+        supersedes: holder.workflowId,
+      }),
+    ]);
+    await expect(holder.getStatus()).resolves.toMatchObject({ status: 'CANCELLED', supersededBy: next.workflowId });
+    await expect(next.getStatus()).resolves.toMatchObject({ status: 'ENQUEUED', supersedes: holder.workflowId });
+    await expect(holder.getResult()).rejects.toMatchObject({ name: 'WorkflowCancelledError' });
+    expect(events).toEqual([
+      { queueName: 'idle', deduplicationId: key, existingWorkflowId: holder.workflowId, outcome: 'superseded' },
+    ]);
+    await queues.cancel(next.workflowId);
+  });
+
+  it('a running holder is aborted (its signal fires) and its waiting follow-up is cancelled too', async () => {
+    const key = 'sup-running';
+    const holder = await queues.enqueue('tasks', tasks.hold, ['sup-running-a'], { deduplicationId: key });
+    await started('sup-running-a');
+    const followUp = await queues.enqueue('tasks', tasks.hold, ['sup-running-next'], {
+      deduplicationId: key,
+      onDuplicate: 'replace',
+      whenRunning: 'queue-next',
+    });
+    expect(followUp.created).toBe(true);
+
+    const next = await supersede('tasks', 'sup-running-b', key);
+    expect(next.created).toBe(true);
+    await waitFor(() => tasks.aborted.has(holder.workflowId), { what: 'the running holder to be aborted' });
+    const rows = await rowsOf('tasks', key);
+    expect(rows.map((row) => [row.workflow_id, row.status, row.superseded_by, row.supersedes])).toEqual([
+      [holder.workflowId, 'CANCELLED', next.workflowId, null],
+      [followUp.workflowId, 'CANCELLED', next.workflowId, null],
+      [next.workflowId, expect.stringMatching(/^(ENQUEUED|PENDING)$/), null, holder.workflowId],
+    ]);
+    await started('sup-running-b');
+    tasks.gate('sup-running-a').open();
+    tasks.gate('sup-running-b').open();
+    await expect(next.getResult()).resolves.toBe('sup-running-b');
+    expect(tasks.ran('sup-running-next')).toEqual([]);
+    // The aborted body's late return is not recorded: the holder stays CANCELLED.
+    await expect(holder.getStatus()).resolves.toMatchObject({ status: 'CANCELLED' });
+  });
+
+  it('a free key: a new workflow, superseding nothing', async () => {
+    const handle = await supersede('tasks', 'sup-free', 'sup-free');
+    expect(handle.created).toBe(true);
+    tasks.gate('sup-free').open();
+    await expect(handle.getResult()).resolves.toBe('sup-free');
+    const status = await handle.getStatus();
+    expect(status.supersedes).toBeUndefined();
+  });
+
+  it('a finished holder within its deduplication window is not superseded: QueueDeduplicatedError', async () => {
+    const key = 'sup-window';
+    tasks.gate('sup-window-a').open();
+    const holder = await queues.enqueue('tasks', tasks.hold, ['sup-window-a'], {
+      deduplicationId: key,
+      deduplicationWindowMs: 60_000,
+    });
+    await holder.getResult();
+    await expect(supersede('tasks', 'sup-window-b', key)).rejects.toMatchObject({
+      name: 'QueueDeduplicatedError',
+      existingWorkflowId: holder.workflowId,
+    });
+    expect((await rowsOf('tasks', key)).map((row) => row.status)).toEqual(['SUCCESS']);
+  });
+
+  it('the same workflowId twice is idempotent; enqueueMany supersedes item by item', async () => {
+    const key = 'sup-bulk';
+    const first = await supersede('idle', 'sup-bulk-a', key, { workflowId: 'sup-bulk-fixed' });
+    const again = await supersede('idle', 'sup-bulk-a', key, { workflowId: 'sup-bulk-fixed' });
+    expect({ workflowId: again.workflowId, created: again.created }).toEqual({
+      workflowId: first.workflowId,
+      created: false,
+    });
+    const results = await queues.enqueueMany(
+      'idle',
+      tasks.hold,
+      [
+        { args: ['sup-bulk-b'], options: { deduplicationId: key } },
+        { args: ['sup-bulk-c'], options: { deduplicationId: 'sup-bulk-other' } },
+        { args: ['sup-bulk-d'] },
+      ],
+      { onDuplicate: 'supersede' },
+    );
+    expect(results).toEqual([
+      { status: 'created', workflowId: expect.any(String), supersededWorkflowId: first.workflowId },
+      { status: 'created', workflowId: expect.any(String) },
+      { status: 'created', workflowId: expect.any(String) },
+    ]);
+    expect((await rowsOf('idle', key)).map((row) => [row.workflow_id, row.status])).toEqual([
+      [first.workflowId, 'CANCELLED'],
+      [results[0].workflowId, 'ENQUEUED'],
+    ]);
+    await expect(
+      queues.enqueueMany(
+        'idle',
+        tasks.hold,
+        [
+          { args: ['x'], options: { deduplicationId: 'dup' } },
+          { args: ['y'], options: { deduplicationId: 'dup' } },
+        ],
+        { onDuplicate: 'supersede' },
+      ),
+    ).rejects.toMatchObject({ name: 'InvalidArgumentError', field: 'items[1].options.deduplicationId' });
+    for (const result of results) await queues.cancel(result.workflowId);
   });
 });

@@ -10,6 +10,7 @@ import { HistoryPartitions } from './database/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflow-inserter';
 import { DeduplicationEvents } from './enqueue/deduplication-events';
+import { SupersededRuns } from './enqueue/superseded-runs';
 import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
 import { WorkflowExplorer } from './discovery/workflow.explorer';
 import { WorkflowRegistry } from './discovery/workflow.registry';
@@ -83,6 +84,7 @@ import { MessageSender } from './composition/message.sender';
     QueueMetrics,
     WorkflowEventsExplorer,
     DeduplicationEvents,
+    SupersededRuns,
     WorkflowEnqueuer,
     WorkflowRegistry,
     WorkflowExplorer,

@@ -135,3 +135,8 @@ function isUnavailableSqlstate(code: string, fields: PostgresErrorFields, phase:
       (!rule.message || rule.message.test(fields.message ?? '')),
   );
 }
+
+/** Postgres chose this statement as a deadlock victim (SQLSTATE 40P01): nothing of it was written. */
+export function isDeadlock(error: unknown): boolean {
+  return (driverErrorOf(error) as { code?: string } | null)?.code === '40P01';
+}

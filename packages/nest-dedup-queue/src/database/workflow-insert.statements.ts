@@ -5,7 +5,7 @@ import {
   newWorkflowColumns,
 } from './new-workflow.columns';
 import { SqlParameters } from './sql-parameters';
-import { windowOpenSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
@@ -15,11 +15,19 @@ interface Statement<C> {
   params: SqlParameters<C>;
 }
 
+/** What a supersede statement is given. */
+export interface SupersedeContext {
+  workflow: NewWorkflow;
+  requireSameArgs: boolean;
+  channel: string;
+}
+
 /** The statements that insert new rows, built once per table from `newWorkflowColumns`. */
 export interface InsertStatements {
   one: Statement<{ workflow: NewWorkflow; channel: string }>;
   many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   followUp: Statement<NewWorkflow>;
+  supersede: Statement<SupersedeContext>;
 }
 
 /**
@@ -32,6 +40,7 @@ export function insertStatements(tables: WorkflowTables): InsertStatements {
     one: insertOneStatement(tables),
     many: insertManyStatement(tables),
     followUp: insertFollowUpStatement(tables.active),
+    supersede: supersedeStatement(tables),
   };
 }
 
@@ -133,5 +142,78 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
        RETURNING workflow_id
      )
      SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`;
+  return { sql, params };
+}
+
+/**
+ * `onDuplicate: 'supersede'` in one statement: locks the key's holder and its waiting follow-up (`FOR UPDATE`), ends
+ * both CANCELLED through `endWorkflowsSql` (naming the new workflow in `superseded_by`), clears an expired window's
+ * key record, and inserts the new workflow holding the key (naming the holder in `supersedes`). Nothing is ended or
+ * inserted when the key is held by a finished workflow within its deduplication window (`window_held`), when
+ * `requireSameArgs` and the holder's stored arguments differ (`mismatch`), or when the caller's workflow ID names a
+ * workflow already (`id_taken`). NOTE: the holder is locked first, so no other call can end it or take its key until
+ * this commits; an insert that still finds the key taken (a free key taken meanwhile) returns no `inserted_id`, and
+ * the caller rolls back whatever was ended and tries again. The insert reads `ended` so that it runs after the
+ * holder's row is gone (the unique index then allows the key). The cancel notifications are sent by the caller, in
+ * a statement of their own.
+ */
+function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede'] {
+  const params = new SqlParameters<SupersedeContext>();
+  const input = parameterOf(params, (context) => context.workflow);
+  const queue = input('queue_name');
+  const key = input('deduplication_id');
+  const id = input('workflow_id');
+  const requireSameArgs = params.ref('require_same_args', 'bool', (context) => context.requireSameArgs);
+  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const unfinished = `status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING})`;
+  const columns = newWorkflowColumns(input, {
+    supersedes: '(SELECT workflow_id FROM ended WHERE held_key)',
+  });
+  const proceeds = 'NOT (SELECT window_held OR mismatch OR id_taken FROM blocked)';
+  const sql = `WITH holders AS (
+       SELECT workflow_id, active_deduplication_id IS NOT NULL AS held_key, ${unfinished} AS unfinished,
+              ${windowOpenSql()} AS window_open, inputs::jsonb = ${input('inputs')}::jsonb AS same_args
+       FROM ${tables.active}
+       WHERE queue_name = ${queue} AND (active_deduplication_id = ${key} OR next_deduplication_id = ${key})
+       FOR UPDATE
+     ),
+     blocked AS (
+       SELECT EXISTS (SELECT 1 FROM holders WHERE held_key AND NOT unfinished AND window_open) AS window_held,
+              ${requireSameArgs} AND EXISTS (SELECT 1 FROM holders
+                                               WHERE held_key AND (unfinished OR window_open) AND NOT same_args)
+                AS mismatch,
+              ${takenElsewhereSql(tables, id, input('workflow_id_given'), queue)}
+                OR EXISTS (SELECT 1 FROM ${tables.active} WHERE queue_name = ${queue} AND workflow_id = ${id})
+                AS id_taken
+     ),
+     expired AS (
+       DELETE FROM ${tables.active} AS x USING holders AS h
+       WHERE x.queue_name = ${queue} AND x.workflow_id = h.workflow_id AND h.held_key AND NOT h.unfinished
+         AND NOT h.window_open
+       RETURNING x.workflow_id
+     ),
+     ${endWorkflowsSql({
+       tables,
+       using: 'holders AS h',
+       where: `w.queue_name = ${queue} AND w.workflow_id = h.workflow_id AND h.unfinished AND ${proceeds}`,
+       status: STATUS_SQL.CANCELLED,
+       returning: 'h.held_key',
+       overrides: { superseded_by: id },
+       channelParam: channel,
+     })},
+     inserted AS (
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+       SELECT ${Object.values(columns).join(', ')}
+       WHERE ${proceeds} AND (SELECT count(*) FROM ended) + (SELECT count(*) FROM expired) >= 0
+       ON CONFLICT DO NOTHING
+       RETURNING workflow_id
+     )
+     SELECT (SELECT workflow_id FROM inserted) AS inserted_id, b.window_held, b.mismatch, b.id_taken,
+            (SELECT workflow_id FROM holders WHERE held_key AND (unfinished OR window_open)) AS holder_id,
+            coalesce((SELECT json_agg(json_build_object('workflowId', workflow_id, 'workflowName', workflow_name,
+                                                        'attempt', attempts, 'heldKey', held_key))
+                      FROM ended), '[]'::json) AS ended,
+            ${END_WAKE_UPS_SQL} AS handed_over
+     FROM blocked AS b`;
   return { sql, params };
 }

@@ -3,6 +3,7 @@ import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { InsertStatements, insertStatements } from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
+import { interruptPayloadPrefix } from './workflow.store';
 import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
@@ -28,7 +29,31 @@ export interface Holder {
   sameArgs?: boolean;
 }
 
+/** A workflow that `supersede` ended: the key's holder (`heldKey`) or its waiting follow-up. */
+export interface SupersededWorkflow {
+  workflowId: string;
+  workflowName: string;
+  /** Its claim count: the run that the cancel ended. */
+  attempt: number;
+  heldKey: boolean;
+}
+
+export type SupersedeResult =
+  /** The new workflow holds the key; `ended` were cancelled in the same transaction (none when the key was free). */
+  | { outcome: 'inserted'; ended: SupersededWorkflow[] }
+  /** A finished workflow holds the key within its deduplication window: nothing was written. */
+  | { outcome: 'window-held'; holderId: string }
+  /** `requireSameArgs`, and the holder's arguments differ: nothing was written. */
+  | { outcome: 'mismatch'; holderId: string }
+  /** The caller's workflow ID names a workflow already: nothing was written. */
+  | { outcome: 'workflow-id-taken' }
+  /** The key was taken meanwhile (it was free when looked at); nothing was written: try again. */
+  | { outcome: 'retry' };
+
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/** Rolls back a supersede whose insert found the key taken after all. */
+class SupersedeLost extends Error {}
 
 const statementsBySchema = new Map<string, InsertStatements>();
 
@@ -259,6 +284,49 @@ export class WorkflowInserter {
       if (inserted[0].workflow_id) return { workflowId: inserted[0].workflow_id, created: true };
     }
     return undefined;
+  }
+
+  /**
+   * `onDuplicate: 'supersede'`: in one transaction (under a savepoint in a caller's), ends the key's holder and its
+   * waiting follow-up CANCELLED and inserts `workflow` holding the key (see `supersedeStatement`), then tells the
+   * processes running what it ended (NOTIFY on the cancel channel, sent on commit) and wakes the queue's workers.
+   */
+  async supersede(workflow: NewWorkflow, requireSameArgs: boolean): Promise<SupersedeResult> {
+    const run = async (query: Query): Promise<SupersedeResult> => {
+      const { sql, params } = this.statements.supersede;
+      const [row] = await query<{
+        inserted_id: string | null;
+        window_held: boolean;
+        mismatch: boolean;
+        id_taken: boolean;
+        holder_id: string | null;
+        ended: SupersededWorkflow[];
+      }>(sql, params.values({ workflow, requireSameArgs, channel: this.database.wakeUpChannel }));
+      if (row.id_taken) return { outcome: 'workflow-id-taken' };
+      if (row.window_held) return { outcome: 'window-held', holderId: row.holder_id as string };
+      if (row.mismatch) return { outcome: 'mismatch', holderId: row.holder_id as string };
+      if (row.inserted_id === null) {
+        if (row.ended.length > 0) throw new SupersedeLost();
+        return { outcome: 'retry' };
+      }
+      await query(
+        `SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload
+         UNION ALL SELECT pg_notify($3, $4)`,
+        [
+          this.database.cancelChannel,
+          row.ended.map((ended) => `${interruptPayloadPrefix('cancelled')}${ended.attempt}:${ended.workflowId}`),
+          this.database.wakeUpChannel,
+          workflow.queueName,
+        ],
+      );
+      return { outcome: 'inserted', ended: row.ended };
+    };
+    try {
+      return this.savepoints ? await this.guarded(() => run(this.query)) : await this.database.transaction(run);
+    } catch (error) {
+      if (error instanceof SupersedeLost) return { outcome: 'retry' };
+      throw error;
+    }
   }
 
   private async existing(workflow: NewWorkflow): Promise<InsertResult> {

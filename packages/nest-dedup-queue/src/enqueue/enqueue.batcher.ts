@@ -1,4 +1,4 @@
-import { driverErrorOf, isConnectionFailure } from '../database/sql-errors';
+import { isConnectionFailure, isDeadlock } from '../database/sql-errors';
 import type { NewWorkflow } from '../database/new-workflow';
 import type { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 
@@ -9,11 +9,6 @@ import type { InsertResult, WorkflowInserter } from '../database/workflow-insert
 const MAX_IN_FLIGHT = 2;
 const MAX_BATCH = 500;
 const MAX_DEADLOCK_RETRIES = 5;
-
-/** Postgres chose this statement as a deadlock victim (SQLSTATE 40P01): nothing of it was written. */
-function isDeadlock(error: unknown): boolean {
-  return (driverErrorOf(error) as { code?: string } | null)?.code === '40P01';
-}
 
 interface PendingInsert {
   workflow: NewWorkflow;

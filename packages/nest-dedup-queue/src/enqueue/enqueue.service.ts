@@ -22,6 +22,15 @@ import { WorkflowEnqueuer } from './workflow-enqueuer';
 
 const BULK_CHUNK = 1000;
 
+/** `enqueueMany`'s duplicate policy: `'reject'` (reported as `duplicate`) unless the call says `'supersede'`. */
+function bulkPolicy(options: BulkEnqueueOptions): 'reject' | 'supersede' {
+  const policy = options.onDuplicate ?? 'reject';
+  if (policy !== 'reject' && policy !== 'supersede') {
+    throw new InvalidArgumentError('options.onDuplicate', "must be 'reject' or 'supersede' in enqueueMany");
+  }
+  return policy;
+}
+
 /**
  * Enqueues workflows, one or many: validates everything first, builds the rows and hands them to the enqueuer (one)
  * or the inserter (many, in chunks). `QueueService.enqueue` and `enqueueMany` delegate here.
@@ -64,10 +73,11 @@ export class EnqueueService {
     options: BulkEnqueueOptions = {},
   ): Promise<BulkEnqueueResult[]> {
     if (!Array.isArray(items)) throw new InvalidArgumentError('items', 'must be an array of { args, options? }');
+    bulkPolicy(options ?? {});
     const prepared = [];
     for (const [index, item] of items.entries()) {
       for (const option of ['requireSameArgs', 'maxDelayMs'] as const) {
-        if (item?.options?.[option] !== undefined) {
+        if ((item?.options)?.[option] !== undefined) {
           throw new InvalidArgumentError(`items[${index}].options.${option}`, 'is not taken by enqueueMany');
         }
       }
@@ -83,14 +93,51 @@ export class EnqueueService {
       );
     }
     const ids = new Set<string>();
+    const keys = new Set<string>();
+    const superseding = bulkPolicy(options) === 'supersede';
     prepared.forEach(({ row }, index) => {
       if (ids.has(row.workflowId))
         throw new InvalidArgumentError(`items[${index}].options.workflowId`, "repeats an earlier item's workflowId");
       ids.add(row.workflowId);
+      if (superseding && row.deduplicationId !== null) {
+        if (keys.has(row.deduplicationId)) {
+          throw new InvalidArgumentError(
+            `items[${index}].options.deduplicationId`,
+            "repeats an earlier item's deduplicationId, which onDuplicate: 'supersede' would cancel at once",
+          );
+        }
+        keys.add(row.deduplicationId);
+      }
     });
     const rows = prepared.map(({ row }) => row);
     const transaction = prepared[0]?.valid.transaction;
-    return this.tracer.send(queueName, rows, () => this.insertInChunks(rows, transaction));
+    return this.tracer.send(queueName, rows, () =>
+      superseding ? this.supersedeEach(rows, transaction) : this.insertInChunks(rows, transaction),
+    );
+  }
+
+  /** `enqueueMany` with `onDuplicate: 'supersede'`: each item in its own transaction (or savepoint), in order. */
+  private async supersedeEach(rows: NewWorkflow[], transaction?: TransactionSql): Promise<BulkEnqueueResult[]> {
+    const results: BulkEnqueueResult[] = [];
+    for (const row of rows) {
+      try {
+        const enqueued = await this.enqueuer.enqueue(
+          row,
+          { onDuplicate: row.deduplicationId === null ? 'reject' : 'supersede', whenRunning: 'reject' },
+          transaction,
+          false,
+        );
+        results.push({
+          status: enqueued.created ? 'created' : 'existing',
+          workflowId: enqueued.workflowId,
+          ...(enqueued.supersededWorkflowId ? { supersededWorkflowId: enqueued.supersededWorkflowId } : {}),
+        });
+      } catch (error) {
+        if (!(error instanceof QueueDeduplicatedError)) throw error;
+        results.push({ status: 'duplicate', workflowId: error.existingWorkflowId });
+      }
+    }
+    return results;
   }
 
   private async insertInChunks(rows: NewWorkflow[], transaction?: TransactionSql): Promise<BulkEnqueueResult[]> {

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { NewWorkflow } from '../database/new-workflow';
-import { Holder, WorkflowInserter } from '../database/workflow-inserter';
+import { isDeadlock } from '../database/sql-errors';
+import { Holder, SupersedeResult, WorkflowInserter } from '../database/workflow-inserter';
 import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
@@ -11,6 +12,7 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
 import { EnqueueBatcher } from './enqueue.batcher';
+import { SupersededRuns } from './superseded-runs';
 
 export interface EnqueuePolicy {
   onDuplicate: DuplicatePolicy;
@@ -22,6 +24,8 @@ export interface EnqueuePolicy {
 export interface Enqueued {
   workflowId: string;
   created: boolean;
+  /** `onDuplicate: 'supersede'`: the holder that was cancelled, when the key was held. */
+  supersededWorkflowId?: string;
 }
 
 const MAX_ROUNDS = 20;
@@ -39,6 +43,7 @@ export class WorkflowEnqueuer {
     private readonly events: DeduplicationEvents,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly tracer: WorkflowTracer,
+    private readonly superseded: SupersededRuns,
   ) {
     this.batcher = new EnqueueBatcher(inserter);
   }
@@ -69,6 +74,9 @@ export class WorkflowEnqueuer {
     transaction?: TransactionSql,
   ): Promise<Enqueued> {
     const inserter = transaction ? this.inserter.inTransaction(transaction) : this.inserter;
+    if (policy.onDuplicate === 'supersede' && workflow.deduplicationId !== null) {
+      return this.supersede(inserter, workflow, policy, transaction !== undefined);
+    }
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const result = transaction ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
       switch (result.outcome) {
@@ -88,6 +96,67 @@ export class WorkflowEnqueuer {
           if (resolved) return resolved;
           break;
         }
+      }
+    }
+    throw new Error(
+      `Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`,
+    );
+  }
+
+  /**
+   * `onDuplicate: 'supersede'`: the holder ends CANCELLED and this workflow takes the key in one transaction; tried
+   * again while the key was free when looked at but taken by the time of the insert (or on a deadlock).
+   */
+  private async supersede(
+    inserter: WorkflowInserter,
+    workflow: NewWorkflow,
+    policy: EnqueuePolicy,
+    inCallersTransaction: boolean,
+  ): Promise<Enqueued> {
+    const key = workflow.deduplicationId as string;
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      let result: SupersedeResult;
+      try {
+        result = await inserter.supersede(workflow, policy.requireSameArgs === true);
+      } catch (error) {
+        if (isDeadlock(error)) continue;
+        throw error;
+      }
+      switch (result.outcome) {
+        case 'inserted': {
+          this.inserted(workflow);
+          for (const ended of result.ended) {
+            if (!inCallersTransaction) this.superseded.ended({ ...ended, queueName: workflow.queueName });
+          }
+          const holder = result.ended.find((ended) => ended.heldKey);
+          if (holder) this.hit(workflow, holder.workflowId, 'superseded', undefined);
+          return {
+            workflowId: workflow.workflowId,
+            created: true,
+            ...(holder ? { supersededWorkflowId: holder.workflowId } : {}),
+          };
+        }
+        case 'mismatch':
+          this.hit(workflow, result.holderId, 'mismatched', undefined);
+          throw new DeduplicationMismatchError(workflow.queueName, key, result.holderId);
+        case 'window-held':
+          this.hit(workflow, result.holderId, 'rejected', undefined);
+          throw new QueueDeduplicatedError(workflow.queueName, key, result.holderId);
+        case 'workflow-id-taken': {
+          const existing = await inserter.insert(workflow);
+          if (existing.outcome === 'duplicate-workflow-id') {
+            if (
+              existing.existing.queueName !== workflow.queueName ||
+              existing.existing.workflowName !== workflow.workflowName
+            ) {
+              throw new WorkflowIdConflictError(workflow.workflowId, existing.existing);
+            }
+            return { workflowId: workflow.workflowId, created: false };
+          }
+          break;
+        }
+        case 'retry':
+          break;
       }
     }
     throw new Error(

@@ -7,7 +7,14 @@ export interface BulkEnqueueItem {
 }
 
 /** Options of a whole `QueueService.enqueueMany()` call. */
-export type BulkEnqueueOptions = Pick<EnqueueOptions, 'manager' | 'db'>;
+export interface BulkEnqueueOptions extends Pick<EnqueueOptions, 'manager' | 'db'> {
+  /**
+   * `'reject'` (the default): an item whose deduplication ID is held is reported as `duplicate`. `'supersede'`: each
+   * item supersedes its key's holder as `enqueue` with `onDuplicate: 'supersede'` does (one transaction per item,
+   * in order; two items with one deduplication ID are refused before anything is written).
+   */
+  onDuplicate?: 'reject' | 'supersede';
+}
 
 /**
  * What `enqueueMany` did with one item: `created` (`workflowId` is the new workflow), `duplicate` (its
@@ -17,4 +24,6 @@ export type BulkEnqueueOptions = Pick<EnqueueOptions, 'manager' | 'db'>;
 export interface BulkEnqueueResult {
   status: 'created' | 'duplicate' | 'existing';
   workflowId: string;
+  /** With `onDuplicate: 'supersede'`: the holder this item's workflow cancelled and took the key from. */
+  supersededWorkflowId?: string;
 }

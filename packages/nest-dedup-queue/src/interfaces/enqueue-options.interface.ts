@@ -7,8 +7,12 @@ import type { TransactionSql } from './transaction-sql.interface';
  * - `'return-existing'`: return the holder's handle (`created: false`);
  * - `'replace'`: if the holder has not started, replace its arguments (and delay, if given) with this call's and
  *   return its handle (debounce, latest wins); if it is running, do what `whenRunning` says.
+ * - `'supersede'`: the holder, queued or running (and a `queue-next` follow-up waiting for it), ends `CANCELLED` and
+ *   this call's workflow takes the key in the same transaction; a running holder's signal aborts wherever it runs;
+ *   both rows name each other (`supersededBy` / `supersedes` in their status). A finished holder still within its
+ *   deduplication window is not superseded: `QueueDeduplicatedError`.
  */
-export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace';
+export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace' | 'supersede';
 
 /**
  * With `onDuplicate: 'replace'`, when the holder is already running: `'reject'` (the default), `'return-existing'`,

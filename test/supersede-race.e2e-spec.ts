@@ -1,0 +1,161 @@
+/**
+ * `onDuplicate: 'supersede'` raced from two OS processes: each enqueuing process (child-policy-enqueuer.ts) fires 5
+ * concurrent supersedes of one key, released together over IPC, while the key's holder runs in a worker process
+ * (child-policy-worker.ts; its body records 'aborted' when its signal fires). A separate connection samples the key
+ * every few milliseconds meanwhile. Exactly one workflow holds the key at the end, every sample saw at most one,
+ * the `supersedes` / `superseded_by` columns chain all 11 workflows from the first holder to the last, and every body
+ * that started and was superseded saw its signal abort, in the worker process.
+ */
+import { Client, Pool } from 'pg';
+import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
+import type { RoundReport } from './fixtures/child-policy-enqueuer';
+import { PolicyTasks, policyTablesSql } from './fixtures/child-policy-tasks';
+import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { QueueApp, startQueueApp } from './support/queue-app';
+import { waitFor } from './support/wait-for';
+
+const PER_PROCESS = 5;
+const ROUNDS = 3;
+
+const schema = uniqueSchema('supersede_race');
+const view = `"${schema}".workflows`;
+let pool: Pool;
+let parent: QueueApp;
+let enqueuers: FixtureProcess[] = [];
+let worker: FixtureProcess;
+
+beforeAll(async () => {
+  pool = testPool();
+  parent = await startQueueApp(
+    { schema, worker: false, connection: { url: databaseUrl(), poolSize: 3 }, queues: [{ name: 'live' }] },
+    [PolicyTasks],
+  );
+  await pool.query(policyTablesSql(schema));
+  enqueuers = ['a', 'b'].map((name) =>
+    spawnFixture('child-policy-enqueuer.ts', `enqueuer-${name}`, { SCHEMA: schema, CHILD_NAME: name, QUEUES: 'live' }),
+  );
+  worker = spawnFixture('child-policy-worker.ts', 'worker', { SCHEMA: schema, QUEUES: 'live' });
+  await Promise.all([...enqueuers, worker].map((child) => child.message('ready')));
+});
+
+afterAll(async () => {
+  await pool.query(
+    `INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`,
+  );
+  for (const child of [...enqueuers, worker]) if (!child.hasEnded) child.send({ type: 'stop' });
+  await Promise.all([...enqueuers, worker].map((child) => child.waitForExit(10_000).catch(() => undefined)));
+  await killFixtures();
+  await parent?.close();
+  await dropSchema(pool, schema);
+  await pool.end();
+});
+
+/** Samples how many unfinished workflows hold the key, until stopped; returns the most seen and the sample count. */
+async function sampleHolders(key: string): Promise<() => Promise<{ max: number; samples: number }>> {
+  const client = new Client({ connectionString: databaseUrl() });
+  client.on('error', () => undefined);
+  await client.connect();
+  let running = true;
+  let max = 0;
+  let samples = 0;
+  const loop = (async () => {
+    while (running) {
+      const { rows } = await client.query(
+        `SELECT count(*)::int AS n FROM "${schema}".workflow_queue
+         WHERE queue_name = 'live' AND active_deduplication_id = $1 AND status IN ('ENQUEUED', 'PENDING')`,
+        [key],
+      );
+      max = Math.max(max, rows[0].n);
+      samples += 1;
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    await client.end();
+    return { max, samples };
+  };
+}
+
+it.each(Array.from({ length: ROUNDS }, (_, n) => n + 1))(
+  'round %i: 10 concurrent supersedes from two processes leave exactly one holder, the running one aborted',
+  async (round) => {
+    const key = `race-${round}`;
+    const holderLabel = `${key}-holder`;
+    const holder = await parent.queues.enqueue('live', parent.get(PolicyTasks).hold, [holderLabel], {
+      deduplicationId: key,
+      workflowId: holderLabel,
+    });
+    await waitFor(
+      async () =>
+        (
+          await pool.query(`SELECT 1 FROM "${schema}".policy_events WHERE kind = 'started' AND label = $1`, [
+            holderLabel,
+          ])
+        ).rowCount === 1,
+      { what: 'the holder to run in the worker process' },
+    );
+
+    const stop = await sampleHolders(key);
+    for (const child of enqueuers) {
+      child.send({
+        type: 'go',
+        round,
+        queue: 'live',
+        keys: Array.from({ length: PER_PROCESS }, () => key),
+        options: { onDuplicate: 'supersede' },
+      });
+    }
+    const replies = await Promise.all(enqueuers.map((child) => child.message<RoundReport>('results', { round })));
+    const sampled = await stop();
+    const results = replies.flatMap((reply) => reply.results);
+
+    expect(results.filter((result) => result.error)).toEqual([]);
+    expect(results.map((result) => result.created)).toEqual(Array(2 * PER_PROCESS).fill(true));
+    expect(sampled.max).toBe(1);
+    expect(sampled.samples).toBeGreaterThan(0);
+
+    const { rows } = await pool.query(
+      `SELECT workflow_id, status, active_deduplication_id, superseded_by, supersedes FROM ${view}
+       WHERE queue_name = 'live' AND deduplication_id = $1`,
+      [key],
+    );
+    expect(rows).toHaveLength(2 * PER_PROCESS + 1);
+    const unfinished = rows.filter((row) => row.status === 'ENQUEUED' || row.status === 'PENDING');
+    expect(unfinished).toHaveLength(1);
+    expect(unfinished[0]).toMatchObject({ active_deduplication_id: key, superseded_by: null });
+    expect(rows.filter((row) => row.status === 'CANCELLED')).toHaveLength(2 * PER_PROCESS);
+
+    // One chain: from the first holder, each workflow superseded exactly the one before it.
+    const byId = new Map(rows.map((row) => [row.workflow_id as string, row]));
+    const chain: string[] = [];
+    for (let at: string | null = unfinished[0].workflow_id; at; at = byId.get(at)?.supersedes ?? null) chain.push(at);
+    expect(chain).toHaveLength(rows.length);
+    expect(chain[chain.length - 1]).toBe(holder.workflowId);
+    for (const [index, id] of chain.entries()) {
+      if (index > 0) expect(byId.get(id)?.superseded_by).toBe(chain[index - 1]);
+    }
+
+    // Every superseded body that started, the first holder first among them, saw its signal abort.
+    const events = async (kind: string) =>
+      new Set(
+        (await pool.query(`SELECT workflow_id FROM "${schema}".policy_events WHERE kind = $1`, [kind])).rows.map(
+          (row) => row.workflow_id as string,
+        ),
+      );
+    const startedIds = [...(await events('started'))].filter((id) => byId.get(id)?.status === 'CANCELLED');
+    expect(startedIds).toContain(holder.workflowId);
+    await waitFor(
+      async () => {
+        const aborted = await events('aborted');
+        return startedIds.every((id) => aborted.has(id));
+      },
+      { what: 'every superseded body that started to see its signal abort' },
+    );
+    const finishedIds = await events('finished');
+    expect(startedIds.filter((id) => finishedIds.has(id))).toEqual([]);
+
+    await parent.queues.cancel(unfinished[0].workflow_id);
+  },
+);
