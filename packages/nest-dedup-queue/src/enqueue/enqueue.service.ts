@@ -76,8 +76,9 @@ export class EnqueueService {
     bulkPolicy(options ?? {});
     const prepared = [];
     for (const [index, item] of items.entries()) {
+      const given: EnqueueOptions = item?.options ?? {};
       for (const option of ['requireSameArgs', 'maxDelayMs'] as const) {
-        if ((item?.options)?.[option] !== undefined) {
+        if (given[option] !== undefined) {
           throw new InvalidArgumentError(`items[${index}].options.${option}`, 'is not taken by enqueueMany');
         }
       }
