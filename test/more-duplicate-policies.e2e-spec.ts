@@ -358,3 +358,95 @@ describe("onDuplicate: 'supersede'", () => {
     for (const result of results) await queues.cancel(result.workflowId);
   });
 });
+
+describe('maxDelayMs (a capped debounce)', () => {
+  const times = async (workflowId: string) =>
+    (
+      await pool.query(
+        `SELECT created_at, not_before, started_at, start_deadline,
+                (extract(epoch FROM start_deadline - created_at) * 1000)::float8 AS cap_ms
+         FROM "${schema}".workflow_queue WHERE workflow_id = $1
+         UNION ALL
+         SELECT created_at, not_before, started_at, NULL, NULL FROM "${schema}".workflow_history WHERE workflow_id = $1`,
+        [workflowId],
+      )
+    ).rows[0];
+
+  it('a steady stream of replaces never moves the start past the key taken + maxDelayMs, by the database clock', async () => {
+    const key = 'debounce-capped';
+    tasks.gate(key).open();
+    const policy: EnqueueOptions = { deduplicationId: key, onDuplicate: 'replace', delayMs: 600, maxDelayMs: 1500 };
+    const first = await queues.enqueue('tasks', tasks.hold, [key, 0], policy);
+    const { created_at: createdAt } = await times(first.workflowId);
+    const deadline = (createdAt as Date).getTime() + 1500;
+    // A replace every 100 ms, each asking for 600 ms more: uncapped, the start would move on for as long as they come.
+    let replaces = 0;
+    let lastNotBefore = 0;
+    for (let n = 1; ; n++) {
+      const handle = await queues.enqueue('tasks', tasks.hold, [key, n], policy);
+      if (handle.workflowId !== first.workflowId) break; // it started: this call took the key afresh
+      replaces += 1;
+      const row = await times(first.workflowId);
+      lastNotBefore = (row.not_before as Date).getTime();
+      expect(lastNotBefore).toBeLessThanOrEqual(deadline);
+      if (row.started_at) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      if (n > 100) throw new Error('the debounced workflow never started');
+    }
+    const result = await first.getResult();
+    const row = await times(first.workflowId);
+    expect(replaces).toBeGreaterThanOrEqual(5);
+    expect(lastNotBefore).toBe(deadline);
+    expect((row.started_at as Date).getTime()).toBeGreaterThanOrEqual(deadline);
+    expect((row.started_at as Date).getTime() - deadline).toBeLessThan(1000);
+    expect(result).toMatch(new RegExp(`^${key}:\\d+$`));
+  });
+
+  it('without maxDelayMs the same stream moves the start on', async () => {
+    const key = 'debounce-uncapped';
+    const policy: EnqueueOptions = { deduplicationId: key, onDuplicate: 'replace', delayMs: 600 };
+    const first = await queues.enqueue('tasks', tasks.hold, [key, 0], policy);
+    const { created_at: createdAt } = await times(first.workflowId);
+    for (let n = 1; n <= 12; n++) {
+      expect((await queues.enqueue('tasks', tasks.hold, [key, n], policy)).workflowId).toBe(first.workflowId);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const row = await times(first.workflowId);
+    expect((row.not_before as Date).getTime()).toBeGreaterThan((createdAt as Date).getTime() + 1500);
+    await queues.cancel(first.workflowId);
+  });
+
+  it('a queue-next follow-up starts its own window, counted from when it was queued', async () => {
+    const key = 'debounce-follow-up';
+    const holder = await queues.enqueue('tasks', tasks.hold, ['debounce-holder'], { deduplicationId: key });
+    await started('debounce-holder');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const policy: EnqueueOptions = {
+      deduplicationId: key,
+      onDuplicate: 'replace',
+      whenRunning: 'queue-next',
+      delayMs: 100,
+      maxDelayMs: 800,
+    };
+    const followUp = await queues.enqueue('tasks', tasks.hold, ['debounce-next'], policy);
+    expect(followUp.created).toBe(true);
+    const [holderRow, followRow] = [await times(holder.workflowId), await times(followUp.workflowId)];
+    expect(followRow.cap_ms).toBe(800);
+    expect((followRow.created_at as Date).getTime()).toBeGreaterThan((holderRow.created_at as Date).getTime() + 250);
+    tasks.gate('debounce-next').open();
+    tasks.gate('debounce-holder').open();
+    await expect(followUp.getResult()).resolves.toBe('debounce-next');
+  });
+
+  it.each<[string, EnqueueOptions, string]>([
+    ['without replace', { maxDelayMs: 1000, delayMs: 10 }, 'options.maxDelayMs'],
+    ['without delayMs', { onDuplicate: 'replace', maxDelayMs: 1000 }, 'options.maxDelayMs'],
+    ['below delayMs', { onDuplicate: 'replace', delayMs: 2000, maxDelayMs: 1000 }, 'options.delayMs'],
+    ['not a positive integer', { onDuplicate: 'replace', delayMs: 0, maxDelayMs: 0 }, 'options.maxDelayMs'],
+  ])('is refused %s, before anything is written', async (_, options, field) => {
+    await expect(
+      queues.enqueue('idle', tasks.hold, ['max-delay-bad'], { deduplicationId: 'max-delay-bad', ...options }),
+    ).rejects.toMatchObject({ name: 'InvalidArgumentError', field });
+    expect(await rowsOf('idle', 'max-delay-bad')).toEqual([]);
+  });
+});
