@@ -6,6 +6,7 @@ import { QueueDatabase } from './database/queue-database';
 import { createQueueDatabase } from './database/queue-database.factory';
 import { QueueControlStore } from './database/queue-control.store';
 import { WorkflowStore } from './database/workflow.store';
+import { BulkControlStore } from './database/bulk-control.store';
 import { HistoryPartitions } from './database/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflow-inserter';
@@ -28,6 +29,7 @@ import { QueueService } from './queue.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { WorkflowControlService } from './control/workflow-control.service';
+import { BulkControlService } from './control/bulk-control.service';
 import { QueueControlService } from './control/queue-control.service';
 import { ChildWorkflows } from './composition/child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
@@ -76,6 +78,7 @@ import { MessageSender } from './composition/message.sender';
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
     onDatabase(WorkflowStore),
+    onDatabase(BulkControlStore),
     onDatabase(QueueControlStore),
     QueueSettings,
     onDatabase(WorkflowInserter),
@@ -111,6 +114,7 @@ import { MessageSender } from './composition/message.sender';
     EnqueueService,
     WorkflowLookupService,
     WorkflowControlService,
+    BulkControlService,
     QueueControlService,
     onDatabase(ChildWorkflowStore),
     ChildWorkflows,

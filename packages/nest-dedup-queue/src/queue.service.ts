@@ -1,10 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import { ChildWorkflows } from './composition/child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
+import { BulkControlService } from './control/bulk-control.service';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import type { AbandonedRunInfo } from './interfaces/abandoned-run.interface';
+import type { BulkControlResult, WorkflowFilter } from './interfaces/bulk-control.interface';
 import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
 import type { CancelOptions } from './interfaces/cancel-options.interface';
 import type { DeduplicationEvent } from './interfaces/deduplication-event.interface';
@@ -34,6 +36,7 @@ export class QueueService {
     private readonly children: ChildWorkflows,
     private readonly events: WorkflowEvents,
     private readonly messages: MessageSender,
+    private readonly bulk: BulkControlService,
   ) {}
 
   /**
@@ -150,6 +153,30 @@ export class QueueService {
    */
   async getEvent<T = unknown>(workflowId: string, key: string, options?: GetEventOptions): Promise<T | undefined> {
     return this.events.getEvent<T>(workflowId, key, options);
+  }
+
+  /**
+   * Cancels every ENQUEUED, DELAYED or PENDING workflow that matches `filter` (every field given must match; at
+   * least one field), as `cancel` does each: CANCELLED, its key freed, a running body's signal aborted wherever it
+   * runs. One statement per 1000 workflows, queue by queue (all declared queues without `queueName`). Returns one
+   * `{ workflowId, outcome }` per unfinished workflow matched, in each queue's order: `cancelled`, or
+   * `not-cancellable` for a dead letter (or one that finished meanwhile). Finished workflows are not matched.
+   * @throws InvalidArgumentError for an empty or malformed filter, before anything is written
+   * @throws UnknownQueueError when `queueName` is not declared
+   */
+  async cancelMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
+    return this.bulk.cancelMany(filter);
+  }
+
+  /**
+   * Resumes every CANCELLED or dead-lettered workflow that matches `filter`, as `resume` does each. One statement
+   * per 1000 workflows, queue by queue. Returns one `{ workflowId, outcome }` per matched workflow: `resumed`, or
+   * `key-held` when another workflow holds its deduplication ID (it stays as it was).
+   * @throws InvalidArgumentError for an empty or malformed filter, before anything is written
+   * @throws UnknownQueueError when `queueName` is not declared
+   */
+  async resumeMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
+    return this.bulk.resumeMany(filter);
   }
 
   /**

@@ -42,7 +42,7 @@ const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workf
   AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt`;
 
 /** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
-const RESUMED_COLUMNS = {
+export const RESUMED_COLUMNS = {
   status: STATUS_SQL.ENQUEUED,
   active_deduplication_id: 'deduplication_id',
   executor_id: 'NULL',

@@ -1,4 +1,5 @@
 export * from './bulk-enqueue.interface';
+export * from './bulk-control.interface';
 export * from './dedup-queue-options.interface';
 export * from './deduplication-event.interface';
 export * from './enqueue-options.interface';

@@ -1,0 +1,101 @@
+import { Injectable } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { BulkBatch, BulkControlStore, BulkFilter } from '../database/bulk-control.store';
+import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-control.interface';
+import { WORKFLOW_STATUSES, type WorkflowStatus } from '../interfaces/workflow-status.interface';
+import { QueueScheduler } from '../scheduler/queue.scheduler';
+import { assertQueueDeclared } from '../utils/declared-queue';
+import { unknownKey } from '../utils/known-keys';
+import { WorkflowCompletions } from '../workflow-completions';
+
+/** Workflows per statement of a bulk call. */
+const BATCH = 1000;
+const FILTER_KEYS: readonly (keyof WorkflowFilter)[] = ['queueName', 'status', 'workflowIds', 'deduplicationIds'];
+
+/**
+ * Cancels and resumes every workflow a filter matches, a batch of 1000 per statement, queue by queue (every
+ * statement names its queue). `QueueService.cancelMany` and `resumeMany` delegate here.
+ */
+@Injectable()
+export class BulkControlService {
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly store: BulkControlStore,
+    private readonly scheduler: QueueScheduler,
+    private readonly completions: WorkflowCompletions,
+  ) {}
+
+  /** See `QueueService.cancelMany`. */
+  async cancelMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
+    const results = await this.forEachBatch(filter, (queue, valid, after) =>
+      this.store.cancelBatch(queue, valid, after, BATCH),
+    );
+    for (const { workflowId, outcome } of results) {
+      if (outcome !== 'cancelled') continue;
+      this.scheduler.cancelled({ workflowId, reason: 'cancelled' });
+      this.completions.finished(workflowId);
+    }
+    return results;
+  }
+
+  /** See `QueueService.resumeMany`. */
+  async resumeMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
+    return this.forEachBatch(filter, (queue, valid, after) => this.store.resumeBatch(queue, valid, after, BATCH));
+  }
+
+  private async forEachBatch(
+    filter: WorkflowFilter,
+    batch: (queueName: string, filter: BulkFilter, afterSeq: string) => Promise<BulkBatch>,
+  ): Promise<BulkControlResult[]> {
+    const valid = validFilter(filter);
+    if (filter.queueName !== undefined) assertQueueDeclared(this.config, filter.queueName);
+    const queues = filter.queueName === undefined ? [...this.config.queues.keys()] : [filter.queueName];
+    const results: BulkControlResult[] = [];
+    for (const queueName of queues) {
+      for (let after = '0'; ;) {
+        const done = await batch(queueName, valid, after);
+        results.push(...done.results);
+        if (done.results.length < BATCH || done.lastSeq === undefined) break;
+        after = done.lastSeq;
+      }
+    }
+    return results;
+  }
+}
+
+function validFilter(filter: WorkflowFilter): BulkFilter {
+  if (filter === null || typeof filter !== 'object' || Array.isArray(filter)) {
+    throw new InvalidArgumentError('filter', 'must be an object');
+  }
+  const unknown = unknownKey(filter, FILTER_KEYS);
+  if (unknown) throw new InvalidArgumentError(`filter.${unknown.key}`, unknown.reason);
+  if (FILTER_KEYS.every((key) => filter[key] === undefined)) {
+    throw new InvalidArgumentError(
+      'filter',
+      'needs at least one of queueName, status, workflowIds, deduplicationIds (an empty filter would match every workflow)',
+    );
+  }
+  if (filter.queueName !== undefined && typeof filter.queueName !== 'string') {
+    throw new InvalidArgumentError('filter.queueName', 'must be a string');
+  }
+  const statuses = filter.status === undefined ? null : Array.isArray(filter.status) ? filter.status : [filter.status];
+  for (const status of statuses ?? []) {
+    if (!WORKFLOW_STATUSES.includes(status)) {
+      throw new InvalidArgumentError('filter.status', `must be workflow statuses, got ${JSON.stringify(status)}`);
+    }
+  }
+  return {
+    statuses: statuses,
+    workflowIds: stringList(filter.workflowIds, 'filter.workflowIds'),
+    deduplicationIds: stringList(filter.deduplicationIds, 'filter.deduplicationIds'),
+  };
+}
+
+function stringList(value: unknown, field: string): string[] | null {
+  if (value === undefined) return null;
+  if (!Array.isArray(value) || value.some((item) => typeof item !== 'string')) {
+    throw new InvalidArgumentError(field, 'must be an array of strings');
+  }
+  return value as string[];
+}

@@ -1,0 +1,205 @@
+import type { QueueDatabase } from './queue-database';
+import { isUniqueViolationOn } from './sql-errors';
+import { END_WAKE_UPS_SQL, endWorkflowsSql } from './workflow-finish.sql';
+import { REPORTED_STATUS_SQL } from './workflow-row';
+import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';
+import { STATUS_SQL } from './workflow-status.sql';
+import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
+import { ACTIVE_DEDUPLICATION_INDEX } from './workflow-inserter';
+
+/** A filter as the statements take it: arrays, or null for a field not given. */
+export interface BulkFilter {
+  workflowIds: string[] | null;
+  deduplicationIds: string[] | null;
+  /** Reported statuses (`DELAYED` apart from `ENQUEUED`). */
+  statuses: string[] | null;
+}
+
+/** One batch's answer: what happened to each matched workflow, and the cursor for the next batch. */
+export interface BulkBatch {
+  results: Array<{ workflowId: string; outcome: 'cancelled' | 'not-cancellable' | 'resumed' | 'key-held' }>;
+  /** The highest `seq` matched; undefined when the batch matched nothing. */
+  lastSeq?: string;
+}
+
+/** $1 queue, $2 seq cursor, $3 workflow IDs, $4 deduplication IDs, $5 reported statuses, $6 batch size. */
+function matchesSql(row = ''): string {
+  return `${row}queue_name = $1 AND ${row}seq > $2::bigint
+    AND ($3::text[] IS NULL OR ${row}workflow_id = ANY($3::text[]))
+    AND ($4::text[] IS NULL OR ${row}deduplication_id = ANY($4::text[]))
+    AND ($5::text[] IS NULL OR ${REPORTED_STATUS_SQL} = ANY($5::text[]))`;
+}
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/**
+ * The SQL of `cancelMany` and `resumeMany`: one statement per batch of one queue (every statement names its queue),
+ * walking the queue's matching workflows in `seq` order, and, in the same transaction, a statement of its own that
+ * sends the notifications (cancel signals for what ran, wake-ups). Cancels end workflows through `endWorkflowsSql`,
+ * as `cancel` does; resumes take each workflow's key back unless another workflow holds it (`key-held`).
+ */
+export class BulkControlStore {
+  private readonly tables: WorkflowTables;
+  private readonly store: WorkflowStore;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+    this.store = new WorkflowStore(database);
+  }
+
+  /** Cancels one batch of a queue's unfinished workflows that match (dead letters are matched, not cancelled). */
+  async cancelBatch(queueName: string, filter: BulkFilter, afterSeq: string, limit: number): Promise<BulkBatch> {
+    return this.database.transaction(async (query) => {
+      const rows = await query<{
+        workflow_id: string;
+        seq: string;
+        cancelled: boolean;
+        attempts: number | null;
+      }>(
+        `WITH matched AS (
+           SELECT workflow_id, seq FROM ${this.tables.active}
+           WHERE ${matchesSql()} AND status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING},
+                                                ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
+           ORDER BY seq LIMIT $6
+           FOR UPDATE
+         ),
+         ${endWorkflowsSql({
+           tables: this.tables,
+           using: 'matched AS m',
+           where: `w.queue_name = $1 AND w.workflow_id = m.workflow_id
+                   AND w.status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING})`,
+           status: STATUS_SQL.CANCELLED,
+           channelParam: '$7',
+         })}
+         SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts,
+                ${END_WAKE_UPS_SQL} AS handed_over
+         FROM matched AS m LEFT JOIN ended AS e ON e.workflow_id = m.workflow_id
+         ORDER BY m.seq`,
+        [
+          queueName,
+          afterSeq,
+          filter.workflowIds,
+          filter.deduplicationIds,
+          filter.statuses,
+          limit,
+          this.database.wakeUpChannel,
+        ],
+      );
+      const cancelled = rows.filter((row) => row.cancelled);
+      if (cancelled.length > 0) {
+        await this.notify(query, this.database.cancelChannel, [
+          ...cancelled.map((row) => `${interruptPayloadPrefix('cancelled')}${row.attempts}:${row.workflow_id}`),
+        ]);
+      }
+      return {
+        results: rows.map((row) => ({
+          workflowId: row.workflow_id,
+          outcome: row.cancelled ? ('cancelled' as const) : ('not-cancellable' as const),
+        })),
+        lastSeq: rows[rows.length - 1]?.seq,
+      };
+    });
+  }
+
+  /**
+   * Resumes one batch of a queue's CANCELLED (from the history) and dead-lettered workflows that match. A workflow
+   * whose key another holds stays as it was (`key-held`). NOTE: a cancelled workflow is inserted back before its
+   * history row is deleted (`ON CONFLICT DO NOTHING` decides the key), so a refused one keeps its history; if a dead
+   * letter's key is taken in between (a unique violation), the batch is done one workflow at a time instead.
+   */
+  async resumeBatch(queueName: string, filter: BulkFilter, afterSeq: string, limit: number): Promise<BulkBatch> {
+    const params = [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses, limit];
+    let rows: Array<{ workflow_id: string; seq: string; resumed: boolean }>;
+    try {
+      rows = await this.database.transaction(async (query) => {
+        const batch = await query<{ workflow_id: string; seq: string; resumed: boolean }>(
+          `WITH candidates AS (
+             (SELECT workflow_id, seq, true AS from_history FROM ${this.tables.history}
+              WHERE ${matchesSql()} AND status = ${STATUS_SQL.CANCELLED}
+              UNION ALL
+              SELECT workflow_id, seq, false FROM ${this.tables.active}
+              WHERE ${matchesSql()} AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
+             ORDER BY seq LIMIT $6
+           ),
+           in_place AS (
+             UPDATE ${this.tables.active} AS w
+             SET ${Object.entries(RESUMED_COLUMNS)
+               .map(([column, value]) => `${column} = ${value}`)
+               .join(', ')}
+             WHERE w.queue_name = $1
+               AND w.workflow_id = ANY (ARRAY(SELECT workflow_id FROM candidates WHERE NOT from_history))
+               AND w.status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+               AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS k
+                               WHERE k.queue_name = $1 AND k.active_deduplication_id = w.deduplication_id)
+             RETURNING w.workflow_id
+           ),
+           back AS (
+             INSERT INTO ${this.tables.active} (${WORKFLOW_COLUMN_LIST})
+             SELECT ${workflowColumnsSql('h.', RESUMED_COLUMNS)}
+             FROM ${this.tables.history} AS h
+             WHERE h.queue_name = $1 AND h.status = ${STATUS_SQL.CANCELLED}
+               AND h.workflow_id = ANY (ARRAY(SELECT workflow_id FROM candidates WHERE from_history))
+             ON CONFLICT DO NOTHING
+             RETURNING workflow_id
+           ),
+           moved AS (
+             DELETE FROM ${this.tables.history} AS h
+             WHERE h.queue_name = $1 AND h.workflow_id = ANY (ARRAY(SELECT workflow_id FROM back))
+               AND h.status = ${STATUS_SQL.CANCELLED}
+           ),
+           resumed AS (SELECT workflow_id FROM in_place UNION ALL SELECT workflow_id FROM back)
+           SELECT c.workflow_id, c.seq::text AS seq, r.workflow_id IS NOT NULL AS resumed
+           FROM candidates AS c LEFT JOIN resumed AS r ON r.workflow_id = c.workflow_id
+           ORDER BY c.seq`,
+          params,
+        );
+        if (batch.some((row) => row.resumed)) await this.notify(query, this.database.wakeUpChannel, [queueName]);
+        return batch;
+      });
+    } catch (error) {
+      if (!isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) throw error;
+      rows = await this.resumeOneByOne(queueName, filter, afterSeq, limit);
+    }
+    return {
+      results: rows.map((row) => ({
+        workflowId: row.workflow_id,
+        outcome: row.resumed ? ('resumed' as const) : ('key-held' as const),
+      })),
+      lastSeq: rows[rows.length - 1]?.seq,
+    };
+  }
+
+  private async resumeOneByOne(
+    queueName: string,
+    filter: BulkFilter,
+    afterSeq: string,
+    limit: number,
+  ): Promise<Array<{ workflow_id: string; seq: string; resumed: boolean }>> {
+    const candidates = await this.database.query<{ workflow_id: string; seq: string }>(
+      `SELECT workflow_id, seq::text AS seq FROM (
+         SELECT workflow_id, seq FROM ${this.tables.history}
+         WHERE ${matchesSql()} AND status = ${STATUS_SQL.CANCELLED}
+         UNION ALL
+         SELECT workflow_id, seq FROM ${this.tables.active}
+         WHERE ${matchesSql()} AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+       ) AS c ORDER BY seq LIMIT $6`,
+      [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses, limit],
+    );
+    const rows = [];
+    for (const candidate of candidates) {
+      let resumed = false;
+      try {
+        await this.store.resume(candidate.workflow_id);
+        resumed = true;
+      } catch (error) {
+        if (!isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) throw error;
+      }
+      rows.push({ ...candidate, resumed });
+    }
+    return rows;
+  }
+
+  private async notify(query: Query, channel: string, payloads: string[]): Promise<void> {
+    await query('SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload', [channel, payloads]);
+  }
+}
