@@ -156,7 +156,7 @@ export class QueueService {
   }
 
   /**
-   * Cancels every ENQUEUED, DELAYED or PENDING workflow that matches `filter` (every field given must match; at
+   * Cancels every ENQUEUED, DELAYED, PENDING or WAITING workflow that matches `filter` (every field given must match; at
    * least one field), as `cancel` does each: CANCELLED, its key freed, a running body's signal aborted wherever it
    * runs. One statement per 1000 workflows, queue by queue (all declared queues without `queueName`). Returns one
    * `{ workflowId, outcome }` per unfinished workflow matched, in each queue's order: `cancelled`, or

@@ -111,6 +111,20 @@ export function createDashboardController(
       return this.dashboard.getWorkflow(id);
     }
 
+    @Post('api/workflows/cancel-matching')
+    @HttpCode(200)
+    cancelMatching(@Body() body: unknown, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.cancelMatching(body);
+    }
+
+    @Post('api/workflows/resume-matching')
+    @HttpCode(200)
+    resumeMatching(@Body() body: unknown, @Headers('content-type') contentType?: string) {
+      assertJson(contentType);
+      return this.dashboard.resumeMatching(body);
+    }
+
     @Post('api/workflows/:id/cancel')
     @HttpCode(200)
     cancel(@Param('id') id: string, @Headers('content-type') contentType?: string) {

@@ -9,6 +9,7 @@ import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { DedupQueueDashboardOptions } from '../interfaces/dashboard-options.interface';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import { WORKFLOW_STATUSES, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-control.interface';
 import { QueueService } from '../queue.service';
 import type {
   DashboardCount,
@@ -149,6 +150,16 @@ export class DashboardService {
 
   async cancel(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {
     return { workflowId, status: await this.queues.cancel(workflowId) };
+  }
+
+  /** Cancels every workflow the filter matches (`QueueService.cancelMany`); `{ results }`, one per matched workflow. */
+  async cancelMatching(body: unknown): Promise<{ results: BulkControlResult[] }> {
+    return { results: await this.queues.cancelMany(body as WorkflowFilter) };
+  }
+
+  /** Resumes every workflow the filter matches (`QueueService.resumeMany`); `{ results }`, one per matched workflow. */
+  async resumeMatching(body: unknown): Promise<{ results: BulkControlResult[] }> {
+    return { results: await this.queues.resumeMany(body as WorkflowFilter) };
   }
 
   async resume(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {

@@ -3,7 +3,7 @@ import { isUniqueViolationOn } from './sql-errors';
 import { END_WAKE_UPS_SQL, endWorkflowsSql } from './workflow-finish.sql';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';
-import { STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
 import { ACTIVE_DEDUPLICATION_INDEX } from './workflow-inserter';
 
@@ -58,16 +58,15 @@ export class BulkControlStore {
       }>(
         `WITH matched AS (
            SELECT workflow_id, seq FROM ${this.tables.active}
-           WHERE ${matchesSql()} AND status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING},
-                                                ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
+           WHERE ${matchesSql()} AND (status IN ${ACTIVE_STATUSES_SQL}
+                                      OR status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
            ORDER BY seq LIMIT $6
            FOR UPDATE
          ),
          ${endWorkflowsSql({
            tables: this.tables,
            using: 'matched AS m',
-           where: `w.queue_name = $1 AND w.workflow_id = m.workflow_id
-                   AND w.status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING})`,
+           where: `w.queue_name = $1 AND w.workflow_id = m.workflow_id AND w.status IN ${ACTIVE_STATUSES_SQL}`,
            status: STATUS_SQL.CANCELLED,
            channelParam: '$7',
          })}

@@ -7,7 +7,7 @@ import {
 import { SqlParameters } from './sql-parameters';
 import { END_WAKE_UPS_SQL, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
-import { STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
 
 interface Statement<C> {
@@ -165,7 +165,7 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
   const id = input('workflow_id');
   const requireSameArgs = params.ref('require_same_args', 'bool', (context) => context.requireSameArgs);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  const unfinished = `status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING})`;
+  const unfinished = `status IN ${ACTIVE_STATUSES_SQL}`;
   const columns = newWorkflowColumns(input, {
     supersedes: '(SELECT workflow_id FROM ended WHERE held_key)',
   });

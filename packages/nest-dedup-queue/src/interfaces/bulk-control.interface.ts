@@ -13,7 +13,7 @@ export interface WorkflowFilter {
 }
 
 /**
- * What a bulk call did to one workflow the filter matched: `cancelled` (it was ENQUEUED, DELAYED or PENDING and is
+ * What a bulk call did to one workflow the filter matched: `cancelled` (it was ENQUEUED, DELAYED, PENDING or WAITING and is
  * CANCELLED now; a running body's signal aborts), `not-cancellable` (a dead letter, or it finished meanwhile),
  * `resumed` (CANCELLED or dead-lettered, it is back in its queue), `key-held` (another workflow holds its
  * deduplication ID, so it stays as it was).

@@ -118,6 +118,37 @@
   }
 
   /** Runs an action, says how it went, and refreshes the view. */
+  /**
+   * A button that cancels or resumes every workflow of the queue that the list's status filter matches (all of the
+   * queue's workflows without one), after a confirmation, and says how many it changed.
+   */
+  function bulkButton(label, action, queueName, query, danger) {
+    const status = query.get('status') || undefined;
+    return h(
+      'button',
+      {
+        type: 'button',
+        class: danger ? 'danger' : undefined,
+        onclick: async () => {
+          const scope = `${status ? `${status} ` : ''}workflows of queue ${queueName}`;
+          if (await confirmAction(`${label}?`, `Acts on every ${scope} at once.`)) {
+            await act(label, async () => {
+              const { results } = await request(`/workflows/${action}`, {
+                method: 'POST',
+                body: { queueName, ...(status ? { status } : {}) },
+              });
+              const changed = results.filter(
+                (result) => result.outcome === 'cancelled' || result.outcome === 'resumed',
+              );
+              say(`${label}: ${changed.length} of ${results.length} matched.`);
+            });
+          }
+        },
+      },
+      label,
+    );
+  }
+
   async function act(label, work) {
     try {
       const result = await work();
@@ -431,6 +462,8 @@
                   },
                   'Pause queue',
                 ),
+            bulkButton('Cancel all matching', 'cancel-matching', name, query, true),
+            bulkButton('Resume all matching', 'resume-matching', name, query, false),
           ),
         ),
       );
