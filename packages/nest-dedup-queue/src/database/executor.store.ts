@@ -4,6 +4,7 @@ import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { END_WAKE_UPS_SQL, handOverSql } from './workflow-finish.sql';
 import { STATUS_SQL } from './workflow-status.sql';
+import { nowPlusMsSql } from './time.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
 
@@ -116,7 +117,7 @@ export class ExecutorStore {
            AND workflow_id <> ALL($2::text[])
          RETURNING workflow_id, queue_name
        ),
-       woken AS (SELECT pg_notify($3, queue_name) FROM (SELECT DISTINCT queue_name FROM released) AS q)
+       woken AS (SELECT pg_notify($3, queue_name)::text FROM (SELECT DISTINCT queue_name FROM released) AS q)
        SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
       [executorId, runningIds, this.database.wakeUpChannel, queueName],
       { idempotent: true },
@@ -171,11 +172,15 @@ export class ExecutorStore {
          SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                            ELSE ${STATUS_SQL.ENQUEUED} END,
              active_deduplication_id = CASE WHEN ${DEAD_LETTERED} THEN NULL ELSE w.active_deduplication_id END,
-             completed_at = CASE WHEN ${DEAD_LETTERED} THEN now() END,
+             completed_at = ${
+               this.database.citus
+                 ? nowPlusMsSql(true, `CASE WHEN ${DEAD_LETTERED} THEN 0 END`)
+                 : `CASE WHEN ${DEAD_LETTERED} THEN now() END`
+             },
              recovery_attempts = w.recovery_attempts + 1,
              executor_id = NULL,
              updated_at = now()
-         FROM orphans WHERE w.queue_name = orphans.queue_name AND w.workflow_id = orphans.workflow_id
+         FROM orphans WHERE w.queue_name = $3 AND w.workflow_id = orphans.workflow_id
          RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
        ),
        ${handOverSql(
@@ -183,8 +188,9 @@ export class ExecutorStore {
          `SELECT queue_name, held_key AS key FROM recovered
           WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`,
          '$1',
+         '$3',
        )},
-       woken AS (SELECT pg_notify($1, queue_name) FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
+       woken AS (SELECT pg_notify($1, queue_name)::text FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
        SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM recovered`,

@@ -84,10 +84,17 @@ const SOCKET_ERROR_CODES = new Set([
 const DRIVER_CONNECTION_MESSAGES =
   /Connection terminated|timeout exceeded when trying to connect|connection timeout|not queryable|Cannot use a pool after calling end|Client was closed/i;
 
-/** Whether `error` is a unique violation (SQLSTATE 23505) on the named index or constraint. */
+/**
+ * Whether `error` is a unique violation (SQLSTATE 23505) on the named index or constraint. NOTE: on Citus the
+ * violation is raised on a worker, on the shard's copy of the index (`<name>_<shard id>`), and the coordinator
+ * passes it on with an empty `constraint` field: the index is then read from the message.
+ */
 export function isUniqueViolationOn(error: unknown, constraint: string): boolean {
   const fields = postgresFields(error);
-  return fields?.code === UNIQUE_VIOLATION && fields.constraint === constraint;
+  if (fields?.code !== UNIQUE_VIOLATION) return false;
+  if (fields.constraint) return fields.constraint === constraint;
+  const index = /unique constraint "([^"]+)"/.exec(fields.message ?? '')?.[1];
+  return index === constraint || (index !== undefined && new RegExp(`^${constraint}_\\d+$`).test(index));
 }
 
 /** An error the server sent about the statement (it has a severity): the connection itself may be fine. */

@@ -6,6 +6,7 @@ import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
 import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
+import { nowPlusMsSql } from './time.sql';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -30,8 +31,9 @@ export function parseInterruptPayload(payload: string): InterruptPayload {
     : { workflowId: payload.slice(2), reason };
 }
 
-const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
-  'message', 'Workflow timed out after ' || w.timeout_ms || ' ms')`;
+/** Built from IMMUTABLE parts only (text casts and concatenation), as Citus wants in a CASE of a modification. */
+const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"Workflow timed out after ' || w.timeout_ms::text
+  || ' ms"}')::json`;
 
 /** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
 const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
@@ -132,28 +134,48 @@ export class WorkflowStore {
     claim?: AttachedClaim,
   ): Promise<{ recorded: string[]; claimedJson: string[] }> {
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
+    const citus = this.database.citus;
+    if (citus && new Set(outcomes.map((o) => o.queueName)).size > 1) {
+      // NOTE: on Citus a statement runs on one node only when it names one queue: one statement per queue.
+      const byQueue = new Map<string, WorkflowOutcome[]>();
+      for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
+      const results = [];
+      for (const [queue, batch] of byQueue) {
+        results.push(
+          await this.recordOutcomes(executorId, batch, wakeQueues, queue === outcomes[0].queueName ? claim : undefined),
+        );
+      }
+      return {
+        recorded: results.flatMap((result) => result.recorded),
+        claimedJson: results.flatMap((result) => result.claimedJson),
+      };
+    }
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const wakes = wakeQueues.length > 0;
+    const queueParam = citus ? '$11' : undefined;
+    const rowSql = citus ? `${OUTCOME_ROW_SQL} AND w.queue_name = $11` : OUTCOME_ROW_SQL;
     const rows = await this.database.query<{ workflow_id: string | null; claimed: string | null }>(
       `WITH retried AS (
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
-             not_before = now() + o.retry_delay_ms * interval '1 millisecond',
+             not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
              failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
          FROM ${OUTCOMES_SQL}
-         WHERE o.status = 'RETRY' AND ${OUTCOME_ROW_SQL}
+         WHERE o.status = 'RETRY' AND ${rowSql}
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        ),
        ${endWorkflowsSql({
          tables: this.tables,
          using: OUTCOMES_SQL,
-         where: `o.status <> 'RETRY' AND ${OUTCOME_ROW_SQL}`,
+         where: `o.status <> 'RETRY' AND ${rowSql}`,
          status: 'o.status',
          output: 'o.output::json',
          error: 'o.error::json',
          keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
          overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
          channelParam: '$7',
+         citus,
+         queueParam,
        })},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome FROM ended
@@ -163,16 +185,17 @@ export class WorkflowStore {
            ? `, forgotten AS (
          DELETE FROM ${this.steps} AS s
          USING retried AS f
-         WHERE s.workflow_id = f.workflow_id
+         WHERE s.queue_name = ${queueParam ?? 'f.queue_name'} AND s.workflow_id = f.workflow_id
            AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
-                                WHERE workflow_id = f.workflow_id AND error IS NOT NULL)
+                                WHERE queue_name = ${queueParam ?? 'f.queue_name'} AND workflow_id = f.workflow_id
+                                  AND error IS NOT NULL)
        )`
            : ''
        }, woken AS (
-         SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
+         SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
        )
-       ${claim ? `, ${claim.ctes(11)}` : ''}
+       ${claim ? `, ${claim.ctes(citus ? 12 : 11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM finished
@@ -188,6 +211,7 @@ export class WorkflowStore {
         wakeQueues,
         outcomes.map((o) => o.attempt),
         outcomes.map((o) => o.queueName),
+        ...(citus ? [outcomes[0]?.queueName] : []),
         ...(claim?.params ?? []),
       ],
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
@@ -212,18 +236,31 @@ export class WorkflowStore {
     workflowId: string,
     reason: 'cancelled' | 'timed-out' = 'cancelled',
   ): Promise<{ status: WorkflowStatus; attempts: number; cancelled?: WorkflowRef } | undefined> {
+    const citus = this.database.citus;
+    // NOTE: on Citus the queue is looked up first (a probe of every node), so that the cancel runs on its node.
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
     const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
       `WITH ${endWorkflowsSql({
         tables: this.tables,
-        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}`,
+        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}${citus ? ' AND w.queue_name = $6' : ''}`,
         status: STATUS_SQL.CANCELLED,
         error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
         channelParam: '$5',
+        citus,
+        queueParam: citus ? '$6' : undefined,
       })}
        SELECT attempts, workflow_id, queue_name, workflow_name,
               pg_notify($3, $4::text || attempts || ':' || workflow_id), ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
-      [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason), this.database.wakeUpChannel],
+      [
+        workflowId,
+        reason,
+        this.database.cancelChannel,
+        interruptPayloadPrefix(reason),
+        this.database.wakeUpChannel,
+        ...(citus ? [queue] : []),
+      ],
       { idempotent: true },
     );
     if (cancelled.length === 1) {
@@ -247,10 +284,12 @@ export class WorkflowStore {
        ${endWorkflowsSql({
          tables: this.tables,
          using: 'due',
-         where: 'w.queue_name = due.queue_name AND w.workflow_id = due.workflow_id',
+         where: 'w.queue_name = $4 AND w.workflow_id = due.workflow_id',
          status: STATUS_SQL.CANCELLED,
          error: TIMEOUT_ERROR_JSON,
          channelParam: '$3',
+         citus: this.database.citus,
+         queueParam: '$4',
        })}
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
               ${END_WAKE_UPS_SQL} AS handed_over
@@ -289,7 +328,7 @@ export class WorkflowStore {
            INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST}) SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM moved
            RETURNING queue_name
          )
-         SELECT pg_notify($2, queue_name) FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
+         SELECT pg_notify($2, queue_name)::text FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
         [workflowId, this.database.wakeUpChannel],
       );
     }
@@ -313,10 +352,20 @@ export class WorkflowStore {
          WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED}
          RETURNING queue_name
        )
-       SELECT pg_notify($5, queue_name) FROM changed`,
+       SELECT pg_notify($5, queue_name)::text FROM changed`,
       [workflowId, change.runAt, change.delayMs, change.priority, this.database.wakeUpChannel],
     );
     return rows.length === 1 ? 'ENQUEUED' : (await this.findRow(workflowId))?.status;
+  }
+
+  /** The queue of a workflow, by its ID alone (on Citus a probe of every node); undefined when it does not exist. */
+  async findQueue(workflowId: string): Promise<string | undefined> {
+    const rows = await this.database.query<{ queue_name: string }>(
+      `SELECT queue_name FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
+      [workflowId],
+      { idempotent: true },
+    );
+    return rows[0]?.queue_name;
   }
 
   async findRow(workflowId: string): Promise<WorkflowRow | undefined> {
@@ -416,7 +465,7 @@ export class WorkflowStore {
            AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $1
          RETURNING w.queue_name
        )
-       SELECT pg_notify($4, queue_name) FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
+       SELECT pg_notify($4, queue_name)::text FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
       [
         executorId,
         runs.map((run) => run.workflowId),

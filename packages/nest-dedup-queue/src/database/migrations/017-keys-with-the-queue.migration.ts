@@ -17,13 +17,13 @@ export const keysWithTheQueue: Migration = {
   version: 17,
   name: 'keys-with-the-queue',
   up: (schema) => `
+    ALTER TABLE ${schema}.steps_legacy DROP CONSTRAINT IF EXISTS steps_pkey;
     UPDATE ${schema}.steps_legacy AS s SET queue_name = h.queue_name
       FROM ${schema}.workflow_history_legacy AS h
       WHERE s.queue_name IS NULL AND h.workflow_id = s.workflow_id;
     UPDATE ${schema}.steps_legacy AS s SET queue_name = w.queue_name
       FROM ${schema}.workflow_queue AS w
       WHERE s.queue_name IS NULL AND w.workflow_id = s.workflow_id;
-    ALTER TABLE ${schema}.steps_legacy DROP CONSTRAINT IF EXISTS steps_pkey;
     DROP INDEX ${schema}.steps_key;
     ALTER TABLE ${schema}.steps ALTER COLUMN queue_name SET NOT NULL;
     CREATE UNIQUE INDEX steps_key ON ${schema}.steps (queue_name, workflow_id, step_index, workflow_created_at);
