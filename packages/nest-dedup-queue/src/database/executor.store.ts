@@ -143,7 +143,8 @@ export class ExecutorStore {
    * that queue's). NOTE: each orphan is locked `FOR UPDATE SKIP LOCKED` and still PENDING when recovered, so
    * concurrent sweepers recover it once; rows still locked by a step's transaction are skipped until the next sweep.
    */
-  recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+  async recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    if (this.database.citus) return this.recoverExpiredOnItsNode(leaseMs, queueName);
     return this.recover(
       `expired AS (
          DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
@@ -159,11 +160,41 @@ export class ExecutorStore {
     );
   }
 
+  /**
+   * On Citus, where the executors stay on the coordinator and a statement may not join them to a queue's rows: the
+   * expired executors are deleted and the live ones read in one statement on the coordinator, then the queue's
+   * PENDING rows of any other executor are recovered on the queue's node. NOTE: a row claimed after that read (by
+   * an executor that registered meanwhile) is newer than the read's time and left alone.
+   */
+  private async recoverExpiredOnItsNode(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    const [live] = await this.database.query<{ executor_ids: string[]; read_at: Date }>(
+      `WITH expired AS (
+         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'
+         RETURNING executor_id
+       )
+       SELECT array(SELECT executor_id FROM ${this.executors}
+                    WHERE executor_id NOT IN (SELECT executor_id FROM expired)) AS executor_ids,
+              clock_timestamp() AS read_at`,
+      [leaseMs],
+    );
+    return this.recover(
+      '',
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
+         AND w.updated_at < $4::timestamptz
+       FOR UPDATE OF w SKIP LOCKED`,
+      live.executor_ids,
+      queueName,
+      [live.read_at],
+    );
+  }
+
   private async recover(
     leadingCtes: string,
     orphansSql: string,
     parameter: unknown,
     queueName: string,
+    moreParams: unknown[] = [],
   ): Promise<RecoveredWorkflow[]> {
     const rows = await this.database.query<WorkflowRefRow & { status: RecoveredWorkflow['status'] }>(
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
@@ -194,7 +225,7 @@ export class ExecutorStore {
        SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM recovered`,
-      [this.database.wakeUpChannel, parameter, queueName],
+      [this.database.wakeUpChannel, parameter, queueName, ...moreParams],
     );
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }

@@ -15,3 +15,27 @@ export function nowPlusMsSql(citus: boolean, ms: string): string {
 export function startTimeSql(citus: boolean): string {
   return citus ? 'now()' : 'clock_timestamp()';
 }
+
+/**
+ * `not_before = ...,` for a change of start: at `runAt`, or `delayMs` from now by the database's clock, or unchanged
+ * when neither is given; its parameters numbered from `first`. On one server one statement text decides by CASE; on
+ * Citus (where a CASE in a modification may not hold `now()`) the form is chosen here.
+ */
+export function changedStartSql(
+  citus: boolean,
+  change: { runAt: Date | null; delayMs: number | null },
+  first: number,
+): { sql: string; params: unknown[] } {
+  if (!citus) {
+    return {
+      sql: `not_before = CASE WHEN $${first}::timestamptz IS NULL AND $${first + 1}::float8 IS NULL THEN not_before
+        ELSE coalesce($${first}::timestamptz, now() + $${first + 1}::float8 * interval '1 millisecond') END,`,
+      params: [change.runAt, change.delayMs],
+    };
+  }
+  if (change.runAt) return { sql: `not_before = $${first}::timestamptz,`, params: [change.runAt] };
+  if (typeof change.delayMs === 'number') {
+    return { sql: `not_before = ${nowPlusMsSql(false, `$${first}::float8`)},`, params: [change.delayMs] };
+  }
+  return { sql: '', params: [] };
+}

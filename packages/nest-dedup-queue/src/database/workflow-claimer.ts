@@ -189,8 +189,13 @@ export class WorkflowClaimer {
   private claimParts(partitioned: boolean, withoutFlush = false): { candidates: string; update: string } {
     const citus = this.database.citus;
     const due = `${READY_SQL} AND workflow_name = ANY($3::text[])`;
-    const candidates = partitioned
-      ? `WITH RECURSIVE partitions AS (
+    // NOTE: Citus plans no recursive CTE over a queue's rows: there the partitions are read by DISTINCT (no skip scan).
+    const partitions = citus
+      ? `WITH partitions AS (
+           SELECT DISTINCT partition_key FROM ${this.workflows}
+           WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
+         ),`
+      : `WITH RECURSIVE partitions AS (
            (SELECT partition_key FROM ${this.workflows}
             WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
             ORDER BY partition_key LIMIT 1)
@@ -199,7 +204,9 @@ export class WorkflowClaimer {
                    WHERE w.queue_name = $1 AND w.status = ${STATUS_SQL.ENQUEUED} AND w.partition_key > p.partition_key
                    ORDER BY w.partition_key LIMIT 1)
            FROM partitions AS p WHERE p.partition_key IS NOT NULL
-         ),
+         ),`;
+    const candidates = partitioned
+      ? `${partitions}
          running AS (
            SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
            WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key

@@ -106,13 +106,14 @@ export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';
 /**
  * Whether a workflow that ends with `outcome` (an SQL expression: `'SUCCESS'` or `'ERROR'`) keeps its key for its
  * deduplication window: it has one, it did not fail with `releaseKeyOnError`, and no `queue-next` follow-up waits for
- * the key (the follow-up takes precedence). The row is aliased `w`.
+ * the key (the follow-up takes precedence). The row is aliased `w`; `queue` is its queue (a parameter, on Citus, so
+ * that the statement stays on the queue's node).
  */
-export function keepsKeyInWindowSql(active: string, outcome: string): string {
+export function keepsKeyInWindowSql(active: string, outcome: string, queue = 'w.queue_name'): string {
   return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
     AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
     AND NOT EXISTS (SELECT 1 FROM ${active} AS f
-                    WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
+                    WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id)`;
 }
 
 /** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */

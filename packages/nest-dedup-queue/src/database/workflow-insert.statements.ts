@@ -50,14 +50,7 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
  * on the queue's node. A workflow ID given by the caller is checked elsewhere afterwards (`takeBackTaken`).
  */
 function insertManyOfOneQueueStatement(tables: WorkflowTables): InsertStatements['many'] {
-  const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
-  const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
-    params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
-      context.workflows.map((workflow) => NEW_WORKFLOW_INPUTS[name].value(workflow)),
-    ),
-  );
-  const columns = newWorkflowColumns((name) => name);
-  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const { params, arrays, columns, channel } = batchInputs();
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        SELECT ${Object.values(columns).join(', ')}
@@ -109,8 +102,8 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
   return { sql, params };
 }
 
-/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
-function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
+/** The parameters of a batch: one array per input (`arrays`, for `unnest`), the columns over them, the channel. */
+function batchInputs() {
   const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
   const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
     params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
@@ -119,6 +112,12 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
   );
   const columns = newWorkflowColumns((name) => name);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  return { params, arrays, columns, channel };
+}
+
+/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
+function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
+  const { params, arrays, columns, channel } = batchInputs();
   const sql = `WITH input AS (
        SELECT * FROM unnest(${arrays.join(', ')})
          WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)

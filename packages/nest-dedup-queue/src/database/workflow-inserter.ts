@@ -229,7 +229,7 @@ export class WorkflowInserter {
    * rows were not inserted, a read of what holds their keys or IDs in that queue); results in the batch's order.
    */
   private async insertManyByQueue(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
-    const results: InsertResult[] = new Array(workflows.length);
+    const results: InsertResult[] = [];
     const byQueue = new Map<string, number[]>();
     workflows.forEach((workflow, at) =>
       byQueue.set(workflow.queueName, [...(byQueue.get(workflow.queueName) ?? []), at]),

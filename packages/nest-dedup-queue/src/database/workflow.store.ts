@@ -6,7 +6,7 @@ import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
 import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
-import { nowPlusMsSql } from './time.sql';
+import { changedStartSql, nowPlusMsSql } from './time.sql';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -171,7 +171,7 @@ export class WorkflowStore {
          status: 'o.status',
          output: 'o.output::json',
          error: 'o.error::json',
-         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
+         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
          overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
          channelParam: '$7',
          citus,
@@ -310,7 +310,9 @@ export class WorkflowStore {
   ): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
     const row = await this.findRow(workflowId);
     if (!row) return undefined;
-    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
+    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status) && this.database.citus) {
+      await this.resumeOnItsNode(workflowId, row.queue_name);
+    } else if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
       // NOTE: a dead letter waits in the active table; a cancelled workflow comes back from the history.
       await this.database.query(
         `WITH in_place AS (
@@ -336,6 +338,43 @@ export class WorkflowStore {
   }
 
   /**
+   * On Citus, `resume` as statements on the queue's node, in one transaction: a dead letter in place; a cancelled
+   * workflow copied back from the history (`INSERT … SELECT`), then deleted from it (a moved row inserted from a
+   * data-modifying CTE would travel through the coordinator); the wake-up a statement of its own.
+   */
+  private async resumeOnItsNode(workflowId: string, queueName: string): Promise<void> {
+    const resumed = Object.entries(RESUMED_COLUMNS)
+      .map(([column, value]) => `${column} = ${value}`)
+      .join(', ');
+    await this.database.transaction(async (query) => {
+      const inPlace = await query(
+        `UPDATE ${this.table} SET ${resumed}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      const back = await query(
+        `INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST})
+         SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM ${this.tables.history}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}
+         ON CONFLICT (workflow_id, queue_name) DO NOTHING
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      if (back.length > 0) {
+        await query(
+          `DELETE FROM ${this.tables.history}
+           WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}`,
+          [workflowId, queueName],
+        );
+      }
+      if (inPlace.length + back.length > 0) {
+        await query('SELECT pg_notify($1, $2)::text', [this.database.wakeUpChannel, queueName]);
+      }
+    });
+  }
+
+  /**
    * Changes when an ENQUEUED workflow may start and its priority. Returns its status afterwards (unchanged unless
    * ENQUEUED), or undefined when it does not exist.
    */
@@ -343,17 +382,20 @@ export class WorkflowStore {
     workflowId: string,
     change: { runAt: Date | null; delayMs: number | null; priority: number | null },
   ): Promise<WorkflowStatus | undefined> {
+    const citus = this.database.citus;
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
+    const base: unknown[] = [workflowId, change.priority, this.database.wakeUpChannel, ...(citus ? [queue] : [])];
+    const start = changedStartSql(citus, change, base.length + 1);
     const rows = await this.database.query(
       `WITH changed AS (
          UPDATE ${this.table}
-         SET not_before = CASE WHEN $2::timestamptz IS NULL AND $3::float8 IS NULL THEN not_before
-                               ELSE coalesce($2::timestamptz, now() + $3::float8 * interval '1 millisecond') END,
-             priority = coalesce($4::int, priority), updated_at = now()
-         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED}
+         SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
          RETURNING queue_name
        )
-       SELECT pg_notify($5, queue_name)::text FROM changed`,
-      [workflowId, change.runAt, change.delayMs, change.priority, this.database.wakeUpChannel],
+       SELECT pg_notify($3, queue_name)::text FROM changed`,
+      [...base, ...start.params],
     );
     return rows.length === 1 ? 'ENQUEUED' : (await this.findRow(workflowId))?.status;
   }
