@@ -51,6 +51,10 @@ interface UnavailableRule {
  * - `55000` "recovery is in progress", and `25006` read_only_sql_transaction, any time: a standby (or a primary
  *   demoted by a failover) behind the endpoint, until the endpoint reaches the new primary.
  *
+ * - Citus, from the coordinator, when a worker node holding the statement's shard is down: `08006` "connection to
+ *   the remote node ... failed" (class `08` above), or `XX000` "failure on connection marked as essential" (a
+ *   connection to the node that the session had already used broke).
+ *
  * Not listed, because trying again does not cure them: `3D000` (no such database), class `28` (authentication
  * failed, a role that may not log in), `57P04` (database dropped).
  */
@@ -65,6 +69,7 @@ const UNAVAILABLE_RULES: readonly UnavailableRule[] = [
   { sqlstate: '55000', at: 'connect' },
   { sqlstate: '55000', at: 'any', message: /recovery/i },
   { sqlstate: READ_ONLY_TRANSACTION, at: 'any' },
+  { sqlstate: 'XX000', at: 'any', message: /failure on connection marked as essential/i },
 ];
 
 /** Socket-level failures (Node's error codes). */
