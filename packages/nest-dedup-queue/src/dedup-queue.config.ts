@@ -62,6 +62,8 @@ export class DedupQueueConfig {
    * only).
    */
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
+  /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
+  readonly distribution!: 'single' | 'citus';
 
   constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
@@ -96,6 +98,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'retentionMs',
   'metrics',
   'externalWorkflows',
+  'distribution',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
 
@@ -157,7 +160,11 @@ export function resolveConfig(
     fail("`pooler` must be 'transaction' (PgBouncer pool_mode = transaction, Supavisor, ...) or 'none'");
   }
   const transactionPooler = options.pooler === 'transaction';
+  if (options.distribution !== undefined && options.distribution !== 'single' && options.distribution !== 'citus') {
+    fail("`distribution` must be 'single' (one PostgreSQL server) or 'citus' (the coordinator of a Citus cluster)");
+  }
   return new DedupQueueConfig({
+    distribution: options.distribution ?? 'single',
     schema,
     endpoint,
     connectTimeoutMs:

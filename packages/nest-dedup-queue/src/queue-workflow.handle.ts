@@ -21,14 +21,16 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
     private readonly store: WorkflowStore,
     private readonly completions: WorkflowCompletions,
     readonly created: boolean,
+    /** The workflow's queue when the handle's maker knew it: its look-ups then name it. */
+    private readonly queueName?: string,
   ) {}
 
   async getStatus(): Promise<WorkflowStatusInfo<R>> {
-    const row = await this.store.findRow(this.workflowId);
+    const row = await this.store.findRow(this.workflowId, this.queueName);
     if (!row) throw new WorkflowNotFoundError(this.workflowId);
     const status = toStatusInfo(row);
     if (row.status !== 'SUCCESS') return status;
-    const stored = await this.store.findResult(this.workflowId);
+    const stored = await this.store.findResult(this.workflowId, this.queueName);
     return { ...status, result: fromStoredJson<R>(stored?.output ?? null) };
   }
 
@@ -79,7 +81,7 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
   private async readResult(deadline: number): Promise<WorkflowResultRow | undefined> {
     let row: WorkflowResultRow | undefined;
     try {
-      row = await this.store.findResult(this.workflowId);
+      row = await this.store.findResult(this.workflowId, this.queueName);
     } catch (error) {
       if (error instanceof DatabaseUnavailableError && Date.now() < deadline) return undefined;
       throw error;

@@ -13,8 +13,9 @@ export class WorkflowHandleFactory {
   ) {}
 
   handle<R>(workflowId: string): WorkflowHandle<R>;
-  handle<R>(workflowId: string, created: boolean): EnqueuedWorkflowHandle<R>;
-  handle<R>(workflowId: string, created?: boolean): WorkflowHandle<R> {
-    return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions, created ?? false);
+  /** `queueName`, when known (an enqueue), makes its look-ups name the queue (on Citus: one node, not every node). */
+  handle<R>(workflowId: string, created: boolean, queueName?: string): EnqueuedWorkflowHandle<R>;
+  handle<R>(workflowId: string, created?: boolean, queueName?: string): WorkflowHandle<R> {
+    return new QueueWorkflowHandle<R>(workflowId, this.store, this.completions, created ?? false, queueName);
   }
 }

@@ -4,6 +4,7 @@ import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { END_WAKE_UPS_SQL, handOverSql } from './workflow-finish.sql';
 import { STATUS_SQL } from './workflow-status.sql';
+import { nowPlusMsSql } from './time.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
 
@@ -116,7 +117,7 @@ export class ExecutorStore {
            AND workflow_id <> ALL($2::text[])
          RETURNING workflow_id, queue_name
        ),
-       woken AS (SELECT pg_notify($3, queue_name) FROM (SELECT DISTINCT queue_name FROM released) AS q)
+       woken AS (SELECT pg_notify($3, queue_name)::text FROM (SELECT DISTINCT queue_name FROM released) AS q)
        SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
       [executorId, runningIds, this.database.wakeUpChannel, queueName],
       { idempotent: true },
@@ -142,7 +143,8 @@ export class ExecutorStore {
    * that queue's). NOTE: each orphan is locked `FOR UPDATE SKIP LOCKED` and still PENDING when recovered, so
    * concurrent sweepers recover it once; rows still locked by a step's transaction are skipped until the next sweep.
    */
-  recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+  async recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    if (this.database.citus) return this.recoverExpiredOnItsNode(leaseMs, queueName);
     return this.recover(
       `expired AS (
          DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
@@ -158,11 +160,41 @@ export class ExecutorStore {
     );
   }
 
+  /**
+   * On Citus, where the executors stay on the coordinator and a statement may not join them to a queue's rows: the
+   * expired executors are deleted and the live ones read in one statement on the coordinator, then the queue's
+   * PENDING rows of any other executor are recovered on the queue's node. NOTE: a row claimed after that read (by
+   * an executor that registered meanwhile) is newer than the read's time and left alone.
+   */
+  private async recoverExpiredOnItsNode(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    const [live] = await this.database.query<{ executor_ids: string[]; read_at: Date }>(
+      `WITH expired AS (
+         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'
+         RETURNING executor_id
+       )
+       SELECT array(SELECT executor_id FROM ${this.executors}
+                    WHERE executor_id NOT IN (SELECT executor_id FROM expired)) AS executor_ids,
+              clock_timestamp() AS read_at`,
+      [leaseMs],
+    );
+    return this.recover(
+      '',
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
+         AND w.updated_at < $4::timestamptz
+       FOR UPDATE OF w SKIP LOCKED`,
+      live.executor_ids,
+      queueName,
+      [live.read_at],
+    );
+  }
+
   private async recover(
     leadingCtes: string,
     orphansSql: string,
     parameter: unknown,
     queueName: string,
+    moreParams: unknown[] = [],
   ): Promise<RecoveredWorkflow[]> {
     const rows = await this.database.query<WorkflowRefRow & { status: RecoveredWorkflow['status'] }>(
       `WITH ${leadingCtes} orphans AS (${orphansSql}),
@@ -171,11 +203,15 @@ export class ExecutorStore {
          SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                            ELSE ${STATUS_SQL.ENQUEUED} END,
              active_deduplication_id = CASE WHEN ${DEAD_LETTERED} THEN NULL ELSE w.active_deduplication_id END,
-             completed_at = CASE WHEN ${DEAD_LETTERED} THEN now() END,
+             completed_at = ${
+               this.database.citus
+                 ? nowPlusMsSql(true, `CASE WHEN ${DEAD_LETTERED} THEN 0 END`)
+                 : `CASE WHEN ${DEAD_LETTERED} THEN now() END`
+             },
              recovery_attempts = w.recovery_attempts + 1,
              executor_id = NULL,
              updated_at = now()
-         FROM orphans WHERE w.queue_name = orphans.queue_name AND w.workflow_id = orphans.workflow_id
+         FROM orphans WHERE w.queue_name = $3 AND w.workflow_id = orphans.workflow_id
          RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
        ),
        ${handOverSql(
@@ -183,12 +219,13 @@ export class ExecutorStore {
          `SELECT queue_name, held_key AS key FROM recovered
           WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`,
          '$1',
+         '$3',
        )},
-       woken AS (SELECT pg_notify($1, queue_name) FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
+       woken AS (SELECT pg_notify($1, queue_name)::text FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
        SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM recovered`,
-      [this.database.wakeUpChannel, parameter, queueName],
+      [this.database.wakeUpChannel, parameter, queueName, ...moreParams],
     );
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }

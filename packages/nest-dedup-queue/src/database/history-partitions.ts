@@ -67,18 +67,21 @@ export class HistoryPartitions {
    */
   async prune(retentionMs: number, batch = 1000): Promise<{ days: string[]; rows: number }> {
     const days: string[] = [];
-    const expired = await this.database.query<{ name: string; lower: Date; upper: Date }>(
-      `SELECT b.name, b.lower, b.upper FROM (${this.boundsSql(this.tables.history)}) AS b
+    const expired = this.database.citus
+      ? await this.expiredDaysByProbe(retentionMs)
+      : await this.database.query<{ name: string; lower: Date; upper: Date }>(
+          `SELECT b.name, b.lower, b.upper FROM (${this.boundsSql(this.tables.history)}) AS b
        WHERE b.upper <= now() - $1::float8 * interval '1 millisecond'
          AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
                          WHERE a.created_at >= b.lower AND a.created_at < b.upper)
        ORDER BY b.lower`,
-      [retentionMs],
-      { idempotent: true },
-    );
+          [retentionMs],
+          { idempotent: true },
+        );
     for (const partition of expired) {
       if (await this.dropDay(partition, retentionMs)) days.push(partition.name.replace(/^workflow_history_p/, ''));
     }
+    if (this.database.citus) return { days, rows: await this.pruneLegacyById(retentionMs, batch) };
     const rows = await this.database.query(
       `WITH pruned AS (
          DELETE FROM ${this.database.schemaSql}.workflow_history_legacy WHERE ctid = ANY(ARRAY(
@@ -107,6 +110,58 @@ export class HistoryPartitions {
       { idempotent: true },
     );
     return { days, rows: rows.length };
+  }
+
+  /**
+   * On Citus (where a query of the catalog may not hold a correlated subquery over a distributed table): the days
+   * past the retention, each then probed for an active workflow (every node, once per day and round).
+   */
+  private async expiredDaysByProbe(retentionMs: number): Promise<Array<{ name: string; lower: Date; upper: Date }>> {
+    const past = await this.database.query<{ name: string; lower: Date; upper: Date }>(
+      `SELECT b.name, b.lower, b.upper FROM (${this.boundsSql(this.tables.history)}) AS b
+       WHERE b.upper <= now() - $1::float8 * interval '1 millisecond' ORDER BY b.lower`,
+      [retentionMs],
+      { idempotent: true },
+    );
+    const expired = [];
+    for (const day of past) {
+      const active = await this.database.query(
+        `SELECT 1 FROM ${this.tables.active} WHERE created_at >= $1 AND created_at < $2 LIMIT 1`,
+        [day.lower, day.upper],
+        { idempotent: true },
+      );
+      if (active.length === 0) expired.push(day);
+    }
+    return expired;
+  }
+
+  /**
+   * On Citus (where a `ctid` names a row within one shard only): the legacy rows past the retention by workflow ID
+   * (unique in the legacy partition), then those rows and their steps, in one transaction.
+   */
+  private async pruneLegacyById(retentionMs: number, batch: number): Promise<number> {
+    const legacy = `${this.database.schemaSql}.workflow_history_legacy`;
+    return this.database.transaction(async (query: Query) => {
+      const due = await query<{ workflow_id: string; created_at: Date }>(
+        `SELECT workflow_id, created_at FROM ${legacy} AS l
+         WHERE completed_at < now() - $1::float8 * interval '1 millisecond'
+           AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
+                           WHERE a.workflow_id = l.workflow_id AND a.queue_name = l.queue_name)
+         LIMIT $2`,
+        [retentionMs, batch],
+      );
+      if (due.length === 0) return 0;
+      const ids = due.map((row) => row.workflow_id);
+      const pruned = await query(`DELETE FROM ${legacy} WHERE workflow_id = ANY($1::text[]) RETURNING workflow_id`, [
+        ids,
+      ]);
+      await query(
+        `DELETE FROM ${this.tables.steps}
+         WHERE workflow_id = ANY($1::text[]) AND (workflow_created_at IS NULL OR workflow_created_at = ANY($2))`,
+        [ids, due.map((row) => row.created_at)],
+      );
+      return pruned.length;
+    });
   }
 
   /** Drops one day of history, its steps and its events, unless a workflow of it finished within the retention. */

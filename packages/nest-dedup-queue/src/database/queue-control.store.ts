@@ -70,7 +70,7 @@ export class QueueControlStore {
          ON CONFLICT (queue_name) DO UPDATE SET ${assignments}, updated_at = now()
          RETURNING q.queue_name
        )
-       SELECT pg_notify($${values.length + 2}, queue_name) FROM changed`,
+       SELECT pg_notify($${values.length + 2}, queue_name)::text FROM changed`,
       [queueName, ...values, this.database.controlChannel],
     );
   }

@@ -5,6 +5,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import { describeError } from '../utils/describe-error';
+import { assertCitusInstalled, distributeTables } from './citus-distribution';
 import { HistoryPartitions } from './history-partitions';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
@@ -38,6 +39,7 @@ export async function createQueueDatabase(
         endpoint,
         preparedStatements: !config.transactionPooler,
         connectTimeoutMs: config.connectTimeoutMs,
+        distribution: config.distribution,
       },
     );
     let phase: ErrorPhase = 'connect';
@@ -45,9 +47,15 @@ export async function createQueueDatabase(
       if (!database.dataSource.isInitialized) await database.dataSource.initialize();
       phase = 'statement';
       database.guardPoolConnections();
+      if (database.citus) await assertCitusInstalled(database);
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0)
         logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
+      if (database.citus) {
+        const distributed = await distributeTables(database);
+        if (distributed.length > 0)
+          logger.log(`Distributed schema "${config.schema}" on Citus: ${distributed.join(', ')}`);
+      }
       await new HistoryPartitions(database).extend();
       return database;
     } catch (error) {

@@ -55,6 +55,8 @@ export interface ConnectionSettings {
   /** False behind a transaction pooler (PgBouncer `pool_mode = transaction`): named statements would leak. */
   preparedStatements: boolean;
   connectTimeoutMs: number;
+  /** `'citus'`: the server is a Citus coordinator and the tables are distributed (default `'single'`). */
+  distribution?: 'single' | 'citus';
 }
 
 const RETRY_DELAY_MS = 100;
@@ -102,6 +104,14 @@ export class QueueDatabase implements OnApplicationShutdown {
 
   private get pool(): Pool {
     return (this.dataSource.driver as unknown as { master: Pool }).master;
+  }
+
+  /**
+   * Whether the tables are distributed on a Citus cluster (`forRoot({ distribution: 'citus' })`): statements that
+   * Citus would refuse or send to every node take their routable form (see docs/citus.md).
+   */
+  get citus(): boolean {
+    return this.settings.distribution === 'citus';
   }
 
   /** The channel that wakes workers when work is enqueued into this schema; the payload is the queue name. */

@@ -51,6 +51,10 @@ interface UnavailableRule {
  * - `55000` "recovery is in progress", and `25006` read_only_sql_transaction, any time: a standby (or a primary
  *   demoted by a failover) behind the endpoint, until the endpoint reaches the new primary.
  *
+ * - Citus, from the coordinator, when a worker node holding the statement's shard is down: `08006` "connection to
+ *   the remote node ... failed" (class `08` above), or `XX000` "failure on connection marked as essential" (a
+ *   connection to the node that the session had already used broke).
+ *
  * Not listed, because trying again does not cure them: `3D000` (no such database), class `28` (authentication
  * failed, a role that may not log in), `57P04` (database dropped).
  */
@@ -65,6 +69,7 @@ const UNAVAILABLE_RULES: readonly UnavailableRule[] = [
   { sqlstate: '55000', at: 'connect' },
   { sqlstate: '55000', at: 'any', message: /recovery/i },
   { sqlstate: READ_ONLY_TRANSACTION, at: 'any' },
+  { sqlstate: 'XX000', at: 'any', message: /failure on connection marked as essential/i },
 ];
 
 /** Socket-level failures (Node's error codes). */
@@ -84,10 +89,17 @@ const SOCKET_ERROR_CODES = new Set([
 const DRIVER_CONNECTION_MESSAGES =
   /Connection terminated|timeout exceeded when trying to connect|connection timeout|not queryable|Cannot use a pool after calling end|Client was closed/i;
 
-/** Whether `error` is a unique violation (SQLSTATE 23505) on the named index or constraint. */
+/**
+ * Whether `error` is a unique violation (SQLSTATE 23505) on the named index or constraint. NOTE: on Citus the
+ * violation is raised on a worker, on the shard's copy of the index (`<name>_<shard id>`), and the coordinator
+ * passes it on with an empty `constraint` field: the index is then read from the message.
+ */
 export function isUniqueViolationOn(error: unknown, constraint: string): boolean {
   const fields = postgresFields(error);
-  return fields?.code === UNIQUE_VIOLATION && fields.constraint === constraint;
+  if (fields?.code !== UNIQUE_VIOLATION) return false;
+  if (fields.constraint) return fields.constraint === constraint;
+  const index = /unique constraint "([^"]+)"/.exec(fields.message ?? '')?.[1];
+  return index === constraint || (index !== undefined && new RegExp(`^${constraint}_\\d+$`).test(index));
 }
 
 /** An error the server sent about the statement (it has a severity): the connection itself may be fine. */

@@ -56,15 +56,17 @@ export class StepStore {
     this.workflows = tables.active;
   }
 
-  async load(workflowId: string): Promise<Map<number, RecordedStep>> {
+  /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
+  async load(queueName: string, workflowId: string): Promise<Map<number, RecordedStep>> {
     const rows = await this.database.query<{
       step_index: number;
       step_name: string;
       output: string | null;
       error: WorkflowErrorInfo | null;
     }>(
-      `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps} WHERE workflow_id = $1`,
-      [workflowId],
+      `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps}
+       WHERE queue_name = $2 AND workflow_id = $1`,
+      [workflowId, queueName],
       { idempotent: true },
     );
     return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));

@@ -45,7 +45,7 @@ export class WaitingStore {
        SELECT $1, $2, $3, to_json(now() + $4::float8 * interval '1 millisecond'), now(), now(),
               owned.queue_name, owned.created_at
        FROM (${ownedRowSql(this.tables.active, '$5', '$6', '$7')}) AS owned
-       ON CONFLICT (workflow_id, step_index, workflow_created_at) DO UPDATE SET step_name = excluded.step_name
+       ON CONFLICT (queue_name, workflow_id, step_index, workflow_created_at) DO UPDATE SET step_name = excluded.step_name
        RETURNING output::text AS output`,
       [run.workflowId, index, name, ms, run.queueName, run.executorId, run.attempt],
       { idempotent: true },

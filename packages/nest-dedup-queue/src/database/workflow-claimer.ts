@@ -2,6 +2,7 @@ import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.co
 import type { QueueDatabase } from './queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
+import { nowPlusMsSql, startTimeSql } from './time.sql';
 
 export interface ClaimedWorkflow {
   workflowId: string;
@@ -186,9 +187,15 @@ export class WorkflowClaimer {
 
   /** `withoutFlush`: the claim is its statement's whole transaction, whose commit need not wait for the disk. */
   private claimParts(partitioned: boolean, withoutFlush = false): { candidates: string; update: string } {
+    const citus = this.database.citus;
     const due = `${READY_SQL} AND workflow_name = ANY($3::text[])`;
-    const candidates = partitioned
-      ? `WITH RECURSIVE partitions AS (
+    // NOTE: Citus plans no recursive CTE over a queue's rows: there the partitions are read by DISTINCT (no skip scan).
+    const partitions = citus
+      ? `WITH partitions AS (
+           SELECT DISTINCT partition_key FROM ${this.workflows}
+           WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
+         ),`
+      : `WITH RECURSIVE partitions AS (
            (SELECT partition_key FROM ${this.workflows}
             WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
             ORDER BY partition_key LIMIT 1)
@@ -197,7 +204,9 @@ export class WorkflowClaimer {
                    WHERE w.queue_name = $1 AND w.status = ${STATUS_SQL.ENQUEUED} AND w.partition_key > p.partition_key
                    ORDER BY w.partition_key LIMIT 1)
            FROM partitions AS p WHERE p.partition_key IS NOT NULL
-         ),
+         ),`;
+    const candidates = partitioned
+      ? `${partitions}
          running AS (
            SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
            WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key
@@ -241,10 +250,15 @@ export class WorkflowClaimer {
          )${withoutFlush ? `, ${COMMIT_WITHOUT_FLUSH_CTE}` : ''}`;
     const update = `
       UPDATE ${this.workflows} AS w
-      SET status = ${STATUS_SQL.PENDING}, executor_id = $2, attempts = w.attempts + 1, started_at = clock_timestamp(),
-          updated_at = now(),
-          deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
-                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
+      SET status = ${STATUS_SQL.PENDING}, executor_id = $2, attempts = w.attempts + 1,
+          started_at = ${startTimeSql(citus)}, updated_at = now(),
+          deadline_at = ${
+            citus
+              ? // NOTE: a later deadline is never earlier than the first one, so least() keeps the first (no COALESCE on Citus).
+                `least(w.deadline_at, ${nowPlusMsSql(true, 'w.timeout_ms')})`
+              : `CASE WHEN w.timeout_ms IS NOT NULL
+                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END`
+          }
       FROM claimable
       WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)${
@@ -252,7 +266,7 @@ export class WorkflowClaimer {
         }
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
-                (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms, w.trace_context,
+                (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
                   AS wait_seconds`;

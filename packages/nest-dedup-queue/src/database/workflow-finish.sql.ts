@@ -1,5 +1,6 @@
 import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
 import { STATUS_SQL } from './workflow-status.sql';
+import { nowPlusMsSql } from './time.sql';
 
 /**
  * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
@@ -28,6 +29,13 @@ export interface EndSpec {
   overrides?: Partial<Record<WorkflowColumn, string>>;
   /** The parameter that holds the wake-up channel (`$7`): workers of a queue whose follow-up took a key wake. */
   channelParam: string;
+  /** Tables distributed on Citus: time expressions take their routable form (see `nowPlusMsSql`). */
+  citus?: boolean;
+  /**
+   * The parameter that holds the queue of every ending row, when there is one (`$4`): the hand-over names it, so
+   * that on Citus it runs on the queue's node only.
+   */
+  queueParam?: string;
 }
 
 /**
@@ -45,7 +53,9 @@ export function endWorkflowsSql(spec: EndSpec): string {
     error: 'e.end_error',
     active_deduplication_id: 'CASE WHEN e.keeps_key THEN e.active_deduplication_id END',
     next_deduplication_id: 'NULL',
-    dedup_expires_at: `CASE WHEN e.keeps_key THEN now() + e.dedup_window_ms * interval '1 millisecond' END`,
+    dedup_expires_at: spec.citus
+      ? nowPlusMsSql(true, 'CASE WHEN e.keeps_key THEN e.dedup_window_ms END')
+      : `CASE WHEN e.keeps_key THEN now() + e.dedup_window_ms * interval '1 millisecond' END`,
     completed_at: 'now()',
     updated_at: 'now()',
   });
@@ -62,7 +72,12 @@ export function endWorkflowsSql(spec: EndSpec): string {
      key_records AS (
        INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e WHERE e.keeps_key
      ),
-     ${handOverSql(active, `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE NOT keeps_key`, spec.channelParam)}`;
+     ${handOverSql(
+       active,
+       `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE NOT keeps_key`,
+       spec.channelParam,
+       spec.queueParam,
+     )}`;
 }
 
 /**
@@ -70,18 +85,18 @@ export function endWorkflowsSql(spec: EndSpec): string {
  * `freedKeysSql` selects (`queue_name`, `key`) takes it and is due at once, and its queue's workers are woken.
  * NOTE: the key's holder left (or let go of) it earlier in the same statement, so the unique index allows the move.
  */
-export function handOverSql(active: string, freedKeysSql: string, channelParam: string): string {
+export function handOverSql(active: string, freedKeysSql: string, channelParam: string, queueParam?: string): string {
   return `handed_over AS (
        UPDATE ${active} AS f
        SET active_deduplication_id = f.next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
            updated_at = now()
        FROM (${freedKeysSql}) AS freed
        WHERE freed.key IS NOT NULL AND f.queue_name = freed.queue_name AND f.next_deduplication_id = freed.key
-         AND f.status = ${STATUS_SQL.ENQUEUED}
+         AND f.status = ${STATUS_SQL.ENQUEUED} ${queueParam ? `AND f.queue_name = ${queueParam}` : ''}
        RETURNING f.queue_name
      ),
      hand_over_wake_ups AS (
-       SELECT pg_notify(${channelParam}, queue_name) FROM (SELECT DISTINCT queue_name FROM handed_over) AS q
+       SELECT pg_notify(${channelParam}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM handed_over) AS q
      )`;
 }
 
@@ -91,13 +106,14 @@ export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';
 /**
  * Whether a workflow that ends with `outcome` (an SQL expression: `'SUCCESS'` or `'ERROR'`) keeps its key for its
  * deduplication window: it has one, it did not fail with `releaseKeyOnError`, and no `queue-next` follow-up waits for
- * the key (the follow-up takes precedence). The row is aliased `w`.
+ * the key (the follow-up takes precedence). The row is aliased `w`; `queue` is its queue (a parameter, on Citus, so
+ * that the statement stays on the queue's node).
  */
-export function keepsKeyInWindowSql(active: string, outcome: string): string {
+export function keepsKeyInWindowSql(active: string, outcome: string, queue = 'w.queue_name'): string {
   return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
     AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
     AND NOT EXISTS (SELECT 1 FROM ${active} AS f
-                    WHERE f.queue_name = w.queue_name AND f.next_deduplication_id = w.active_deduplication_id)`;
+                    WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id)`;
 }
 
 /** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */

@@ -35,13 +35,40 @@ export interface InsertStatements {
  * `newWorkflowColumns` and `NEW_WORKFLOW_INPUTS`, so that a column and its value cannot drift apart. One row names
  * its inputs as parameters, a batch as `unnest` columns of one array parameter each.
  */
-export function insertStatements(tables: WorkflowTables): InsertStatements {
+export function insertStatements(tables: WorkflowTables, citus = false): InsertStatements {
   return {
-    one: insertOneStatement(tables),
-    many: insertManyStatement(tables),
+    one: insertOneStatement(tables, citus),
+    many: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables),
     followUp: insertFollowUpStatement(tables.active),
     supersede: supersedeStatement(tables),
   };
+}
+
+/**
+ * On Citus: many rows of one queue, as `unnest` columns, with its wake-up; returns the IDs inserted. What became of
+ * the others (a held key, an ID already active in the queue) is read by `holdersOnOneQueueSql`, a statement of its own
+ * on the queue's node. A workflow ID given by the caller is checked elsewhere afterwards (`takeBackTaken`).
+ */
+function insertManyOfOneQueueStatement(tables: WorkflowTables): InsertStatements['many'] {
+  const { params, arrays, columns, channel } = batchInputs();
+  const sql = `WITH inserted AS (
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+       SELECT ${Object.values(columns).join(', ')}
+       FROM unnest(${arrays.join(', ')}) WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
+       ORDER BY deduplication_id, ord
+       ON CONFLICT DO NOTHING
+       RETURNING workflow_id, queue_name
+     ),
+     woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
+     SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM inserted`;
+  return { sql, params };
+}
+
+/** On Citus, after `insertManyOfOneQueueStatement`: the active rows of queue $1 with an ID of $2 or holding a key of $3. */
+export function holdersOnOneQueueSql(tables: WorkflowTables): string {
+  return `SELECT workflow_id, workflow_name, active_deduplication_id FROM ${tables.active}
+    WHERE queue_name = $1 AND (workflow_id = ANY($2::text[])
+      OR (active_deduplication_id = ANY($3::text[]) AND ${windowOpenSql()}))`;
 }
 
 /**
@@ -58,7 +85,7 @@ function parameterOf<C>(params: SqlParameters<C>, value: (context: C) => NewWork
     params.ref(name, NEW_WORKFLOW_INPUTS[name].type, (context) => NEW_WORKFLOW_INPUTS[name].value(value(context)));
 }
 
-function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
+function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertStatements['one'] {
   const params = new SqlParameters<{ workflow: NewWorkflow; channel: string }>();
   const input = parameterOf(params, (context) => context.workflow);
   const columns = newWorkflowColumns(input);
@@ -67,8 +94,7 @@ function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
   // NOTE: ::text, as a void column is refused by Prisma's raw queries (a caller's transaction, `fromPrisma`).
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
-       SELECT ${Object.values(columns).join(', ')}
-       WHERE NOT ${taken}
+       ${citus ? `VALUES (${Object.values(columns).join(', ')})` : `SELECT ${Object.values(columns).join(', ')} WHERE NOT ${taken}`}
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
        RETURNING queue_name
      )
@@ -76,8 +102,8 @@ function insertOneStatement(tables: WorkflowTables): InsertStatements['one'] {
   return { sql, params };
 }
 
-/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
-function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
+/** The parameters of a batch: one array per input (`arrays`, for `unnest`), the columns over them, the channel. */
+function batchInputs() {
   const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
   const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
     params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
@@ -86,6 +112,12 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
   );
   const columns = newWorkflowColumns((name) => name);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  return { params, arrays, columns, channel };
+}
+
+/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
+function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
+  const { params, arrays, columns, channel } = batchInputs();
   const sql = `WITH input AS (
        SELECT * FROM unnest(${arrays.join(', ')})
          WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
@@ -99,7 +131,7 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
        ON CONFLICT DO NOTHING
        RETURNING workflow_id, queue_name, active_deduplication_id
      ),
-     woken AS (SELECT pg_notify(${channel}, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
+     woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
      SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
             existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
             coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,

@@ -1,12 +1,13 @@
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { InsertStatements, insertStatements } from './workflow-insert.statements';
+import { InsertStatements, holdersOnOneQueueSql, insertStatements } from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
 import { interruptPayloadPrefix } from './workflow.store';
 import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
@@ -132,8 +133,10 @@ export class WorkflowInserter {
   ): Promise<InsertResult[]> {
     const inserted = workflows.filter((workflow, at) => workflow.workflowIdGiven && results[at].outcome === 'inserted');
     if (inserted.length === 0) return results;
-    const taken = await query<{ workflow_id: string; queue_name: string; workflow_name: string }>(
-      `WITH mine AS (SELECT * FROM unnest($1::text[], $2::text[]) AS m(workflow_id, queue_name)),
+    const taken = this.database.citus
+      ? await this.takeBackTakenByQueue(query, inserted)
+      : await query<{ workflow_id: string; queue_name: string; workflow_name: string }>(
+          `WITH mine AS (SELECT * FROM unnest($1::text[], $2::text[]) AS m(workflow_id, queue_name)),
        other AS (
          SELECT m.workflow_id, m.queue_name AS my_queue, o.queue_name, o.workflow_name
          FROM mine AS m
@@ -148,8 +151,8 @@ export class WorkflowInserter {
          WHERE a.queue_name = other.my_queue AND a.workflow_id = other.workflow_id AND a.attempts = 0
        )
        SELECT workflow_id, queue_name, workflow_name FROM other`,
-      [inserted.map((workflow) => workflow.workflowId), inserted.map((workflow) => workflow.queueName)],
-    );
+          [inserted.map((workflow) => workflow.workflowId), inserted.map((workflow) => workflow.queueName)],
+        );
     const existing = new Map(taken.map((row) => [row.workflow_id, row]));
     return results.map((result, at) => {
       const other =
@@ -163,7 +166,42 @@ export class WorkflowInserter {
     });
   }
 
+  /**
+   * On Citus, `takeBackTaken`'s look-up and take-back as statements Citus plans: the look-up by bare workflow IDs
+   * (every node: the caller gave IDs, not where they live), then a delete per queue on its node.
+   */
+  private async takeBackTakenByQueue(
+    query: Query,
+    inserted: NewWorkflow[],
+  ): Promise<Array<{ workflow_id: string; queue_name: string; workflow_name: string }>> {
+    const rows = await query<{ workflow_id: string; queue_name: string; workflow_name: string; status: string }>(
+      `SELECT workflow_id, queue_name, workflow_name, status FROM ${this.tables.workflows}
+       WHERE workflow_id = ANY($1::text[])`,
+      [inserted.map((workflow) => workflow.workflowId)],
+    );
+    const taken: Array<{ workflow_id: string; queue_name: string; workflow_name: string; my_queue: string }> = [];
+    for (const workflow of inserted) {
+      const other = rows
+        .filter(
+          (row) =>
+            row.workflow_id === workflow.workflowId &&
+            (row.queue_name !== workflow.queueName ||
+              !(ACTIVE_WORKFLOW_STATUSES as readonly string[]).includes(row.status)),
+        )
+        .sort((a, b) => Number(b.queue_name === workflow.queueName) - Number(a.queue_name === workflow.queueName))[0];
+      if (other) taken.push({ ...other, my_queue: workflow.queueName });
+    }
+    for (const queueName of new Set(taken.map((row) => row.my_queue))) {
+      await query(
+        `DELETE FROM ${this.table} WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND attempts = 0`,
+        [queueName, taken.filter((row) => row.my_queue === queueName).map((row) => row.workflow_id)],
+      );
+    }
+    return taken;
+  }
+
   private async insertManyWith(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
+    if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const { sql, params } = this.statements.many;
     const rows = await query<{
       inserted: boolean;
@@ -184,6 +222,64 @@ export class WorkflowInserter {
         return { outcome: 'deduplicated', ...(row.holder_id ? { holderId: row.holder_id } : {}) };
       return { outcome: 'retry' };
     });
+  }
+
+  /**
+   * On Citus: the batch's rows one queue at a time, each queue's statements on its node (an insert, then, if some
+   * rows were not inserted, a read of what holds their keys or IDs in that queue); results in the batch's order.
+   */
+  private async insertManyByQueue(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
+    const results: InsertResult[] = [];
+    const byQueue = new Map<string, number[]>();
+    workflows.forEach((workflow, at) =>
+      byQueue.set(workflow.queueName, [...(byQueue.get(workflow.queueName) ?? []), at]),
+    );
+    for (const [queueName, positions] of byQueue) {
+      const batch = positions.map((at) => workflows[at]);
+      const { sql, params } = this.statements.many;
+      const inserted = new Set(
+        (
+          await query<{ workflow_id: string }>(
+            sql,
+            params.values({ workflows: batch, channel: this.database.wakeUpChannel }),
+          )
+        ).map((row) => row.workflow_id),
+      );
+      const others = batch.filter((workflow) => !inserted.has(workflow.workflowId));
+      const found =
+        others.length === 0
+          ? []
+          : await query<{ workflow_id: string; workflow_name: string; active_deduplication_id: string | null }>(
+              holdersOnOneQueueSql(this.tables),
+              [
+                queueName,
+                others.map((workflow) => workflow.workflowId),
+                others.flatMap((workflow) => (workflow.deduplicationId === null ? [] : [workflow.deduplicationId])),
+              ],
+            );
+      positions.forEach((at, index) => {
+        const workflow = batch[index];
+        if (inserted.has(workflow.workflowId)) {
+          results[at] = { outcome: 'inserted' };
+          return;
+        }
+        const same = found.find((row) => row.workflow_id === workflow.workflowId);
+        if (same) {
+          results[at] = {
+            outcome: 'duplicate-workflow-id',
+            existing: { queueName, workflowName: same.workflow_name },
+          };
+          return;
+        }
+        if (workflow.deduplicationId === null) {
+          results[at] = { outcome: 'retry' };
+          return;
+        }
+        const holder = found.find((row) => row.active_deduplication_id === workflow.deduplicationId);
+        results[at] = { outcome: 'deduplicated', ...(holder ? { holderId: holder.workflow_id } : {}) };
+      });
+    }
+    return results;
   }
 
   /**
@@ -238,7 +334,9 @@ export class WorkflowInserter {
       ? `not_before = least(now() + $5::float8 * interval '1 millisecond', start_deadline,
                             now() + $7::float8 * interval '1 millisecond'),
          start_deadline = least(start_deadline, now() + $7::float8 * interval '1 millisecond')`
-      : `not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before
+      : this.database.citus
+        ? citusReplacedStartSql(workflow)
+        : `not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before
                            ELSE coalesce($7::timestamptz, now() + $5::float8 * interval '1 millisecond') END`;
     const rows = await this.query<{ workflow_id: string }>(
       `UPDATE ${this.table}
@@ -355,9 +453,27 @@ export class WorkflowInserter {
     }
   }
 
+  private get cacheKey(): string {
+    return `${this.database.citus ? 'citus:' : ''}${this.table}`;
+  }
+
   private get statements(): InsertStatements {
-    let statements = statementsBySchema.get(this.table);
-    if (!statements) statementsBySchema.set(this.table, (statements = insertStatements(this.tables)));
+    let statements = statementsBySchema.get(this.cacheKey);
+    if (!statements)
+      statementsBySchema.set(this.cacheKey, (statements = insertStatements(this.tables, this.database.citus)));
     return statements;
   }
+}
+
+/**
+ * On Citus, the uncapped start of `replaceQueued` ($7 run at, $5 delay) without `now()` in a CASE (refused there):
+ * the form is chosen here; each form still names both parameters, so that their types are known.
+ */
+function citusReplacedStartSql(workflow: NewWorkflow): string {
+  if (workflow.runAt) return 'not_before = coalesce($7::timestamptz, CASE WHEN $5::float8 IS NULL THEN not_before END)';
+  if (workflow.delayMs !== null) {
+    return `not_before = now() + $5::float8 * interval '1 millisecond',
+            start_deadline = coalesce(start_deadline, $7::timestamptz)`;
+  }
+  return 'not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before END';
 }

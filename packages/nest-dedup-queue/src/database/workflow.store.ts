@@ -6,6 +6,7 @@ import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
 import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
+import { changedStartSql, nowPlusMsSql } from './time.sql';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -30,8 +31,9 @@ export function parseInterruptPayload(payload: string): InterruptPayload {
     : { workflowId: payload.slice(2), reason };
 }
 
-const TIMEOUT_ERROR_JSON = `json_build_object('name', 'WorkflowTimeoutError',
-  'message', 'Workflow timed out after ' || w.timeout_ms || ' ms')`;
+/** Built from IMMUTABLE parts only (text casts and concatenation), as Citus wants in a CASE of a modification. */
+const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"Workflow timed out after ' || w.timeout_ms::text
+  || ' ms"}')::json`;
 
 /** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
 const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
@@ -132,28 +134,48 @@ export class WorkflowStore {
     claim?: AttachedClaim,
   ): Promise<{ recorded: string[]; claimedJson: string[] }> {
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
+    const citus = this.database.citus;
+    if (citus && new Set(outcomes.map((o) => o.queueName)).size > 1) {
+      // NOTE: on Citus a statement runs on one node only when it names one queue: one statement per queue.
+      const byQueue = new Map<string, WorkflowOutcome[]>();
+      for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
+      const results = [];
+      for (const [queue, batch] of byQueue) {
+        results.push(
+          await this.recordOutcomes(executorId, batch, wakeQueues, queue === outcomes[0].queueName ? claim : undefined),
+        );
+      }
+      return {
+        recorded: results.flatMap((result) => result.recorded),
+        claimedJson: results.flatMap((result) => result.claimedJson),
+      };
+    }
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const wakes = wakeQueues.length > 0;
+    const queueParam = citus ? '$11' : undefined;
+    const rowSql = citus ? `${OUTCOME_ROW_SQL} AND w.queue_name = $11` : OUTCOME_ROW_SQL;
     const rows = await this.database.query<{ workflow_id: string | null; claimed: string | null }>(
       `WITH retried AS (
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
-             not_before = now() + o.retry_delay_ms * interval '1 millisecond',
+             not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
              failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
          FROM ${OUTCOMES_SQL}
-         WHERE o.status = 'RETRY' AND ${OUTCOME_ROW_SQL}
+         WHERE o.status = 'RETRY' AND ${rowSql}
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        ),
        ${endWorkflowsSql({
          tables: this.tables,
          using: OUTCOMES_SQL,
-         where: `o.status <> 'RETRY' AND ${OUTCOME_ROW_SQL}`,
+         where: `o.status <> 'RETRY' AND ${rowSql}`,
          status: 'o.status',
          output: 'o.output::json',
          error: 'o.error::json',
-         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status'),
+         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
          overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
          channelParam: '$7',
+         citus,
+         queueParam,
        })},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome FROM ended
@@ -163,16 +185,17 @@ export class WorkflowStore {
            ? `, forgotten AS (
          DELETE FROM ${this.steps} AS s
          USING retried AS f
-         WHERE s.workflow_id = f.workflow_id
+         WHERE s.queue_name = ${queueParam ?? 'f.queue_name'} AND s.workflow_id = f.workflow_id
            AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
-                                WHERE workflow_id = f.workflow_id AND error IS NOT NULL)
+                                WHERE queue_name = ${queueParam ?? 'f.queue_name'} AND workflow_id = f.workflow_id
+                                  AND error IS NOT NULL)
        )`
            : ''
        }, woken AS (
-         SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM finished) AS q
+         SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
        )
-       ${claim ? `, ${claim.ctes(11)}` : ''}
+       ${claim ? `, ${claim.ctes(citus ? 12 : 11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM finished
@@ -188,6 +211,7 @@ export class WorkflowStore {
         wakeQueues,
         outcomes.map((o) => o.attempt),
         outcomes.map((o) => o.queueName),
+        ...(citus ? [outcomes[0]?.queueName] : []),
         ...(claim?.params ?? []),
       ],
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
@@ -212,18 +236,31 @@ export class WorkflowStore {
     workflowId: string,
     reason: 'cancelled' | 'timed-out' = 'cancelled',
   ): Promise<{ status: WorkflowStatus; attempts: number; cancelled?: WorkflowRef } | undefined> {
+    const citus = this.database.citus;
+    // NOTE: on Citus the queue is looked up first (a probe of every node), so that the cancel runs on its node.
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
     const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
       `WITH ${endWorkflowsSql({
         tables: this.tables,
-        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}`,
+        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}${citus ? ' AND w.queue_name = $6' : ''}`,
         status: STATUS_SQL.CANCELLED,
         error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
         channelParam: '$5',
+        citus,
+        queueParam: citus ? '$6' : undefined,
       })}
        SELECT attempts, workflow_id, queue_name, workflow_name,
               pg_notify($3, $4::text || attempts || ':' || workflow_id), ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
-      [workflowId, reason, this.database.cancelChannel, interruptPayloadPrefix(reason), this.database.wakeUpChannel],
+      [
+        workflowId,
+        reason,
+        this.database.cancelChannel,
+        interruptPayloadPrefix(reason),
+        this.database.wakeUpChannel,
+        ...(citus ? [queue] : []),
+      ],
       { idempotent: true },
     );
     if (cancelled.length === 1) {
@@ -247,10 +284,12 @@ export class WorkflowStore {
        ${endWorkflowsSql({
          tables: this.tables,
          using: 'due',
-         where: 'w.queue_name = due.queue_name AND w.workflow_id = due.workflow_id',
+         where: 'w.queue_name = $4 AND w.workflow_id = due.workflow_id',
          status: STATUS_SQL.CANCELLED,
          error: TIMEOUT_ERROR_JSON,
          channelParam: '$3',
+         citus: this.database.citus,
+         queueParam: '$4',
        })}
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
               ${END_WAKE_UPS_SQL} AS handed_over
@@ -271,7 +310,9 @@ export class WorkflowStore {
   ): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
     const row = await this.findRow(workflowId);
     if (!row) return undefined;
-    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
+    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status) && this.database.citus) {
+      await this.resumeOnItsNode(workflowId, row.queue_name);
+    } else if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
       // NOTE: a dead letter waits in the active table; a cancelled workflow comes back from the history.
       await this.database.query(
         `WITH in_place AS (
@@ -289,11 +330,48 @@ export class WorkflowStore {
            INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST}) SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM moved
            RETURNING queue_name
          )
-         SELECT pg_notify($2, queue_name) FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
+         SELECT pg_notify($2, queue_name)::text FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
         [workflowId, this.database.wakeUpChannel],
       );
     }
     return { before: row.status, queueName: row.queue_name, deduplicationId: row.deduplication_id };
+  }
+
+  /**
+   * On Citus, `resume` as statements on the queue's node, in one transaction: a dead letter in place; a cancelled
+   * workflow copied back from the history (`INSERT … SELECT`), then deleted from it (a moved row inserted from a
+   * data-modifying CTE would travel through the coordinator); the wake-up a statement of its own.
+   */
+  private async resumeOnItsNode(workflowId: string, queueName: string): Promise<void> {
+    const resumed = Object.entries(RESUMED_COLUMNS)
+      .map(([column, value]) => `${column} = ${value}`)
+      .join(', ');
+    await this.database.transaction(async (query) => {
+      const inPlace = await query(
+        `UPDATE ${this.table} SET ${resumed}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      const back = await query(
+        `INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST})
+         SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM ${this.tables.history}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}
+         ON CONFLICT (workflow_id, queue_name) DO NOTHING
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      if (back.length > 0) {
+        await query(
+          `DELETE FROM ${this.tables.history}
+           WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}`,
+          [workflowId, queueName],
+        );
+      }
+      if (inPlace.length + back.length > 0) {
+        await query('SELECT pg_notify($1, $2)::text', [this.database.wakeUpChannel, queueName]);
+      }
+    });
   }
 
   /**
@@ -304,34 +382,50 @@ export class WorkflowStore {
     workflowId: string,
     change: { runAt: Date | null; delayMs: number | null; priority: number | null },
   ): Promise<WorkflowStatus | undefined> {
+    const citus = this.database.citus;
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
+    const base: unknown[] = [workflowId, change.priority, this.database.wakeUpChannel, ...(citus ? [queue] : [])];
+    const start = changedStartSql(citus, change, base.length + 1);
     const rows = await this.database.query(
       `WITH changed AS (
          UPDATE ${this.table}
-         SET not_before = CASE WHEN $2::timestamptz IS NULL AND $3::float8 IS NULL THEN not_before
-                               ELSE coalesce($2::timestamptz, now() + $3::float8 * interval '1 millisecond') END,
-             priority = coalesce($4::int, priority), updated_at = now()
-         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED}
+         SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
          RETURNING queue_name
        )
-       SELECT pg_notify($5, queue_name) FROM changed`,
-      [workflowId, change.runAt, change.delayMs, change.priority, this.database.wakeUpChannel],
+       SELECT pg_notify($3, queue_name)::text FROM changed`,
+      [...base, ...start.params],
     );
     return rows.length === 1 ? 'ENQUEUED' : (await this.findRow(workflowId))?.status;
   }
 
-  async findRow(workflowId: string): Promise<WorkflowRow | undefined> {
-    const rows = await this.database.query<WorkflowRow>(
-      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
+  /** The queue of a workflow, by its ID alone (on Citus a probe of every node); undefined when it does not exist. */
+  async findQueue(workflowId: string): Promise<string | undefined> {
+    const rows = await this.database.query<{ queue_name: string }>(
+      `SELECT queue_name FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
+      { idempotent: true },
+    );
+    return rows[0]?.queue_name;
+  }
+
+  /** A workflow's row; `queueName`, when known, is named in the look-up (on Citus: one node instead of every node). */
+  async findRow(workflowId: string, queueName?: string): Promise<WorkflowRow | undefined> {
+    const rows = await this.database.query<WorkflowRow>(
+      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows}
+       WHERE workflow_id = $1 ${queueName === undefined ? '' : 'AND queue_name = $2'} LIMIT 1`,
+      queueName === undefined ? [workflowId] : [workflowId, queueName],
       { prepared: true, idempotent: true },
     );
     return rows[0];
   }
 
-  async findResult(workflowId: string): Promise<WorkflowResultRow | undefined> {
+  async findResult(workflowId: string, queueName?: string): Promise<WorkflowResultRow | undefined> {
     const rows = await this.database.query<WorkflowResultRow>(
-      `SELECT status, output::text AS output, error FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
-      [workflowId],
+      `SELECT status, output::text AS output, error FROM ${this.tables.workflows}
+       WHERE workflow_id = $1 ${queueName === undefined ? '' : 'AND queue_name = $2'} LIMIT 1`,
+      queueName === undefined ? [workflowId] : [workflowId, queueName],
       { prepared: true, idempotent: true },
     );
     return rows[0];
@@ -416,7 +510,7 @@ export class WorkflowStore {
            AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $1
          RETURNING w.queue_name
        )
-       SELECT pg_notify($4, queue_name) FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
+       SELECT pg_notify($4, queue_name)::text FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
       [
         executorId,
         runs.map((run) => run.workflowId),

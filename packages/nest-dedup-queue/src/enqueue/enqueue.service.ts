@@ -57,7 +57,7 @@ export class EnqueueService {
   ): Promise<EnqueuedWorkflowHandle<unknown>> {
     const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
     const enqueued = await this.enqueuer.enqueue(row, valid, valid.transaction);
-    return this.handles.handle(enqueued.workflowId, enqueued.created);
+    return this.handles.handle(enqueued.workflowId, enqueued.created, queueName);
   }
 
   /** The default queue of a workflow, `@Workflow({ queue })`. @throws InvalidArgumentError when it has none */

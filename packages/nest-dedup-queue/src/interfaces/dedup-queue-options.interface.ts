@@ -106,4 +106,12 @@ export interface DedupQueueModuleOptions {
    * Default none.
    */
   externalWorkflows?: string[];
+  /**
+   * Where the module's tables live. `'single'` (default): plain PostgreSQL tables. `'citus'`: the connection is a
+   * Citus cluster's coordinator; at boot, after the migrations, the per-workflow tables become distributed by queue
+   * (co-located) and the queue settings a reference table, so that each hot statement runs on the one node that
+   * holds its queue (see docs/citus.md). A database without the `citus` extension refuses it at boot. Booting a
+   * plain schema with `'citus'` distributes its tables in place, keeping their rows.
+   */
+  distribution?: 'single' | 'citus';
 }

@@ -494,7 +494,7 @@ export class QueueWorker {
     const own = this.deps.registry.runOptions(claimed.workflowName);
     await this.recordRunOptions(claimed, own);
     try {
-      const recorded = claimed.attempts > 1 ? await this.deps.steps.load(workflowId) : new Map();
+      const recorded = claimed.attempts > 1 ? await this.deps.steps.load(this.queueName, workflowId) : new Map();
       const execution = new WorkflowExecution(
         {
           workflowId,

@@ -14,6 +14,7 @@ import { activeWorkApartFromHistory } from './013-active-work-apart-from-history
 import { enqueueFromSql } from './014-enqueue-from-sql.migration';
 import { childWorkflowsAndEvents } from './015-child-workflows-and-events.migration';
 import { waitingAndMessages } from './016-waiting-and-messages.migration';
+import { keysWithTheQueue } from './017-keys-with-the-queue.migration';
 import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
 import type { Migration } from './migration.interface';
 
@@ -35,6 +36,7 @@ export const MIGRATIONS: readonly Migration[] = [
   enqueueFromSql,
   childWorkflowsAndEvents,
   waitingAndMessages,
+  keysWithTheQueue,
   moreDuplicatePolicies,
 ];
 
