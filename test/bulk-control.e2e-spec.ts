@@ -15,8 +15,8 @@ import {
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { Gate } from './fixtures/recording-tasks';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { databaseUrl } from './support/database';
+import { QueueApp, useQueueApp } from './support/queue-app';
 import { captureStatements } from './support/statement-capture';
 import { waitFor } from './support/wait-for';
 
@@ -36,36 +36,32 @@ class BulkTasks {
   }
 }
 
-const schema = uniqueSchema('bulk_control');
-const view = `"${schema}".workflows`;
 /** The statements of the bulk calls (the worker's claims and sweeps run meanwhile and are not counted). */
 const capture = captureStatements(/^\s*WITH (matched|candidates) AS|AS payload$/);
+const suite = useQueueApp(
+  'bulk_control',
+  {
+    connection: { url: databaseUrl(), poolSize: 6 },
+    queues: [{ name: 'live', workerConcurrency: 5 }, { name: 'parked' }, { name: 'big' }],
+    worker: { queues: ['live'] },
+    shutdownGraceMs: 500,
+  },
+  [BulkTasks],
+  {
+    tasks: BulkTasks,
+    beforeClose: () => {
+      capture.restore();
+      tasks?.gate.open();
+    },
+  },
+);
+const { schema } = suite;
+const view = `"${schema}".workflows`;
 let pool: Pool;
 let app: QueueApp;
 let tasks: BulkTasks;
 
-beforeAll(async () => {
-  pool = testPool();
-  app = await startQueueApp(
-    {
-      schema,
-      connection: { url: databaseUrl(), poolSize: 6 },
-      queues: [{ name: 'live', workerConcurrency: 5 }, { name: 'parked' }, { name: 'big' }],
-      worker: { queues: ['live'] },
-      shutdownGraceMs: 500,
-    },
-    [BulkTasks],
-  );
-  tasks = app.get(BulkTasks);
-});
-
-afterAll(async () => {
-  capture.restore();
-  tasks?.gate.open();
-  await app?.close();
-  await dropSchema(pool, schema);
-  await pool.end();
-});
+beforeAll(() => ({ pool, app, tasks } = suite));
 
 const statusOf = async (workflowId: string) =>
   (await pool.query(`SELECT status FROM ${view} WHERE workflow_id = $1`, [workflowId])).rows[0]?.status;

@@ -43,7 +43,7 @@ describe('enqueueMany', () => {
     'bulk',
     { worker: false, connection: { url: databaseUrl(), poolSize: 4 }, queues: [{ name: 'bulk' }, { name: 'other' }] },
     [BulkTasks],
-    { beforeClose: killFixtures },
+    { tasks: BulkTasks, beforeClose: killFixtures },
   );
   const { schema } = suite;
   const table = `"${schema}".workflows`;
@@ -51,11 +51,7 @@ describe('enqueueMany', () => {
   let app: QueueApp;
   let tasks: BulkTasks;
 
-  beforeAll(() => {
-    pool = suite.pool;
-    app = suite.app;
-    tasks = app.get(BulkTasks);
-  });
+  beforeAll(() => ({ pool, app, tasks } = suite));
 
   const countRows = async (queue: string) =>
     (await pool.query(`SELECT count(*)::int AS count FROM ${table} WHERE queue_name = $1`, [queue])).rows[0]

@@ -32,10 +32,7 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
   let pool: Pool;
   let app: QueueApp;
 
-  beforeAll(() => {
-    pool = suite.pool;
-    app = suite.app;
-  });
+  beforeAll(() => ({ pool, app } = suite));
 
   const startWorker = (executorId: string): Promise<FixtureProcess> =>
     suite.startWorker(executorId, { QUEUES: 'durable', WORKER_CONCURRENCY: '4', POOL_SIZE: '6' });

@@ -9,7 +9,7 @@ import {
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
-import { ComposeTasks, composeTablesSql } from './fixtures/child-compose-tasks';
+import { COMPOSE_SUITE, ComposeTasks } from './fixtures/child-compose-tasks';
 import { databaseUrl } from './support/database';
 import { useWorkerSuite } from './support/worker-suite';
 import { waitFor } from './support/wait-for';
@@ -21,26 +21,16 @@ import { waitFor } from './support/wait-for';
  * on a queue, recovery of a parent with queued children) and of deduplication inside a parent.
  */
 describe('child workflows', () => {
-  const suite = useWorkerSuite({
-    prefix: 'children',
-    queues: [{ name: 'parents' }, { name: 'children' }],
-    providers: [ComposeTasks],
-    tablesSql: composeTablesSql,
-    worker: 'child-compose-worker.ts',
-    cleanUpAfterEach: true,
-  });
-  const { schema, startWorker, sigkill } = suite;
+  const suite = useWorkerSuite({ prefix: 'children', ...COMPOSE_SUITE });
+  const { schema, release, startWorker, sigkill } = suite;
   let pool: Pool;
   let queues: QueueService;
   let tasks: ComposeTasks;
 
   beforeAll(() => {
-    pool = suite.pool;
+    ({ pool, tasks } = suite);
     queues = suite.app.queues;
-    tasks = suite.app.get(ComposeTasks);
   });
-
-  const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 
   const childrenOf = async (parentWorkflowId: string) =>
     (

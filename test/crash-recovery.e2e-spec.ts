@@ -20,21 +20,18 @@ describe('crash recovery', () => {
     prefix: 'crash',
     queues: [{ name: 'durable' }, { name: 'serial' }],
     providers: [DurableSteps, DurableTasks],
+    tasks: DurableTasks,
     tablesSql: durableTablesSql,
     worker: 'child-durable-worker.ts',
     cleanUpAfterEach: true,
   });
-  const { schema, startWorker, spawnWorker, sigkill } = suite;
+  const { schema, release, startWorker, spawnWorker, sigkill } = suite;
   let pool: Pool;
   /** Worker-less: enqueues, cancels, resumes; never runs a workflow, never recovers anything. */
   let app: QueueApp;
   let tasks: DurableTasks;
 
-  beforeAll(() => {
-    pool = suite.pool;
-    app = suite.app;
-    tasks = app.get(DurableTasks);
-  });
+  beforeAll(() => ({ pool, app, tasks } = suite));
 
   const rowOf = async (workflowId: string) =>
     (
@@ -73,8 +70,6 @@ describe('crash recovery', () => {
       timeoutMs,
       what: `${workflowId} to be ${status}`,
     });
-
-  const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 
   /** Enqueues with `deduplicationId` and returns the error, which must be a QueueDeduplicatedError. */
   const duplicateEnqueueError = (key: string) =>

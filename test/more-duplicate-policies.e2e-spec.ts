@@ -22,29 +22,13 @@ import {
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
-import { Gate } from './fixtures/recording-tasks';
+import { GatedRuns } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { waitFor } from './support/wait-for';
 
 @Injectable()
-class PolicyTasks {
-  readonly runs: Array<{ label: string; workflowId: string }> = [];
+class PolicyTasks extends GatedRuns<{ label: string; workflowId: string }> {
   readonly aborted = new Set<string>();
-  private readonly gates = new Map<string, Gate>();
-
-  gate(name: string): Gate {
-    let gate = this.gates.get(name);
-    if (!gate) this.gates.set(name, (gate = new Gate()));
-    return gate;
-  }
-
-  openAll(): void {
-    for (const gate of this.gates.values()) gate.open();
-  }
-
-  ran(label: string) {
-    return this.runs.filter((run) => run.label === label);
-  }
 
   @Workflow()
   async hold(label: string, extra?: unknown): Promise<string> {

@@ -7,11 +7,12 @@
  * that started and was superseded saw its signal abort, in the worker process.
  */
 import { Client, Pool } from 'pg';
-import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
+import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { RoundReport } from './fixtures/child-policy-enqueuer';
 import { PolicyTasks, policyTablesSql } from './fixtures/child-policy-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
+import { PolicyProcesses, startPolicyProcesses } from './support/policy-processes';
 import { waitFor } from './support/wait-for';
 
 const PER_PROCESS = 5;
@@ -21,8 +22,8 @@ const schema = uniqueSchema('supersede_race');
 const view = `"${schema}".workflows`;
 let pool: Pool;
 let parent: QueueApp;
+let processes: PolicyProcesses | undefined;
 let enqueuers: FixtureProcess[] = [];
-let worker: FixtureProcess;
 
 beforeAll(async () => {
   pool = testPool();
@@ -31,19 +32,12 @@ beforeAll(async () => {
     [PolicyTasks],
   );
   await pool.query(policyTablesSql(schema));
-  enqueuers = ['a', 'b'].map((name) =>
-    spawnFixture('child-policy-enqueuer.ts', `enqueuer-${name}`, { SCHEMA: schema, CHILD_NAME: name, QUEUES: 'live' }),
-  );
-  worker = spawnFixture('child-policy-worker.ts', 'worker', { SCHEMA: schema, QUEUES: 'live' });
-  await Promise.all([...enqueuers, worker].map((child) => child.message('ready')));
+  processes = await startPolicyProcesses(pool, schema, 'live');
+  enqueuers = processes.enqueuers;
 });
 
 afterAll(async () => {
-  await pool.query(
-    `INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`,
-  );
-  for (const child of [...enqueuers, worker]) if (!child.hasEnded) child.send({ type: 'stop' });
-  await Promise.all([...enqueuers, worker].map((child) => child.waitForExit(10_000).catch(() => undefined)));
+  await processes?.stop();
   await killFixtures();
   await parent?.close();
   await dropSchema(pool, schema);

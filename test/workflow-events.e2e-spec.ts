@@ -1,6 +1,6 @@
 import { DedupQueueError, InvalidArgumentError, QueueService, setEvent } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
-import { ComposeTasks, composeTablesSql } from './fixtures/child-compose-tasks';
+import { COMPOSE_SUITE, ComposeTasks } from './fixtures/child-compose-tasks';
 import { useWorkerSuite } from './support/worker-suite';
 
 /**
@@ -8,26 +8,16 @@ import { useWorkerSuite } from './support/worker-suite';
  * (child-compose-worker.ts), read from the test's own worker-less process, on a real Postgres.
  */
 describe('workflow events', () => {
-  const suite = useWorkerSuite({
-    prefix: 'events',
-    queues: [{ name: 'parents' }, { name: 'children' }],
-    providers: [ComposeTasks],
-    tablesSql: composeTablesSql,
-    worker: 'child-compose-worker.ts',
-    cleanUpAfterEach: true,
-  });
-  const { schema, startWorker } = suite;
+  const suite = useWorkerSuite({ prefix: 'events', ...COMPOSE_SUITE });
+  const { schema, release, startWorker } = suite;
   let pool: Pool;
   let queues: QueueService;
   let tasks: ComposeTasks;
 
   beforeAll(() => {
-    pool = suite.pool;
+    ({ pool, tasks } = suite);
     queues = suite.app.queues;
-    tasks = suite.app.get(ComposeTasks);
   });
-
-  const release = (key: string) => pool.query(`INSERT INTO "${schema}".release (key) VALUES ($1)`, [key]);
 
   it("reads another process's event, waiting until it is set; the last value wins", async () => {
     const key = 'progress';

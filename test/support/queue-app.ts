@@ -35,19 +35,23 @@ export async function startQueueApp(
   };
 }
 
-/** What `useQueueApp` gives a test file; `pool` and `app` are set once its `beforeAll` has run. */
-export interface QueueAppSuite {
+/** What `useQueueApp` gives a test file; `pool`, `app` and `tasks` are set once its `beforeAll` has run. */
+export interface QueueAppSuite<T = unknown> {
   /** The file's own schema (uniqueSchema). */
   readonly schema: string;
   /** A pool for assertions and fixtures (testPool). */
   pool: Pool;
   app: QueueApp;
+  /** The app's instance of the `tasks` class given to useQueueApp. */
+  tasks: T;
 }
 
-/** Steps of a suite's set-up and tear-down that depend on the test file. */
-export interface QueueAppSuiteHooks {
+/** What a suite's set-up and tear-down need beyond the app's options, depending on the test file. */
+export interface QueueAppSuiteHooks<T> {
+  /** The provider (one of `providers`) the suite's `tasks` is, usually the file's workflow class. */
+  tasks?: Type<T>;
   /** Runs once the app has started (and migrated the schema), e.g. to create the fixture's tables. */
-  afterStart?: (suite: QueueAppSuite) => Promise<unknown>;
+  afterStart?: (suite: QueueAppSuite<T>) => Promise<unknown>;
   /** Runs first in `afterAll`, before the app closes, e.g. to open gates or kill child processes. */
   beforeClose?: () => unknown;
 }
@@ -57,17 +61,18 @@ export interface QueueAppSuiteHooks {
  * and an app started with `options` and `providers`; afterwards the app is closed, the schema dropped and the pool
  * ended. Call it at the top of a file or a `describe`, before the file's own hooks.
  */
-export function useQueueApp(
+export function useQueueApp<T = unknown>(
   prefix: string,
   options: Partial<DedupQueueModuleOptions>,
   providers: Provider[] = [],
-  hooks: QueueAppSuiteHooks = {},
-): QueueAppSuite {
-  const suite = { schema: uniqueSchema(prefix) } as QueueAppSuite;
+  hooks: QueueAppSuiteHooks<T> = {},
+): QueueAppSuite<T> {
+  const suite = { schema: uniqueSchema(prefix) } as QueueAppSuite<T>;
 
   beforeAll(async () => {
     suite.pool = testPool();
     suite.app = await startQueueApp({ ...options, schema: suite.schema }, providers);
+    if (hooks.tasks) suite.tasks = suite.app.get(hooks.tasks);
     await hooks.afterStart?.(suite);
   });
 
