@@ -210,6 +210,25 @@ describe('every statement that reaches the active table names its queue', () => 
     });
     await windowed.getResult();
     await queues.enqueue('work', tasks.echo, ['w'], { deduplicationId: 'window', onDuplicate: 'return-existing' });
+    // The third round's policies: supersede (of a queued and a windowed holder), requireSameArgs, a capped debounce.
+    await queues.enqueue('parked', tasks.echo, ['s1'], { deduplicationId: 'sup' });
+    await queues.enqueue('parked', tasks.echo, ['s2'], { deduplicationId: 'sup', onDuplicate: 'supersede' });
+    await expect(
+      queues.enqueue('work', tasks.echo, ['w2'], { deduplicationId: 'window', onDuplicate: 'supersede' }),
+    ).rejects.toThrow();
+    await expect(
+      queues.enqueue('parked', tasks.echo, ['s3'], { deduplicationId: 'sup', requireSameArgs: true }),
+    ).rejects.toThrow();
+    await queues.enqueue('parked', tasks.echo, ['c1'], { deduplicationId: 'cap', onDuplicate: 'replace', delayMs: 10 });
+    await queues.enqueue('parked', tasks.echo, ['c2'], {
+      deduplicationId: 'cap',
+      onDuplicate: 'replace',
+      delayMs: 10,
+      maxDelayMs: 100,
+    });
+    await queues.cancelMany({ queueName: 'parked', deduplicationIds: ['sup', 'cap'] });
+    await queues.resumeMany({ queueName: 'parked', status: 'CANCELLED' });
+    await queues.cancelMany({ queueName: 'parked' });
     results.push((await queues.enqueue('work', app.get(StepTasks).stepsThenFailOnce, ['s'])).getResult());
     const waiter = await queues.enqueue('work', app.get(StepTasks).sleepThenReceive, []);
     await waitFor(

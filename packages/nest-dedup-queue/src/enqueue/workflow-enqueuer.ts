@@ -211,7 +211,9 @@ export class WorkflowEnqueuer {
   private modeFor(policy: EnqueuePolicy, holder: Holder): DuplicatePolicy | WhenRunningPolicy | 'retry' {
     if (policy.onDuplicate !== 'replace') return policy.onDuplicate;
     if (holder.status === 'ENQUEUED' && !holder.started) return 'retry';
-    if (holder.status === 'ENQUEUED' || holder.status === 'PENDING') return policy.whenRunning;
+    if (holder.status === 'ENQUEUED' || holder.status === 'PENDING' || holder.status === 'WAITING') {
+      return policy.whenRunning;
+    }
     return policy.whenRunning === 'return-existing' ? 'return-existing' : 'reject';
   }
 
