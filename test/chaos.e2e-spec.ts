@@ -60,7 +60,7 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
       await waitFor(
         async () =>
           (await count(`"${schema}".workflows WHERE status = 'PENDING' AND executor_id = $1`, [victimId])) > 0,
-        { timeoutMs: 20_000, what: `${victimId} to run workflows` },
+        { timeoutMs: 60_000, what: `${victimId} to run workflows` },
       );
       await sleep(randomInt(0, 400));
       victim.child.kill('SIGKILL');

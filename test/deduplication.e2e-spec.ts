@@ -10,6 +10,7 @@ import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { waitFor } from './support/wait-for';
+import { moveWorkflowRow } from './support/workflow-rows';
 import { activeTableLockWaits } from './support/lock-waits';
 
 describe('deduplication contract', () => {
@@ -147,17 +148,7 @@ describe('deduplication contract', () => {
          WHERE workflow_id = $1`,
         [first.workflowId],
       );
-      const { rows: historyColumns } = await finisher.query<{ name: string }>(
-        `SELECT quote_ident(column_name) AS name FROM information_schema.columns
-         WHERE table_schema = $1 AND table_name = 'workflow_history' ORDER BY ordinal_position`,
-        [schema],
-      );
-      const columns = historyColumns.map(({ name }) => name).join(', ');
-      await finisher.query(
-        `WITH moved AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = $1 RETURNING *)
-         INSERT INTO "${schema}".workflow_history (${columns}) SELECT ${columns} FROM moved`,
-        [first.workflowId],
-      );
+      await moveWorkflowRow(finisher, schema, first.workflowId, 'workflow_queue', 'workflow_history');
       const again = app.queues.enqueue('tasks', tasks.echo, ['finishing'], { workflowId: 'wf-finishing' });
       await waitFor(async () => (await activeTableLockWaits(pool, schema)) === 1, {
         what: 'the second enqueue to wait on the finishing row',

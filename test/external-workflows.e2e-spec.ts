@@ -9,6 +9,7 @@ import type { Pool } from 'pg';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { moveWorkflowRow } from './support/workflow-rows';
 
 /** The worker's version of the workflows: three attempts, a short backoff, its own dead-letter limit. */
 @Injectable()
@@ -80,11 +81,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
     const handle = await producer.queues.enqueue('tasks', 'ExtTasks.flaky', ['dl']);
     await handle.getResult();
     // As if its process had died while running it for the fourth time after as many recoveries.
-    await pool.query(
-      `WITH finished AS (DELETE FROM "${schema}".workflow_history WHERE workflow_id = $1 RETURNING *)
-       INSERT INTO "${schema}".workflow_queue SELECT * FROM finished`,
-      [handle.workflowId],
-    );
+    await moveWorkflowRow(pool, schema, handle.workflowId, 'workflow_history', 'workflow_queue');
     await pool.query(
       `UPDATE "${schema}".workflow_queue SET status = 'PENDING', executor_id = 'gone', recovery_attempts = 4,
          completed_at = NULL WHERE workflow_id = $1`,
