@@ -103,7 +103,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
     expect(rows[0].n).toBe(1);
   }, 120_000);
 
-  it('takes enqueues into the other node’s queues while a worker node is down, and runs everything once it is back', async () => {
+  it('claims the other node’s queues while a worker node is down, and runs everything once it is back', async () => {
     const [down, up] = queueOn;
     const tasks = module.get(DoublingTasks);
     const before = await queues.enqueue(down, tasks.double, [1], { deduplicationId: 'before' });
@@ -119,6 +119,17 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
       await expect(queues.enqueue(up, tasks.double, [0], { deduplicationId: 'up-0' })).rejects.toBeInstanceOf(
         QueueDeduplicatedError,
       );
+      // The healthy node's queue is claimed while the other node is still down (the claim of the stopped node's
+      // queue failing holds only that queue's claims).
+      const claimed = async () => (await rowsOf(up)).filter((row) => row.status === 'PENDING').length === 5;
+      await waitFor(claimed, {
+        what: 'the healthy node’s queue claimed during the outage',
+        timeoutMs: 20_000,
+      });
+      // NOTE: their outcomes are written once the node is back: the statement that ends a workflow sends its
+      // ended rows to every node (docs/citus.md, "What is not done yet").
+      const stillDown = await queues.enqueue(down, tasks.double, [2], { deduplicationId: 'during' }).catch((e) => e);
+      expect(stillDown).toBeInstanceOf(DatabaseUnavailableError);
     } finally {
       await cluster.startWorker(0);
     }
@@ -128,8 +139,6 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
       { what: 'an enqueue into the stopped node’s queue once it is back', timeoutMs: 30_000 },
     );
     await expect(after.getResult({ timeoutMs: 20_000 })).resolves.toBe(6);
-    // NOTE: the other node's queue takes enqueues during the outage, but today its workflows run only once the node
-    // is back (the cause is not found yet; docs/citus.md, "What is not done yet").
     await expect(Promise.all(during.map((handle) => handle.getResult({ timeoutMs: 30_000 })))).resolves.toEqual([
       0, 2, 4, 6, 8,
     ]);

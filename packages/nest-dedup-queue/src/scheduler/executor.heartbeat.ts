@@ -97,17 +97,20 @@ export class ExecutorHeartbeat {
     }
   }
 
+  /**
+   * One queue's failure (on Citus, the node holding it is down) does not keep the others from being swept; the
+   * first failure of a round is logged (connection failures are told by the connection monitor).
+   */
   private async sweep(): Promise<void> {
-    try {
-      for (const queueName of this.config.queues.keys()) {
-        this.report(
-          'from executors whose lease expired',
-          await this.executors.recoverExpired(this.config.leaseMs, queueName),
-        );
-        const timedOut = await this.workflows.cancelTimedOut(queueName);
-        if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
-        for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
+    let failure: { error: unknown } | undefined;
+    for (const queueName of this.config.queues.keys()) {
+      try {
+        await this.sweepQueue(queueName);
+      } catch (error) {
+        failure ??= { error };
       }
+    }
+    try {
       const retentionMs = this.config.retentionMs;
       if (retentionMs !== null && Date.now() - this.lastPruneAt >= Math.min(PRUNE_INTERVAL_MS, retentionMs)) {
         this.lastPruneAt = Date.now();
@@ -117,10 +120,21 @@ export class ExecutorHeartbeat {
         this.lastExtendAt = Date.now();
         await this.partitions.extend();
       }
-      this.sweepFailures.succeeded();
     } catch (error) {
-      this.sweepFailures.failed('Sweeping for expired leases and timeouts', error);
+      failure ??= { error };
     }
+    if (failure) this.sweepFailures.failed('Sweeping for expired leases and timeouts', failure.error);
+    else this.sweepFailures.succeeded();
+  }
+
+  private async sweepQueue(queueName: string): Promise<void> {
+    this.report(
+      'from executors whose lease expired',
+      await this.executors.recoverExpired(this.config.leaseMs, queueName),
+    );
+    const timedOut = await this.workflows.cancelTimedOut(queueName);
+    if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
+    for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
   }
 
   private report(source: string, recovered: RecoveredWorkflow[]): void {

@@ -6,7 +6,10 @@ import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 
 const MAX_BATCH = 500;
-/** Writes in flight at once: one being answered while the next records what finished meanwhile. */
+/**
+ * Writes in flight at once per lane: one being answered while the next records what finished meanwhile. On one
+ * server all queues share one lane; on Citus each queue has its own (see the class doc).
+ */
 const MAX_IN_FLIGHT = 2;
 const RETRY_DELAY_MS = 500;
 
@@ -31,12 +34,15 @@ interface QueuedOutcome {
  * and claiming take one round trip and one commit. A failed write is retried until it succeeds or the writer is
  * closed; an unwritten outcome leaves its workflow PENDING (to be recovered), never marked done. A queue with global
  * limits has its workers woken everywhere by the write (a freed slot there may let another process start work).
+ * On Citus a batch holds one queue's outcomes and each queue has its own writes in flight, so that the retries of a
+ * queue whose node is down never hold back the outcomes of queues on other nodes.
  */
 @Injectable()
 export class OutcomeWriter {
   private readonly logger = new Logger('DedupQueueScheduler');
   private queued: QueuedOutcome[] = [];
-  private readonly inFlight = new Set<Promise<void>>();
+  /** The writes in flight, each with its lane (its queue on Citus, '' on one server). */
+  private readonly inFlight = new Map<Promise<void>, string>();
   private sendScheduled = false;
   private closed = false;
   private claimWith: ClaimWithOutcomesHook = () => undefined;
@@ -64,7 +70,9 @@ export class OutcomeWriter {
   /** Waits until everything queued so far has been written. */
   async drained(): Promise<void> {
     while (this.inFlight.size > 0 || this.queued.length > 0) {
-      await (this.inFlight.size > 0 ? Promise.all(this.inFlight) : new Promise((resolve) => setImmediate(resolve)));
+      await (this.inFlight.size > 0
+        ? Promise.all(this.inFlight.keys())
+        : new Promise((resolve) => setImmediate(resolve)));
     }
   }
 
@@ -84,18 +92,36 @@ export class OutcomeWriter {
   }
 
   private send(): void {
-    while (this.inFlight.size < MAX_IN_FLIGHT && this.queued.length > 0) {
-      const batch = this.queued.splice(0, MAX_BATCH);
-      const writing: Promise<void> = this.writeWithRetry(batch)
+    for (let batch = this.nextBatch(); batch; batch = this.nextBatch()) {
+      const items = batch.items;
+      const writing: Promise<void> = this.writeWithRetry(items)
         .then((recorded) => {
-          for (const item of batch) item.settle(recorded.has(item.outcome.workflowId));
+          for (const item of items) item.settle(recorded.has(item.outcome.workflowId));
         })
         .finally(() => {
           this.inFlight.delete(writing);
           this.sendSoon();
         });
-      this.inFlight.add(writing);
+      this.inFlight.set(writing, batch.lane);
     }
+  }
+
+  /** Takes from the queue the next batch: up to `MAX_BATCH` outcomes of the first lane with room for a write. */
+  private nextBatch(): { lane: string; items: QueuedOutcome[] } | undefined {
+    const busy = new Map<string, number>();
+    for (const lane of this.inFlight.values()) busy.set(lane, (busy.get(lane) ?? 0) + 1);
+    const first = this.queued.find((item) => (busy.get(this.laneOf(item)) ?? 0) < MAX_IN_FLIGHT);
+    if (!first) return undefined;
+    const lane = this.laneOf(first);
+    const items: QueuedOutcome[] = [];
+    const rest: QueuedOutcome[] = [];
+    for (const item of this.queued) (items.length < MAX_BATCH && this.laneOf(item) === lane ? items : rest).push(item);
+    this.queued = rest;
+    return { lane, items };
+  }
+
+  private laneOf(item: QueuedOutcome): string {
+    return this.config.distribution === 'citus' ? item.queueName : '';
   }
 
   private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {

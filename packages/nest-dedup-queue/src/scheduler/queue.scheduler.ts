@@ -30,11 +30,11 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   /** From bootstrap to the end of shutdown, in a worker process. */
   private started = false;
   private pollTimer?: NodeJS.Timeout;
-  /** Claims wait while the scheduler puts back what a claim with a lost answer took. */
-  private claimsHeld = false;
+  /** The queues whose claims wait while the scheduler puts back what a claim of theirs with a lost answer took. */
+  private readonly claimsHeld = new Set<string>();
   /** No claim before this executor's lease is registered and what it left earlier is recovered. */
   private leaseReady = false;
-  private reconciling?: Promise<void>;
+  private readonly reconciling = new Map<string, Promise<void>>();
   private stopping = false;
 
   constructor(
@@ -56,8 +56,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
       this.workers.set(
         queueName,
         this.workerFactory.create(queueName, {
-          claimsAllowed: () => this.leaseReady && !this.claimsHeld,
-          claimMayHaveBeenLost: () => this.reconcileLostClaims(),
+          claimsAllowed: () => this.leaseReady && !this.claimsHeld.has(queueName),
+          claimMayHaveBeenLost: () => this.reconcileLostClaims(queueName),
         }),
       );
     }
@@ -189,30 +189,33 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
-   * A claim failed with its connection, so it may have committed without this process learning what it took. Holds
-   * every claim of this process, waits for those in flight, then puts back whatever is PENDING here but not running.
+   * A claim of `queueName` failed with its connection, so it may have committed without this process learning what
+   * it took. Holds that queue's claims, waits for those in flight, then puts back whatever of it is PENDING here but
+   * not running. The other queues claim on: on Citus a queue whose node is down must not stop those of other nodes.
    */
-  private reconcileLostClaims(): void {
-    this.claimsHeld = true;
-    this.reconciling ??= this.releaseUnknownClaims().finally(() => {
-      this.reconciling = undefined;
-      this.claimsHeld = false;
-      this.wake(undefined);
-    });
+  private reconcileLostClaims(queueName: string): void {
+    this.claimsHeld.add(queueName);
+    if (this.reconciling.has(queueName)) return;
+    this.reconciling.set(
+      queueName,
+      this.releaseUnknownClaims(queueName).finally(() => {
+        this.reconciling.delete(queueName);
+        this.claimsHeld.delete(queueName);
+        this.wake(queueName);
+      }),
+    );
   }
 
-  private async releaseUnknownClaims(): Promise<void> {
-    for (let attempt = 1; this.started && !this.stopping; attempt++) {
-      await Promise.all([...this.workers.values()].map((worker) => worker.claimSettled()));
+  private async releaseUnknownClaims(queueName: string): Promise<void> {
+    const worker = this.workers.get(queueName);
+    for (let attempt = 1; worker && this.started && !this.stopping; attempt++) {
+      await worker.claimSettled();
       try {
-        const running = this.runningIds();
-        const released: string[] = [];
-        for (const queueName of this.workers.keys()) {
-          released.push(...(await this.executors.releaseUnknown(this.config.executorId, queueName, running)));
-        }
+        const released = await this.executors.releaseUnknown(this.config.executorId, queueName, this.runningIds());
         if (released.length > 0) {
           this.logger.warn(
-            `Put back ${released.length} workflow(s) taken by a claim whose answer was lost with its connection`,
+            `Put back ${released.length} workflow(s) of queue "${queueName}" taken by a claim whose answer was ` +
+              `lost with its connection`,
           );
         }
         return;
