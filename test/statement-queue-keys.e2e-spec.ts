@@ -1,9 +1,9 @@
 /**
  * Every statement the module sends that reaches the active table (`workflow_queue`) names its queue, so that a
- * distributed engine can send it to the one node that holds the queue. The test runs a workload that goes through
- * every path that touches active work (enqueue, duplicates and their policies, claims with and without limits,
- * outcomes, retries, steps, cancel, timeouts, recovery, resume, reschedule, give-back, look-ups), captures each
- * statement, EXPLAINs it with its parameters and reads every scan of the active table in the plan: each must
+ * distributed engine can send it to the one node that holds the queue. The test runs the workload of
+ * test/fixtures/active-work-workload.ts (shared with test/citus-statements.e2e-spec.ts), which goes through every
+ * path that touches active work, captures each statement, EXPLAINs it with its parameters and reads every scan of
+ * the active table in the plan: each must
  * filter by `queue_name`, or be a probe by `workflow_id` made by a call that cannot know the queue (listed below,
  * and in docs/how-it-runs.md). It also runs each statement in a transaction it rolls back, to check that only
  * claims commit without waiting for the disk (`synchronous_commit = off`): enqueues and outcomes, which callers
