@@ -1,10 +1,10 @@
 /**
  * On a Citus cluster (`distribution: 'citus'`), every statement of the hot path is a router query: it runs whole on
  * the one worker node that holds its queue. The test runs the workload of test/fixtures/active-work-workload.ts
- * (enqueue, duplicates and their policies, claims with and without limits, outcomes, retries, steps, cancel,
- * timeouts, recovery, resume, reschedule, give-back, look-ups) on a cluster, captures every statement the module
- * sends, EXPLAINs each with its parameters, and fails on a plan with more than one task, but for the calls that
- * cannot know the queue (listed in FAN_OUT_BY_DESIGN and in docs/citus.md).
+ * (the one both statement audits share: every enqueue and duplicate policy, claims, outcomes, steps, sleep,
+ * messages, events, child workflows, bulk control, `enqueue_workflow` from SQL, recovery, look-ups) on a cluster,
+ * captures every statement the module sends, EXPLAINs each with its parameters, and fails on a plan with more than
+ * one task, but for the calls that cannot know the queue (listed in FAN_OUT_BY_DESIGN and in docs/citus.md).
  */
 import { appendFileSync } from 'node:fs';
 import { Pool } from 'pg';
@@ -40,7 +40,9 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
-  const capture = captureStatements(/workflow_queue|workflow_history|\.workflows\b|\.steps\b|pg_notify/);
+  const capture = captureStatements(
+    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|pg_notify/,
+  );
   let cluster: CitusCluster;
   let pool: Pool;
   let app: QueueApp;

@@ -69,6 +69,7 @@ export class BulkControlStore {
            where: `w.queue_name = $1 AND w.workflow_id = m.workflow_id AND w.status IN ${ACTIVE_STATUSES_SQL}`,
            status: STATUS_SQL.CANCELLED,
            channelParam: '$7',
+           queueParam: '$1',
          })}
          SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts,
                 ${END_WAKE_UPS_SQL} AS handed_over

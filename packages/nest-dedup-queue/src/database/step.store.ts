@@ -2,6 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { WorkflowErrorInfo } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { STATUS_SQL } from './workflow-status.sql';
+import { startTimeSql } from './time.sql';
 import { workflowTables } from './workflow-tables';
 
 /** A step outcome as checkpointed. */
@@ -23,9 +24,14 @@ export interface StepCheckpoint {
   durationMs: number;
 }
 
-/** The checkpoint's columns after the key: its outcome and its times, by the database's clock. */
-const CHECKPOINT_VALUES = `$4::json, $5::json,
-  clock_timestamp() - $6::float8 * interval '1 millisecond', clock_timestamp()`;
+/**
+ * The checkpoint's columns after the key: its outcome and its times, by the database's clock (on Citus, the
+ * statement's `now()`, as `startTimeSql` says).
+ */
+function checkpointValuesSql(citus: boolean): string {
+  const time = startTimeSql(citus);
+  return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
+}
 
 const STEP_COLUMNS =
   'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
@@ -44,6 +50,7 @@ export function ownedRowSql(active: string, queue: string, executor: string, att
 export class StepStore {
   private readonly steps: string;
   private readonly workflows: string;
+  private readonly checkpointValues: string;
 
   constructor(
     /** The database the checkpoints are written to (a running workflow's events go there too). */
@@ -54,6 +61,7 @@ export class StepStore {
     const tables = workflowTables(database.schemaSql);
     this.steps = tables.steps;
     this.workflows = tables.active;
+    this.checkpointValues = checkpointValuesSql(database.citus);
   }
 
   /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
@@ -82,7 +90,7 @@ export class StepStore {
       `WITH owned AS (${ownedRowSql(this.workflows, '$9', '$7', '$8')}),
        recorded AS (
          INSERT INTO ${this.steps} (${STEP_COLUMNS})
-         SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at FROM owned
+         SELECT $1, $2, $3, ${this.checkpointValues}, owned.queue_name, owned.created_at FROM owned
          ON CONFLICT DO NOTHING
          RETURNING step_index
        )
@@ -131,7 +139,7 @@ export class StepStore {
   async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
     await manager.query(
       `INSERT INTO ${this.steps} (${STEP_COLUMNS})
-       SELECT $1, $2, $3, ${CHECKPOINT_VALUES}, owned.queue_name, owned.created_at
+       SELECT $1, $2, $3, ${this.checkpointValues}, owned.queue_name, owned.created_at
        FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`,
       [...this.values(step), executorId, attempt, step.queueName],
     );

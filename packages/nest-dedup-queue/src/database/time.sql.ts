@@ -11,7 +11,10 @@ export function nowPlusMsSql(citus: boolean, ms: string): string {
     : `now() + (${ms}) * interval '1 millisecond'`;
 }
 
-/** The database's time where a workflow starts running: after any lock wait on one server; the statement's on Citus. */
+/**
+ * The database's time where a workflow starts running or a step's checkpoint is written: after any lock wait on one
+ * server (`clock_timestamp()`); the statement's `now()` on Citus, which refuses `clock_timestamp()` in a modification.
+ */
 export function startTimeSql(citus: boolean): string {
   return citus ? 'now()' : 'clock_timestamp()';
 }

@@ -232,6 +232,7 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
        returning: 'h.held_key',
        overrides: { superseded_by: id },
        channelParam: channel,
+       queueParam: queue,
      })},
      inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
