@@ -160,6 +160,8 @@ describe('every statement that reaches the active table names its queue', () => 
     const waiting: string[] = [];
     const client = await pool.connect();
     try {
+      // A throwaway test server turns it off for the whole server; the baseline here is what production runs.
+      await client.query('SET synchronous_commit = on');
       for (const { text, values } of statements.values()) {
         if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
         await client.query('BEGIN');
