@@ -49,6 +49,8 @@ let pool: Pool;
 let parent: QueueApp;
 let enqueuers: FixtureProcess[] = [];
 let worker: FixtureProcess;
+/** Stops the invariant monitor (also when the test failed before it could). */
+let stopMonitor: (() => Promise<unknown>) | undefined;
 
 beforeAll(async () => {
   pool = testPool();
@@ -65,6 +67,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await stopMonitor?.();
   await pool.query(
     `INSERT INTO "${schema}".policy_release (label) SELECT label FROM "${schema}".policy_events ON CONFLICT DO NOTHING`,
   );
@@ -111,12 +114,14 @@ async function monitor(): Promise<() => Promise<{ samples: number; violations: V
       await new Promise((resolve) => setTimeout(resolve, 3));
     }
   })();
-  return async () => {
+  const stop = async () => {
     running = false;
     await loop;
     await client.end();
     return { samples, violations };
   };
+  stopMonitor = stop;
+  return stop;
 }
 
 it(`${ENQUEUERS.length} enqueuing processes and a worker, ${ROUNDS} rounds of ${CALLS} calls each over ${KEYS.length} keys: 0 invariant violations`, async () => {
@@ -172,15 +177,19 @@ it(`${ENQUEUERS.length} enqueuing processes and a worker, ${ROUNDS} rounds of ${
          ON CONFLICT DO NOTHING`,
       );
       const { rows } = await pool.query(
-        `SELECT count(*)::int AS n FROM ${view}
+        `SELECT workflow_id, status, deduplication_id, inputs ->> 0 AS label, executor_id,
+                round(extract(epoch FROM clock_timestamp() - created_at))::int AS age_s
+         FROM ${view}
          WHERE queue_name = 'live' AND deduplication_id = ANY($1) AND status IN ('ENQUEUED', 'PENDING', 'WAITING')`,
         [KEYS],
       );
-      return rows[0].n === 0;
+      if (rows.length > 0) throw new Error(`still unfinished: ${JSON.stringify(rows.slice(0, 8))}`);
+      return true;
     },
     { what: 'every workflow of the keys to finish', timeoutMs: 30_000, intervalMs: 100 },
   );
   const { samples, violations } = await stop();
+  stopMonitor = undefined;
   const { rows } = await pool.query(
     `SELECT workflow_id, deduplication_id, status FROM ${view} WHERE queue_name = 'live' AND deduplication_id = ANY($1)`,
     [KEYS],

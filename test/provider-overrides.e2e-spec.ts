@@ -4,6 +4,7 @@ import {
   OutcomeWriter,
   QueueDatabase,
   WorkflowClaimer,
+  type AttachedClaim,
   type ClaimRequest,
   type ClaimResult,
   type WorkflowOutcome,
@@ -23,7 +24,7 @@ class RecordingOutcomeWriter extends OutcomeWriter {
   }
 }
 
-/** The module's own claimer, counting the workflows each claim took. */
+/** The module's own claimer, counting the workflows each claim took: alone, or attached to recorded outcomes. */
 class CountingClaimer extends WorkflowClaimer {
   readonly claimed: string[] = [];
 
@@ -31,6 +32,18 @@ class CountingClaimer extends WorkflowClaimer {
     const result = await super.claim(request);
     this.claimed.push(...result.workflows.map((workflow) => workflow.workflowId));
     return result;
+  }
+
+  override attachable(request: ClaimRequest): AttachedClaim {
+    const attached = super.attachable(request);
+    return {
+      ...attached,
+      read: (rowsJson) => {
+        const workflows = attached.read(rowsJson);
+        this.claimed.push(...workflows.map((workflow) => workflow.workflowId));
+        return workflows;
+      },
+    };
   }
 }
 

@@ -418,6 +418,40 @@ describe.each(variants)('transactional enqueue with %s', (_name, start) => {
     );
   });
 
+  it('hands the key to a follow-up whose transaction commits while the holder is ending (its end waited for it)', async () => {
+    const key = 'tx-next-race';
+    const holder = await queues.enqueue('tx', tasks.blocked, ['tx-race-holder'], { deduplicationId: key });
+    await waitFor(() => tasks.ran.includes('tx-race-holder'), { what: 'the holder to run' });
+    let followUpId = '';
+    await dataSource.transaction(async (manager) => {
+      const handle = await queues.enqueue('tx', tasks.blocked, ['tx-race-follow-up'], {
+        deduplicationId: key,
+        onDuplicate: 'replace',
+        whenRunning: 'queue-next',
+        manager,
+      });
+      followUpId = handle.workflowId;
+      // The holder ends now: its outcome statement begins and waits for the follow-up's lock on the holder's row.
+      tasks.gate('tx-race-holder').open();
+      await waitFor(async () => (await waitingInserts()) > 0, { what: "the holder's end to wait for the lock" });
+    });
+
+    await expect(holder.getResult({ timeoutMs: 10_000 })).resolves.toBe('tx-race-holder');
+    await waitFor(() => tasks.ran.includes('tx-race-follow-up'), {
+      what: 'the follow-up to take the key and run',
+      timeoutMs: 15_000,
+    });
+    const { rows } = await pool.query(
+      `SELECT status, active_deduplication_id, next_deduplication_id FROM ${table} WHERE workflow_id = $1`,
+      [followUpId],
+    );
+    expect(rows).toEqual([{ status: 'PENDING', active_deduplication_id: key, next_deduplication_id: null }]);
+    tasks.gate('tx-race-follow-up').open();
+    await expect((await queues.retrieve(followUpId)).getResult({ timeoutMs: 10_000 })).resolves.toBe(
+      'tx-race-follow-up',
+    );
+  });
+
   it.each(['REPEATABLE READ', 'SERIALIZABLE'] as const)(
     'raises QueueDeduplicatedError in a %s transaction for a key taken after its snapshot, without aborting it',
     async (isolation) => {

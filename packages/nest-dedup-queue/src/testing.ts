@@ -13,6 +13,6 @@ export { SCHEDULE_CLOCK } from './scheduling/schedule.clock';
 export type { ScheduleClock } from './scheduling/schedule.clock';
 export { TickCalculator } from './scheduling/tick.calculator';
 export { WorkflowClaimer } from './database/workflow-claimer';
-export type { ClaimRequest, ClaimResult } from './database/workflow-claimer';
+export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from './database/workflow-claimer';
 export type { WorkflowOutcome } from './database/workflow.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { isUniqueViolationOn } from '../database/sql-errors';
-import { ACTIVE_DEDUPLICATION_INDEX, WorkflowInserter } from '../database/workflow-inserter';
+import { WorkflowInserter } from '../database/workflow-inserter';
+import { ACTIVE_DEDUPLICATION_INDEX } from '../database/workflow-tables';
 import { WorkflowStore } from '../database/workflow.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';

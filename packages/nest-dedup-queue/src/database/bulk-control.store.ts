@@ -4,8 +4,13 @@ import { END_WAKE_UPS_SQL, endWorkflowsSql } from './workflow-finish.sql';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
-import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
-import { ACTIVE_DEDUPLICATION_INDEX } from './workflow-inserter';
+import {
+  ACTIVE_DEDUPLICATION_INDEX,
+  WORKFLOW_COLUMN_LIST,
+  WorkflowTables,
+  workflowColumnsSql,
+  workflowTables,
+} from './workflow-tables';
 
 /** A filter as the statements take it: arrays, or null for a field not given. */
 export interface BulkFilter {

@@ -37,6 +37,8 @@ export interface ClaimRequest {
 export interface AttachedClaim {
   ctes(firstParam: number): string;
   params: unknown[];
+  /** The workflows claimed, from the rows of `claimed` as JSON. */
+  read(rowsJson: string[]): ClaimedWorkflow[];
 }
 
 export interface ClaimResult {
@@ -117,13 +119,14 @@ export class WorkflowClaimer {
     });
   }
 
-  /** The claim of a queue without global limits, to attach to another statement (`claimedRows` reads its rows). */
+  /** The claim of a queue without global limits, to attach to another statement. */
   attachable(request: ClaimRequest): AttachedClaim {
     const { candidates, update } = this.claimParts(false);
     const sql = `${candidates.replace(/^\s*WITH /, '')}, claimed AS (${update})`;
     return {
       ctes: (firstParam) => sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + firstParam - 1}`),
       params: this.params(request, request.limit),
+      read: (rowsJson) => toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow)),
     };
   }
 
@@ -275,10 +278,6 @@ export class WorkflowClaimer {
 }
 
 /** The workflows of an attached claim, from the JSON text of its `claimed` rows. */
-export function claimedRows(rowsJson: string[]): ClaimedWorkflow[] {
-  return toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow));
-}
-
 function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
   return rows
     .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))

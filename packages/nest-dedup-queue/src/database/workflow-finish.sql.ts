@@ -1,5 +1,5 @@
 import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
-import { STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 
 /**
@@ -98,6 +98,30 @@ export function handOverSql(active: string, freedKeysSql: string, channelParam: 
      hand_over_wake_ups AS (
        SELECT pg_notify(${channelParam}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM handed_over) AS q
      )`;
+}
+
+/**
+ * A statement that hands stranded follow-ups of queue `$2` their keys (wake-ups on channel `$1`): a `queue-next`
+ * follow-up is stranded when no unfinished workflow holds its key. That happens when its holder ended in a statement
+ * that began before the follow-up was committed: the holder's DELETE waited for the follow-up's lock, then went on
+ * with its earlier snapshot, where the follow-up does not exist (READ COMMITTED). A key record kept for a
+ * deduplication window in that case is deleted (a waiting follow-up takes precedence over a window, as at a finish).
+ * Returns `handed_over`, the number of follow-ups that took their key.
+ */
+export function handOverStrandedSql(active: string): string {
+  const strandedKeys = `SELECT DISTINCT f.next_deduplication_id AS key FROM ${active} AS f
+       WHERE f.queue_name = $2 AND f.next_deduplication_id IS NOT NULL AND f.status = ${STATUS_SQL.ENQUEUED}
+         AND NOT EXISTS (SELECT 1 FROM ${active} AS h
+                         WHERE h.queue_name = $2 AND h.active_deduplication_id = f.next_deduplication_id
+                           AND h.status IN ${ACTIVE_STATUSES_SQL})`;
+  return `WITH stranded AS (${strandedKeys}),
+     released AS (
+       DELETE FROM ${active} AS r USING stranded AS s
+       WHERE r.queue_name = $2 AND r.active_deduplication_id = s.key AND r.status NOT IN ${ACTIVE_STATUSES_SQL}
+       RETURNING r.workflow_id
+     ),
+     ${handOverSql(active, `SELECT $2::text AS queue_name, key FROM stranded WHERE (SELECT count(*) FROM released) >= 0`, '$1', '$2')}
+     SELECT (SELECT count(*)::int FROM handed_over) AS handed_over, ${END_WAKE_UPS_SQL} AS woken`;
 }
 
 /** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */

@@ -8,10 +8,7 @@ import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
-import { WorkflowTables, workflowTables } from './workflow-tables';
-
-/** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
-export const ACTIVE_DEDUPLICATION_INDEX = 'workflow_queue_deduplication_key';
+import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
 
 export type InsertResult =
   | { outcome: 'inserted' }
@@ -362,8 +359,9 @@ export class WorkflowInserter {
    * after a recovery): updates the waiting one with the latest arguments, or inserts it (ENQUEUED, not due, holding
    * the key's "next" slot) while the holder is still running. The statement that frees the key hands it to the
    * follow-up (see `endWorkflowsSql`). Undefined when the holder is no longer running. NOTE: the holder row is locked
-   * FOR SHARE while the follow-up is inserted, so the holder cannot end in between and leave the follow-up waiting
-   * forever.
+   * FOR SHARE while the follow-up is inserted, so the holder cannot end in between; a statement ending it that began
+   * before the follow-up committed does not see the follow-up, which the heartbeat sweep then hands the key
+   * (`handOverStrandedSql`).
    */
   async upsertFollowUp(workflow: NewWorkflow): Promise<{ workflowId: string; created: boolean } | undefined> {
     for (let round = 0; round < 3; round++) {

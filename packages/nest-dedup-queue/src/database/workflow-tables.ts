@@ -23,6 +23,9 @@ export function workflowTables(schemaSql: string): WorkflowTables {
   };
 }
 
+/** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
+export const ACTIVE_DEDUPLICATION_INDEX = 'workflow_queue_deduplication_key';
+
 /** The columns that the active table and the history share: a workflow moves between them as it is. */
 export const WORKFLOW_COLUMNS = [
   'workflow_id',

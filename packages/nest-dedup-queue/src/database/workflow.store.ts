@@ -1,11 +1,18 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { END_WAKE_UPS_SQL, endWorkflowsSql, keepsKeyInWindowSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, endWorkflowsSql, handOverStrandedSql, keepsKeyInWindowSql } from './workflow-finish.sql';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
-import { WORKFLOW_COLUMN_LIST, WorkflowTables, workflowColumnsSql, workflowTables } from './workflow-tables';
+import {
+  ACTIVE_DEDUPLICATION_INDEX,
+  WORKFLOW_COLUMN_LIST,
+  WorkflowTables,
+  workflowColumnsSql,
+  workflowTables,
+} from './workflow-tables';
+import { isUniqueViolationOn } from './sql-errors';
 import { changedStartSql, nowPlusMsSql } from './time.sql';
 
 /**
@@ -298,6 +305,24 @@ export class WorkflowStore {
       { idempotent: true },
     );
     return rows.map(toWorkflowRef);
+  }
+
+  /**
+   * Hands their keys to the `queue-next` follow-ups of a queue that no unfinished workflow holds the key of (see
+   * `handOverStrandedSql`); how many took one. A key taken meanwhile by a new holder (a unique violation) leaves the
+   * follow-up waiting for that holder, which will hand it over.
+   */
+  async handOverStrandedFollowUps(queueName: string): Promise<number> {
+    try {
+      const [row] = await this.database.query<{ handed_over: number }>(handOverStrandedSql(this.table), [
+        this.database.wakeUpChannel,
+        queueName,
+      ]);
+      return row.handed_over;
+    } catch (error) {
+      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return 0;
+      throw error;
+    }
   }
 
   /**

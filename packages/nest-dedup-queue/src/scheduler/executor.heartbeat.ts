@@ -135,6 +135,10 @@ export class ExecutorHeartbeat {
     const timedOut = await this.workflows.cancelTimedOut(queueName);
     if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
     for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });
+    const handedOver = await this.workflows.handOverStrandedFollowUps(queueName);
+    if (handedOver > 0) {
+      this.logger.log(`Handed ${handedOver} stranded follow-up(s) of queue "${queueName}" their deduplication key`);
+    }
   }
 
   private report(source: string, recovered: RecoveredWorkflow[]): void {

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
-import { type ClaimedWorkflow, type WorkflowClaimer, claimedRows } from '../database/workflow-claimer';
+import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import type { RegisteredWorkflow, WorkflowRegistry, WorkflowRunOptions } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection-monitor';
@@ -239,12 +239,13 @@ export class QueueWorker {
     const settle = this.claimStarted(limit);
     this.claimAgain = false;
     const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
+    const attached = this.deps.claimer.attachable(request);
     return {
-      ...this.deps.claimer.attachable(request),
+      ...attached,
       deliver: (claimedJson, error) => {
         settle();
         if (claimedJson) {
-          const workflows = claimedRows(claimedJson);
+          const workflows = attached.read(claimedJson);
           this.take(workflows);
           if (workflows.length < limit) this.mayHaveWork = this.claimAgain;
         } else if (error instanceof DatabaseUnavailableError) {
