@@ -1,6 +1,6 @@
 /**
  * A 4-process fuzz of the duplicate policies: three enqueuing processes (child-policy-enqueuer.ts) fire streams of
- * calls over a few keys, each call with a policy drawn from a seeded generator (every policy, `supersede`, a capped
+ * calls over a few keys, each call with a policy drawn from a seeded generator (every policy, `supersede`, `send`, a capped
  * debounce and `requireSameArgs` included), while a worker process (child-policy-worker.ts) runs the holders, half of
  * which finish at once and half when the round is over. A separate connection samples the invariants all along:
  * never two unfinished holders of one key, never two follow-ups, never an unfinished workflow that holds neither the
@@ -29,6 +29,7 @@ const POLICIES: EnqueueOptions[] = [
   { onDuplicate: 'supersede' },
   { onDuplicate: 'replace', delayMs: 20, maxDelayMs: 60 },
   { onDuplicate: 'return-existing', requireSameArgs: true },
+  { onDuplicate: 'send' },
 ];
 const EXPECTED_ERRORS = new Set(['QueueDeduplicatedError', 'DeduplicationMismatchError']);
 
@@ -168,7 +169,8 @@ it(`${ENQUEUERS.length} enqueuing processes and a worker, ${ROUNDS} rounds of ${
   }
   unexpected = unexpected.slice(0, 5);
 
-  // Everything left runs to its end: nothing waits forever (a follow-up whose holder is gone, say).
+  // Everything left runs to its end: nothing waits forever (a follow-up whose holder is gone, say), and every
+  // duplicate sent to a holder that never receives starts a workflow of its own in the end.
   await waitFor(
     async () => {
       await pool.query(
@@ -184,6 +186,10 @@ it(`${ENQUEUERS.length} enqueuing processes and a worker, ${ROUNDS} rounds of ${
         [KEYS],
       );
       if (rows.length > 0) throw new Error(`still unfinished: ${JSON.stringify(rows.slice(0, 8))}`);
+      const unreceived = await pool.query(
+        `SELECT count(*)::int AS n FROM "${schema}".workflow_messages WHERE queue_name = 'live' AND received_at IS NULL`,
+      );
+      if (unreceived.rows[0].n > 0) throw new Error(`${unreceived.rows[0].n} duplicate(s) sent and not yet delivered`);
       return true;
     },
     { what: 'every workflow of the keys to finish', timeoutMs: 30_000, intervalMs: 100 },

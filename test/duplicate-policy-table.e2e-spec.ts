@@ -4,7 +4,7 @@
  * deduplication window, with what the call returns or throws and what the holder is afterwards.
  */
 import { Injectable } from '@nestjs/common';
-import { EnqueueOptions, Workflow, sleep, workflowContext } from 'nest-dedup-queue';
+import { DUPLICATE_TOPIC, EnqueueOptions, Workflow, sleep, workflowContext } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { Gate } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
@@ -34,7 +34,7 @@ class TableTasks {
 
 type Holder = 'queued' | 'running' | 'waiting' | 'window';
 /** What the duplicate call gave: an error's name, the holder's handle, a new workflow, or the follow-up. */
-type Outcome = 'QueueDeduplicatedError' | 'holder' | 'replaced' | 'follow-up' | 'superseded';
+type Outcome = 'QueueDeduplicatedError' | 'holder' | 'replaced' | 'follow-up' | 'superseded' | 'sent';
 
 const POLICIES: Array<[string, EnqueueOptions, Record<Holder, Outcome>]> = [
   [
@@ -76,6 +76,11 @@ const POLICIES: Array<[string, EnqueueOptions, Record<Holder, Outcome>]> = [
     'supersede',
     { onDuplicate: 'supersede' },
     { queued: 'superseded', running: 'superseded', waiting: 'superseded', window: 'QueueDeduplicatedError' },
+  ],
+  [
+    'send',
+    { onDuplicate: 'send' },
+    { queued: 'sent', running: 'sent', waiting: 'sent', window: 'QueueDeduplicatedError' },
   ],
 ];
 
@@ -147,10 +152,15 @@ describe.each(POLICIES)('%s', (name, policy, expected) => {
       });
       workflowId = handle.workflowId;
       if (handle.workflowId === holder.id) {
-        const { rows } = await pool.query(`SELECT inputs::text AS inputs FROM ${view} WHERE workflow_id = $1`, [
-          holder.id,
-        ]);
-        outcome = rows[0].inputs === JSON.stringify([`${key}-dup`]) ? 'replaced' : 'holder';
+        const { rows } = await pool.query(
+          `SELECT inputs::text AS inputs,
+                  (SELECT array_agg(message::text) FROM "${schema}".workflow_messages
+                   WHERE workflow_id = $1 AND topic = $2) AS messages
+           FROM ${view} WHERE workflow_id = $1`,
+          [holder.id, DUPLICATE_TOPIC],
+        );
+        const duplicate = JSON.stringify([`${key}-dup`]);
+        outcome = rows[0].inputs === duplicate ? 'replaced' : rows[0].messages?.includes(duplicate) ? 'sent' : 'holder';
       } else {
         const after = await statusOf(holder.id);
         outcome = after === 'CANCELLED' && before !== 'CANCELLED' ? 'superseded' : 'follow-up';
@@ -172,7 +182,8 @@ describe.each(POLICIES)('%s', (name, policy, expected) => {
       ]);
       expect(rows[0].next_deduplication_id).toBe(key);
     }
-    if (outcome === 'QueueDeduplicatedError' || outcome === 'holder') expect(await statusOf(holder.id)).toBe(before);
+    if (outcome === 'QueueDeduplicatedError' || outcome === 'holder' || outcome === 'sent')
+      expect(await statusOf(holder.id)).toBe(before);
     await app.queues.cancelMany({ deduplicationIds: [key] });
   });
 });

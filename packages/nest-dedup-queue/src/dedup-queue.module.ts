@@ -39,6 +39,8 @@ import { QueueScheduler } from './scheduler/queue.scheduler';
 import { ExecutorStore } from './database/executor.store';
 import { StepStore } from './database/step.store';
 import { WorkflowClaimer } from './database/workflow-claimer';
+import { StrandedDuplicates } from './database/stranded-duplicates';
+import { DuplicateDeliveries } from './scheduler/duplicate-deliveries';
 import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
 import { NotificationListener } from './scheduler/notification.listener';
 import { OutcomeWriter } from './scheduler/outcome.writer';
@@ -102,6 +104,8 @@ import { MessageSender } from './composition/message.sender';
     },
     onDatabase(WaitingStore),
     onDatabase(MessageStore),
+    onDatabase(StrandedDuplicates),
+    DuplicateDeliveries,
     WaitingWaker,
     WorkflowWaits,
     MessageSender,

@@ -16,3 +16,4 @@ export { WorkflowClaimer } from './database/workflow-claimer';
 export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from './database/workflow-claimer';
 export type { WorkflowOutcome } from './database/workflow.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
+export { StrandedDuplicates } from './database/stranded-duplicates';

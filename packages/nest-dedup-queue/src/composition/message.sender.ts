@@ -1,6 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { MessageStore } from '../database/message.store';
-import { WaitingStore } from '../database/waiting.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { SendOptions } from '../interfaces/message-options.interface';
@@ -15,10 +14,7 @@ import { topicOf } from './workflow-messages';
 export class MessageSender {
   private readonly logger = new Logger('DedupQueueModule');
 
-  constructor(
-    private readonly messages: MessageStore,
-    private readonly waiting: WaitingStore,
-  ) {}
+  constructor(private readonly messages: MessageStore) {}
 
   async send(workflowId: string, message: unknown, options: SendOptions = {}): Promise<void> {
     if (typeof workflowId !== 'string' || workflowId.length === 0) {
@@ -39,9 +35,8 @@ export class MessageSender {
     const target = await this.messages.findTarget(workflowId);
     if (!target) throw new WorkflowNotFoundError(workflowId);
     await this.messages.insert(target, workflowId, topic, messageJson, key ?? null);
-    if (await this.messages.countAndWake(target.queueName, workflowId, topic, target.now)) {
+    if (await this.messages.countAndWake(target.queueName, workflowId, topic)) {
       this.logger.debug(`Workflow ${workflowId} woke up for a message`);
-      await this.waiting.wakeWorkers(target.queueName);
     }
   }
 }

@@ -4,11 +4,7 @@ import { executionFrames } from '../execution/execution-frames';
 import type { RecvOptions } from '../interfaces/message-options.interface';
 import { runWaitsOf } from './run-waits';
 
-/**
- * The topic of the messages that `onDuplicate: 'send'` delivers to a deduplication key's holder: the duplicate's
- * arguments array. Receive them with `recv(DUPLICATE_TOPIC)`.
- */
-export const DUPLICATE_TOPIC = 'dedup-queue:duplicate';
+export { DUPLICATE_TOPIC } from '../database/message.store';
 
 /** How long `recv` waits by default (as DBOS's `recv`): 60 seconds. */
 export const DEFAULT_RECV_TIMEOUT_MS = 60_000;

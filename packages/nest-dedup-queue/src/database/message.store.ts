@@ -4,12 +4,37 @@ import type { OwnedRun } from './waiting.store';
 import { STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
+/**
+ * The topic of the messages that `onDuplicate: 'send'` delivers to a deduplication key's holder: the duplicate's
+ * arguments array. Receive them with `recv(DUPLICATE_TOPIC)`.
+ */
+export const DUPLICATE_TOPIC = 'dedup-queue:duplicate';
+
+/**
+ * The CTEs `counted` and `wake_ups`: each workflow that `targetsSql` selects (`workflow_id`, `messages`: how many
+ * messages it was just sent, `wakes`: whether it waits in `recv` on their topic, read from its locked row) counts
+ * them in `messages_sent`, and a waiting one becomes due at once; the workers of its queue are woken.
+ */
+export function countAndWakeSql(active: string, queue: string, targetsSql: string, channel: string): string {
+  return `counted AS (
+       UPDATE ${active} AS w
+       SET messages_sent = w.messages_sent + t.messages, updated_at = now(),
+           status = CASE WHEN t.wakes THEN ${STATUS_SQL.ENQUEUED} ELSE w.status END,
+           not_before = CASE WHEN t.wakes THEN NULL ELSE w.not_before END,
+           waiting_topic = CASE WHEN t.wakes THEN NULL ELSE w.waiting_topic END
+       FROM (${targetsSql}) AS t
+       WHERE w.queue_name = ${queue} AND w.workflow_id = t.workflow_id
+       RETURNING w.queue_name, t.wakes
+     ),
+     wake_ups AS (
+       SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM counted WHERE wakes) AS q
+     )`;
+}
+
 /** The workflow a message is for, found by its ID alone. */
 export interface MessageTarget {
   queueName: string;
   createdAt: Date;
-  /** The database's clock when it was looked up. */
-  now: Date;
 }
 
 /** What a running workflow's `recv` sees before it waits. */
@@ -37,12 +62,12 @@ export class MessageStore {
 
   /** The queue and creation time of workflow `workflowId`, or undefined when no workflow has that ID. */
   async findTarget(workflowId: string): Promise<MessageTarget | undefined> {
-    const rows = await this.database.query<{ queue_name: string; created_at: Date; now: Date }>(
-      `SELECT queue_name, created_at, now() AS now FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
+    const rows = await this.database.query<{ queue_name: string; created_at: Date }>(
+      `SELECT queue_name, created_at FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       { idempotent: true },
     );
-    return rows[0] && { queueName: rows[0].queue_name, createdAt: rows[0].created_at, now: rows[0].now };
+    return rows[0] && { queueName: rows[0].queue_name, createdAt: rows[0].created_at };
   }
 
   /** Stores a message (JSON text); false when its idempotency key was used before for this workflow. */
@@ -64,26 +89,20 @@ export class MessageStore {
   }
 
   /**
-   * Counts a message sent to the workflow and, if it waits on `topic`, makes it due (at `sentAt`, the database's
-   * clock read by `findTarget`). True when it was woken. NOTE: a `recv` suspends only while the count is what it read
+   * Counts a message sent to the workflow and, if it waits on `topic`, makes it due and wakes its queue's workers
+   * (see `countAndWakeSql`). True when it was woken. NOTE: a `recv` suspends only while the count is what it read
    * along with the messages, so a message stored before this statement is either seen by it or wakes it here.
    */
-  async countAndWake(queueName: string, workflowId: string, topic: string, sentAt: Date): Promise<boolean> {
+  async countAndWake(queueName: string, workflowId: string, topic: string): Promise<boolean> {
     const rows = await this.database.query<{ woken: boolean }>(
       `WITH target AS (
-         SELECT workflow_id, status = ${STATUS_SQL.WAITING} AND waiting_topic = $3 AS wakes
+         SELECT workflow_id, 1 AS messages, status = ${STATUS_SQL.WAITING} AND waiting_topic = $3 AS wakes
          FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = $2
          FOR UPDATE
-       )
-       UPDATE ${this.tables.active} AS w
-       SET messages_sent = w.messages_sent + 1, updated_at = now(),
-           status = CASE WHEN t.wakes THEN ${STATUS_SQL.ENQUEUED} ELSE w.status END,
-           not_before = CASE WHEN t.wakes THEN $4::timestamptz ELSE w.not_before END,
-           waiting_topic = CASE WHEN t.wakes THEN NULL ELSE w.waiting_topic END
-       FROM target AS t
-       WHERE w.queue_name = $1 AND w.workflow_id = t.workflow_id
-       RETURNING t.wakes AS woken`,
-      [queueName, workflowId, topic, sentAt],
+       ),
+       ${countAndWakeSql(this.tables.active, '$1', 'SELECT * FROM target', '$4')}
+       SELECT wakes AS woken, (SELECT count(*) FROM wake_ups) AS notified FROM counted`,
+      [queueName, workflowId, topic, this.database.wakeUpChannel],
     );
     return rows[0]?.woken === true;
   }

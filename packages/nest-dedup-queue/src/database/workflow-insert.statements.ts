@@ -90,11 +90,15 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
   const input = parameterOf(params, (context) => context.workflow);
   const columns = newWorkflowColumns(input);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  const taken = takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'));
+  // NOTE: on Citus a given ID taken elsewhere is found afterwards (`takeBackTaken`): the look-up asks every node.
+  const values = citus
+    ? `VALUES (${Object.values(columns).join(', ')})`
+    : `SELECT ${Object.values(columns).join(', ')}
+       WHERE NOT ${takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'))}`;
   // NOTE: ::text, as a void column is refused by Prisma's raw queries (a caller's transaction, `fromPrisma`).
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
-       ${citus ? `VALUES (${Object.values(columns).join(', ')})` : `SELECT ${Object.values(columns).join(', ')} WHERE NOT ${taken}`}
+       ${values}
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
        RETURNING queue_name
      )

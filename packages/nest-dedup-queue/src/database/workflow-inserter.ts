@@ -9,6 +9,7 @@ import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
+import { countAndWakeSql } from './message.store';
 
 export type InsertResult =
   | { outcome: 'inserted' }
@@ -47,6 +48,16 @@ export type SupersedeResult =
   | { outcome: 'workflow-id-taken' }
   /** The key was taken meanwhile (it was free when looked at); nothing was written: try again. */
   | { outcome: 'retry' };
+
+export type SendResult =
+  /** The holder (queued, running or waiting) got the arguments as a message; `woken` if it waited for one. */
+  | { outcome: 'sent'; holderId: string }
+  /** A finished workflow holds the key within its deduplication window: nothing was written. */
+  | { outcome: 'window-held'; holderId: string }
+  /** `requireSameArgs`, and the holder's arguments differ: nothing was written. */
+  | { outcome: 'mismatch'; holderId: string }
+  /** Nobody holds the key (any more): nothing was written; insert again. */
+  | { outcome: 'free' };
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -380,6 +391,54 @@ export class WorkflowInserter {
       if (inserted[0].workflow_id) return { workflowId: inserted[0].workflow_id, created: true };
     }
     return undefined;
+  }
+
+  /**
+   * `onDuplicate: 'send'` in one statement: locks the key's holder (`FOR UPDATE`); if it is unfinished (and, with
+   * `requireSameArgs`, its arguments equal), stores `workflow`'s arguments as a message on `topic` for it, counts the
+   * message and wakes it if it waits in `recv` on that topic (its queue's workers are woken). NOTE: a holder that
+   * ends in a statement that began before this one committed does not see the message; it is delivered then by
+   * `StrandedDuplicates`, as every message left unreceived by a finished holder is.
+   */
+  async sendToHolder(workflow: NewWorkflow, topic: string, requireSameArgs: boolean): Promise<SendResult> {
+    const rows = await this.query<{ holder_id: string; unfinished: boolean; same_args: boolean; delivered: number }>(
+      `WITH expired AS (${releaseExpiredKeySql(this.table)}),
+       holder AS (
+         SELECT workflow_id, created_at, status, waiting_topic, status IN ${ACTIVE_STATUSES_SQL} AS unfinished,
+                inputs::jsonb = $4::text::jsonb AS same_args
+         FROM ${this.table}
+         WHERE queue_name = $1 AND active_deduplication_id = $2 AND ${windowOpenSql()}
+           AND workflow_id NOT IN (SELECT workflow_id FROM expired)
+         FOR UPDATE
+       ),
+       delivering AS (
+         SELECT workflow_id, created_at, status = ${STATUS_SQL.WAITING} AND waiting_topic = $3 AS wakes FROM holder
+         WHERE unfinished AND (same_args OR NOT $5::bool)
+       ),
+       sent AS (
+         INSERT INTO ${this.database.schemaSql}.workflow_messages
+           (queue_name, workflow_id, workflow_created_at, topic, message)
+         SELECT $1, workflow_id, created_at, $3, $4::text::json FROM delivering
+         RETURNING workflow_id
+       ),
+       ${countAndWakeSql(this.table, '$1', 'SELECT workflow_id, 1 AS messages, wakes FROM delivering WHERE EXISTS (SELECT 1 FROM sent)', '$6')}
+       SELECT h.workflow_id AS holder_id, h.unfinished, h.same_args,
+              (SELECT count(*)::int FROM counted) AS delivered, (SELECT count(*) FROM wake_ups) AS woken
+       FROM holder AS h`,
+      [
+        workflow.queueName,
+        workflow.deduplicationId,
+        topic,
+        workflow.inputsJson,
+        requireSameArgs,
+        this.database.wakeUpChannel,
+      ],
+    );
+    const row = rows[0];
+    if (!row) return { outcome: 'free' };
+    if (!row.unfinished) return { outcome: 'window-held', holderId: row.holder_id };
+    if (row.delivered === 0) return { outcome: 'mismatch', holderId: row.holder_id };
+    return { outcome: 'sent', holderId: row.holder_id };
   }
 
   /**

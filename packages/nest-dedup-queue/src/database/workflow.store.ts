@@ -106,6 +106,16 @@ export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
   return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
 }
 
+/** What `recordOutcomes` did. */
+export interface OutcomesRecorded {
+  /** The workflows whose outcome was recorded. */
+  recorded: string[];
+  /** The rows of the attached claim, as JSON text. */
+  claimedJson: string[];
+  /** Those of `recorded` that ended and had been sent messages (some may be left unreceived). */
+  sentMessages: string[];
+}
+
 /**
  * The SQL of a workflow after it was enqueued (`WorkflowInserter` enqueues, `WorkflowClaimer` claims): recording
  * outcomes, cancel and timeouts, retention, resume, reschedule and look-ups. Each change is one statement that ends
@@ -139,7 +149,7 @@ export class WorkflowStore {
     outcomes: WorkflowOutcome[],
     wakeQueues: string[],
     claim?: AttachedClaim,
-  ): Promise<{ recorded: string[]; claimedJson: string[] }> {
+  ): Promise<OutcomesRecorded> {
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
     const citus = this.database.citus;
     if (citus && new Set(outcomes.map((o) => o.queueName)).size > 1) {
@@ -155,13 +165,18 @@ export class WorkflowStore {
       return {
         recorded: results.flatMap((result) => result.recorded),
         claimedJson: results.flatMap((result) => result.claimedJson),
+        sentMessages: results.flatMap((result) => result.sentMessages),
       };
     }
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const wakes = wakeQueues.length > 0;
     const queueParam = citus ? '$11' : undefined;
     const rowSql = citus ? `${OUTCOME_ROW_SQL} AND w.queue_name = $11` : OUTCOME_ROW_SQL;
-    const rows = await this.database.query<{ workflow_id: string | null; claimed: string | null }>(
+    const rows = await this.database.query<{
+      workflow_id: string | null;
+      claimed: string | null;
+      sent_messages: boolean | null;
+    }>(
       `WITH retried AS (
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
@@ -185,8 +200,8 @@ export class WorkflowStore {
          queueParam,
        })},
        finished AS (
-         SELECT workflow_id, queue_name, end_status AS outcome FROM ended
-         UNION ALL SELECT workflow_id, queue_name, outcome FROM retried
+         SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
+         UNION ALL SELECT workflow_id, queue_name, outcome, false FROM retried
        )${
          retries
            ? `, forgotten AS (
@@ -204,9 +219,9 @@ export class WorkflowStore {
        )
        ${claim ? `, ${claim.ctes(citus ? 12 : 11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
-              ${END_WAKE_UPS_SQL} AS handed_over
+              ${END_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
-       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL FROM claimed AS c' : ''}`,
+       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
       [
         outcomes.map((o) => o.workflowId),
         outcomes.map((o) => o.status),
@@ -226,11 +241,13 @@ export class WorkflowStore {
     );
     const recorded: string[] = [];
     const claimedJson: string[] = [];
+    const sentMessages: string[] = [];
     for (const row of rows) {
       if (row.claimed !== null) claimedJson.push(row.claimed);
       else if (row.workflow_id !== null) recorded.push(row.workflow_id);
+      if (row.sent_messages && row.workflow_id !== null) sentMessages.push(row.workflow_id);
     }
-    return { recorded, claimedJson };
+    return { recorded, claimedJson, sentMessages };
   }
 
   /**

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { NewWorkflow } from '../database/new-workflow';
 import { isDeadlock } from '../database/sql-errors';
+import { DUPLICATE_TOPIC } from '../database/message.store';
 import { Holder, SupersedeResult, WorkflowInserter } from '../database/workflow-inserter';
 import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
@@ -172,6 +173,7 @@ export class WorkflowEnqueuer {
     holderId: string | undefined,
   ): Promise<Enqueued | undefined> {
     const requireSameArgs = policy.requireSameArgs === true;
+    if (policy.onDuplicate === 'send') return this.sendToHolder(inserter, workflow, requireSameArgs);
     if (policy.onDuplicate === 'replace') {
       const replaced = await inserter.replaceQueued(workflow, requireSameArgs);
       if (replaced) return this.hit(workflow, replaced, 'replaced', { workflowId: replaced, created: false });
@@ -205,6 +207,28 @@ export class WorkflowEnqueuer {
       default:
         this.hit(workflow, holder.workflowId, 'rejected', undefined);
         throw new QueueDeduplicatedError(workflow.queueName, workflow.deduplicationId as string, holder.workflowId);
+    }
+  }
+
+  /** `onDuplicate: 'send'`: the holder gets the arguments as a message; undefined when the key is free by now. */
+  private async sendToHolder(
+    inserter: WorkflowInserter,
+    workflow: NewWorkflow,
+    requireSameArgs: boolean,
+  ): Promise<Enqueued | undefined> {
+    const key = workflow.deduplicationId as string;
+    const result = await inserter.sendToHolder(workflow, DUPLICATE_TOPIC, requireSameArgs);
+    switch (result.outcome) {
+      case 'sent':
+        return this.hit(workflow, result.holderId, 'sent', { workflowId: result.holderId, created: false });
+      case 'mismatch':
+        this.hit(workflow, result.holderId, 'mismatched', undefined);
+        throw new DeduplicationMismatchError(workflow.queueName, key, result.holderId);
+      case 'window-held':
+        this.hit(workflow, result.holderId, 'rejected', undefined);
+        throw new QueueDeduplicatedError(workflow.queueName, key, result.holderId);
+      case 'free':
+        return undefined;
     }
   }
 

@@ -2,10 +2,11 @@
  * What happened to an enqueue whose deduplication ID was held: `rejected` (`QueueDeduplicatedError`),
  * `returned-existing`, `replaced`, `queued-next`, `superseded` (the holder was cancelled and this call's workflow
  * took the key; `existingWorkflowId` is the cancelled holder), `mismatched` (`requireSameArgs`: the holder's
- * arguments differ, `DeduplicationMismatchError`).
+ * arguments differ, `DeduplicationMismatchError`), `sent` (`onDuplicate: 'send'`: the arguments went to the holder as
+ * a message).
  */
 export type DeduplicationOutcome =
-  'rejected' | 'returned-existing' | 'replaced' | 'queued-next' | 'superseded' | 'mismatched';
+  'rejected' | 'returned-existing' | 'replaced' | 'queued-next' | 'superseded' | 'mismatched' | 'sent';
 
 /** One deduplication hit, as given to `QueueService.onDeduplicated()` listeners. */
 export interface DeduplicationEvent {

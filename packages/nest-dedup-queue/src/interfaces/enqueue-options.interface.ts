@@ -11,8 +11,14 @@ import type { TransactionSql } from './transaction-sql.interface';
  *   this call's workflow takes the key in the same transaction; a running holder's signal aborts wherever it runs;
  *   both rows name each other (`supersededBy` / `supersedes` in their status). A finished holder still within its
  *   deduplication window is not superseded: `QueueDeduplicatedError`.
+ * - `'send'`: the holder, queued, running or waiting, gets this call's arguments array as a message on
+ *   `DUPLICATE_TOPIC` (it receives them with `recv(DUPLICATE_TOPIC)`) and its handle is returned (`created: false`);
+ *   a free key starts a workflow with them. A message the holder has not received when it ends starts the next
+ *   workflow of the key (the holder's workflow and options, the message's arguments), and the messages after it go
+ *   to that one: no call is lost and there is never a second holder. A finished holder still within its
+ *   deduplication window cannot receive: `QueueDeduplicatedError`.
  */
-export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace' | 'supersede';
+export type DuplicatePolicy = 'reject' | 'return-existing' | 'replace' | 'supersede' | 'send';
 
 /**
  * With `onDuplicate: 'replace'`, when the holder is already running: `'reject'` (the default), `'return-existing'`,

@@ -26,6 +26,7 @@ const OUTCOMES: readonly DeduplicationOutcome[] = [
   'queued-next',
   'superseded',
   'mismatched',
+  'sent',
 ];
 /** From 5 ms to an hour. */
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];

@@ -6,6 +6,7 @@ import { HistoryPartitions } from '../database/history-partitions';
 import { describeError } from '../database/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
+import { DuplicateDeliveries } from './duplicate-deliveries';
 
 /** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
@@ -41,6 +42,7 @@ export class ExecutorHeartbeat {
     private readonly workflows: WorkflowStore,
     private readonly partitions: HistoryPartitions,
     private readonly lifecycle: WorkflowLifecycle,
+    private readonly duplicates: DuplicateDeliveries,
   ) {}
 
   /** Registers the lease, recovers what this executor ID left, and starts beating; `onLeaseLost` as above. */
@@ -139,6 +141,7 @@ export class ExecutorHeartbeat {
     if (handedOver > 0) {
       this.logger.log(`Handed ${handedOver} stranded follow-up(s) of queue "${queueName}" their deduplication key`);
     }
+    await this.duplicates.deliver(queueName);
   }
 
   private report(source: string, recovered: RecoveredWorkflow[]): void {

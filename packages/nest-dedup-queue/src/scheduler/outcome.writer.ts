@@ -1,4 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
+import { DuplicateDeliveries } from './duplicate-deliveries';
 import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
 import type { AttachedClaim } from '../database/workflow-claimer';
 import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
@@ -47,11 +48,13 @@ export class OutcomeWriter {
   private closed = false;
   private claimWith: ClaimWithOutcomesHook = () => undefined;
   private readonly failures = new FailureLog(this.logger);
+  private readonly deliveryFailures = new FailureLog(this.logger);
 
   constructor(
     private readonly store: WorkflowStore,
     private readonly config: DedupQueueConfig,
     private readonly settings: QueueSettings,
+    private readonly duplicates: DuplicateDeliveries,
   ) {}
 
   /** Lets the workers attach their next claim to the write of their queue's outcomes (see the class doc). */
@@ -124,6 +127,20 @@ export class OutcomeWriter {
     return this.config.distribution === 'citus' ? item.queueName : '';
   }
 
+  /** The queues of workflows that ended with messages sent to them deliver what they left unreceived. */
+  private deliverStranded(batch: QueuedOutcome[], sentMessages: string[]): void {
+    if (sentMessages.length === 0) return;
+    const ended = new Set(sentMessages);
+    const queues = new Set(batch.filter((item) => ended.has(item.outcome.workflowId)).map((item) => item.queueName));
+    for (const queueName of queues) {
+      this.duplicates
+        .deliver(queueName)
+        .catch((error: unknown) =>
+          this.failures.failed(`Delivering the unreceived duplicates of "${queueName}"`, error),
+        );
+    }
+  }
+
   private async writeWithRetry(batch: QueuedOutcome[]): Promise<Set<string>> {
     const wake = [...new Set(batch.map((item) => item.queueName))].filter((queueName) =>
       hasGlobalLimits(this.settings.effective(queueName)),
@@ -138,7 +155,7 @@ export class OutcomeWriter {
     while (!this.closed) {
       try {
         const outcomes = batch.map((item) => item.outcome);
-        const { recorded, claimedJson } = await this.store.recordOutcomes(
+        const { recorded, claimedJson, sentMessages } = await this.store.recordOutcomes(
           this.config.executorId,
           outcomes,
           wake,
@@ -146,6 +163,7 @@ export class OutcomeWriter {
         );
         claim?.deliver(claimedJson);
         this.failures.succeeded();
+        this.deliverStranded(batch, sentMessages);
         return new Set(recorded);
       } catch (error) {
         claim?.deliver(undefined, error);

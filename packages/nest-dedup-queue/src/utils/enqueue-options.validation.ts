@@ -26,7 +26,7 @@ export interface ValidEnqueueOptions {
   transaction: TransactionSql | undefined;
 }
 
-const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existing', 'replace', 'supersede'];
+const DUPLICATE_POLICIES: readonly DuplicatePolicy[] = ['reject', 'return-existing', 'replace', 'supersede', 'send'];
 const WHEN_RUNNING_POLICIES: readonly WhenRunningPolicy[] = ['reject', 'return-existing', 'queue-next'];
 
 const MAX_INT = 2_147_483_647;
