@@ -8,7 +8,9 @@ import { Injectable } from '@nestjs/common';
 import {
   BulkControlResult,
   InvalidArgumentError,
+  OnWorkflowEvent,
   UnknownQueueError,
+  WorkflowEvent,
   WorkflowFilter,
   Workflow,
   workflowContext,
@@ -25,6 +27,13 @@ class BulkTasks {
   readonly started = new Set<string>();
   readonly aborted = new Set<string>();
   readonly gate = new Gate();
+  /** The `cancelled` lifecycle events, as an application's listener gets them. */
+  readonly cancelledEvents: WorkflowEvent[] = [];
+
+  @OnWorkflowEvent('cancelled')
+  recordCancelled(event: WorkflowEvent): void {
+    this.cancelledEvents.push(event);
+  }
 
   @Workflow()
   async hold(label: string): Promise<string> {
@@ -108,6 +117,19 @@ it('cancels what matches every field given: queued, delayed and running (aborted
       { workflowId: running.workflowId, outcome: 'cancelled' },
       { workflowId: dead.workflowId, outcome: 'not-cancellable' },
     ]),
+  );
+  const ids = [queued.workflowId, delayed.workflowId, running.workflowId];
+  expect(
+    tasks.cancelledEvents
+      .filter((event) => event.event === 'cancelled' && ids.includes(event.workflowId))
+      .map(({ workflowId, queueName }) => ({ workflowId, queueName }))
+      .sort((a, b) => a.workflowId.localeCompare(b.workflowId)),
+  ).toEqual(
+    [
+      { workflowId: queued.workflowId, queueName: 'parked' },
+      { workflowId: delayed.workflowId, queueName: 'parked' },
+      { workflowId: running.workflowId, queueName: 'live' },
+    ].sort((a, b) => a.workflowId.localeCompare(b.workflowId)),
   );
   await waitFor(() => tasks.aborted.has(running.workflowId), { what: 'the running body to see its signal abort' });
   for (const id of [queued.workflowId, delayed.workflowId, running.workflowId]) {

@@ -8,6 +8,7 @@ import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { assertQueueDeclared } from '../utils/declared-queue';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowCompletions } from '../workflow-completions';
+import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
 /** Workflows per statement of a bulk call. */
 const BATCH = 1000;
@@ -15,7 +16,8 @@ const FILTER_KEYS: readonly (keyof WorkflowFilter)[] = ['queueName', 'status', '
 
 /**
  * Cancels and resumes every workflow a filter matches, a batch of 1000 per statement, queue by queue (every
- * statement names its queue). `QueueService.cancelMany` and `resumeMany` delegate here.
+ * statement names its queue). Each workflow it cancels is told as `cancel` tells it (the process running it aborts
+ * it, a `cancelled` lifecycle event). `QueueService.cancelMany` and `resumeMany` delegate here.
  */
 @Injectable()
 export class BulkControlService {
@@ -24,6 +26,7 @@ export class BulkControlService {
     private readonly store: BulkControlStore,
     private readonly scheduler: QueueScheduler,
     private readonly completions: WorkflowCompletions,
+    private readonly lifecycle: WorkflowLifecycle,
   ) {}
 
   /** See `QueueService.cancelMany`. */
@@ -31,31 +34,35 @@ export class BulkControlService {
     const results = await this.forEachBatch(filter, (queue, valid, after) =>
       this.store.cancelBatch(queue, valid, after, BATCH),
     );
-    for (const { workflowId, outcome } of results) {
-      if (outcome !== 'cancelled') continue;
+    for (const { workflowId, outcome, queueName, workflowName } of results) {
+      if (outcome !== 'cancelled' || workflowName === undefined) continue;
       this.scheduler.cancelled({ workflowId, reason: 'cancelled' });
       this.completions.finished(workflowId);
+      this.lifecycle.emit({ event: 'cancelled', workflowId, queueName, workflowName, reason: 'cancelled' });
     }
-    return results;
+    return results.map(({ workflowId, outcome }) => ({ workflowId, outcome }));
   }
 
   /** See `QueueService.resumeMany`. */
   async resumeMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
-    return this.forEachBatch(filter, (queue, valid, after) => this.store.resumeBatch(queue, valid, after, BATCH));
+    const results = await this.forEachBatch(filter, (queue, valid, after) =>
+      this.store.resumeBatch(queue, valid, after, BATCH),
+    );
+    return results.map(({ workflowId, outcome }) => ({ workflowId, outcome }));
   }
 
   private async forEachBatch(
     filter: WorkflowFilter,
     batch: (queueName: string, filter: BulkFilter, afterSeq: string) => Promise<BulkBatch>,
-  ): Promise<BulkControlResult[]> {
+  ): Promise<Array<BulkBatch['results'][number] & { queueName: string }>> {
     const valid = validFilter(filter);
     if (filter.queueName !== undefined) assertQueueDeclared(this.config, filter.queueName);
     const queues = filter.queueName === undefined ? [...this.config.queues.keys()] : [filter.queueName];
-    const results: BulkControlResult[] = [];
+    const results: Array<BulkBatch['results'][number] & { queueName: string }> = [];
     for (const queueName of queues) {
       for (let after = '0'; ;) {
         const done = await batch(queueName, valid, after);
-        results.push(...done.results);
+        results.push(...done.results.map((result) => ({ ...result, queueName })));
         if (done.results.length < BATCH || done.lastSeq === undefined) break;
         after = done.lastSeq;
       }

@@ -22,7 +22,12 @@ export interface BulkFilter {
 
 /** One batch's answer: what happened to each matched workflow, and the cursor for the next batch. */
 export interface BulkBatch {
-  results: Array<{ workflowId: string; outcome: 'cancelled' | 'not-cancellable' | 'resumed' | 'key-held' }>;
+  results: Array<{
+    workflowId: string;
+    outcome: 'cancelled' | 'not-cancellable' | 'resumed' | 'key-held';
+    /** Of a cancelled workflow: its workflow's name, for the `cancelled` lifecycle event. */
+    workflowName?: string;
+  }>;
   /** The highest `seq` matched; undefined when the batch matched nothing. */
   lastSeq?: string;
 }
@@ -60,6 +65,7 @@ export class BulkControlStore {
         seq: string;
         cancelled: boolean;
         attempts: number | null;
+        workflow_name: string | null;
       }>(
         `WITH matched AS (
            SELECT workflow_id, seq FROM ${this.tables.active}
@@ -76,7 +82,7 @@ export class BulkControlStore {
            channelParam: '$7',
            queueParam: '$1',
          })}
-         SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts,
+         SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts, e.workflow_name,
                 ${END_WAKE_UPS_SQL} AS handed_over
          FROM matched AS m LEFT JOIN ended AS e ON e.workflow_id = m.workflow_id
          ORDER BY m.seq`,
@@ -97,10 +103,11 @@ export class BulkControlStore {
         ]);
       }
       return {
-        results: rows.map((row) => ({
-          workflowId: row.workflow_id,
-          outcome: row.cancelled ? ('cancelled' as const) : ('not-cancellable' as const),
-        })),
+        results: rows.map((row) =>
+          row.cancelled
+            ? { workflowId: row.workflow_id, outcome: 'cancelled' as const, workflowName: row.workflow_name as string }
+            : { workflowId: row.workflow_id, outcome: 'not-cancellable' as const },
+        ),
         lastSeq: rows[rows.length - 1]?.seq,
       };
     });
