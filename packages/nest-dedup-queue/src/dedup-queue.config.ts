@@ -18,6 +18,7 @@ import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './utils/da
 import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
+import { UnknownQueueError } from './errors/unknown-queue.error';
 
 /** Queues declared together and where: one `registerQueue()` call (its `QueueRegistration`). */
 export interface QueueDeclarations {
@@ -320,4 +321,9 @@ function nonNegativeInteger(value: unknown, name: string, fail: (message: string
   if (value === undefined) return undefined;
   if (!Number.isInteger(value) || (value as number) < 0) fail(`\`${name}\` must be a non-negative integer`);
   return value as number;
+}
+
+/** @throws UnknownQueueError when no module declared `queueName`, naming the declared ones. */
+export function assertQueueDeclared(config: DedupQueueConfig, queueName: string): void {
+  if (!config.queues.has(queueName)) throw new UnknownQueueError(queueName, [...config.queues.keys()]);
 }

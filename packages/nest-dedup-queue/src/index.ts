@@ -6,7 +6,7 @@ export {
   DedupQueueCheck,
   DedupQueueHealthIndicator,
   DedupQueueHealthResult,
-} from './observability/dedup-queue.health-indicator';
+} from './reporting/dedup-queue.health-indicator';
 export { Scheduled } from './decorators/scheduled.decorator';
 export { ScheduleService } from './scheduling/schedule.service';
 export { runStep, stepManager, workflowContext } from './execution/workflow-context';

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { ChildWorkflows } from './composition/child-workflows';
+import { ChildWorkflows } from './child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
 import { BulkControlService } from './control/bulk-control.service';
 import { QueueControlService } from './control/queue-control.service';

@@ -1,11 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import { DedupQueueConfig } from '../dedup-queue.config';
+import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
 import { BulkBatch, BulkControlStore, BulkFilter } from '../database/bulk-control.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-control.interface';
 import { WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
-import { assertQueueDeclared } from '../utils/declared-queue';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowCompletions } from '../workflow-completions';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';

@@ -1,10 +1,9 @@
 import { Injectable } from '@nestjs/common';
-import { DedupQueueConfig, QUEUE_LIMIT_KEYS, resolveLimits } from '../dedup-queue.config';
+import { DedupQueueConfig, QUEUE_LIMIT_KEYS, assertQueueDeclared, resolveLimits } from '../dedup-queue.config';
 import { QueueControlStore } from '../database/queue-control.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import { QueueSettings } from '../queue-settings';
-import { assertQueueDeclared } from '../utils/declared-queue';
 import { unknownKey } from '../utils/known-keys';
 
 /**

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { DedupQueueConfig, isPartitioned } from '../dedup-queue.config';
+import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
@@ -14,7 +14,6 @@ import type { EnqueuedWorkflowHandle } from '../interfaces/workflow-handle.inter
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
 import { WorkflowTracer } from '../observability/workflow.tracer';
 import { QueueSettings } from '../queue-settings';
-import { assertQueueDeclared } from '../utils/declared-queue';
 import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from '../utils/enqueue-options.validation';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { DeduplicationEvents } from './deduplication-events';

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { DedupQueueConfig } from '../dedup-queue.config';
+import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
 import { WorkflowInserter } from '../database/workflow-inserter';
 import { toStatusInfo } from '../database/workflow-row';
 import { WorkflowStore } from '../database/workflow.store';
@@ -10,7 +10,6 @@ import type { DeduplicationEvent } from '../interfaces/deduplication-event.inter
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowHandle } from '../interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
-import { assertQueueDeclared } from '../utils/declared-queue';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 
 const MAX_LIST_LIMIT = 10_000;

@@ -5,7 +5,7 @@ import { QueueDatabase } from '../database/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { settleWithin } from '../utils/settle-within';
-import { optionalPeer } from './optional-peer';
+import { optionalPeer } from '../observability/optional-peer';
 
 const DEFAULT_TIMEOUT_MS = 2000;
 

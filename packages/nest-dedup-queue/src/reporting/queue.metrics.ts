@@ -10,8 +10,8 @@ import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
 import type { MetricsRegistry } from '../interfaces/metrics-options.interface';
 import { WORKFLOW_STATUSES, WorkflowStatus } from '../interfaces/workflow-status.interface';
-import { optionalPeer } from './optional-peer';
-import { LifecycleEvent, WorkflowLifecycle } from './workflow-lifecycle.events';
+import { optionalPeer } from '../observability/optional-peer';
+import { LifecycleEvent, WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 
 const FINISHED_BY_EVENT: Partial<Record<LifecycleEvent['event'], WorkflowStatus>> = {
   completed: 'SUCCESS',
