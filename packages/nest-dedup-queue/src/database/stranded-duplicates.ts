@@ -56,11 +56,7 @@ export class StrandedDuplicates {
         `SELECT m.seq::text AS seq, m.workflow_id, m.message::text AS message, h.deduplication_id, h.workflow_name, h.priority,
                 h.timeout_ms, h.max_attempts, h.max_recovery_attempts, h.partition_key, h.dedup_window_ms,
                 h.release_key_on_error
-         FROM ${this.messages} AS m
-         JOIN ${this.tables.history} AS h ON h.queue_name = $1 AND h.workflow_id = m.workflow_id
-           AND h.created_at = m.workflow_created_at
-         WHERE m.queue_name = $1 AND m.topic = $2 AND m.received_at IS NULL AND h.deduplication_id IS NOT NULL
-           AND ${this.holderGone('m')}
+         ${this.strandedSql()}
          ORDER BY m.seq
          FOR UPDATE OF m SKIP LOCKED`,
         [queueName, DUPLICATE_TOPIC],
@@ -76,20 +72,25 @@ export class StrandedDuplicates {
   /** A cheap look first (outside any transaction): most sweeps find nothing. */
   private async anyStranded(queueName: string): Promise<boolean> {
     const [row] = await this.database.query<{ any: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM ${this.messages} AS m
-                      WHERE m.queue_name = $1 AND m.topic = $2 AND m.received_at IS NULL AND ${this.holderGone('m')})
-         AS any`,
+      `SELECT EXISTS (SELECT 1 ${this.strandedSql()}) AS any`,
       [queueName, DUPLICATE_TOPIC],
       { idempotent: true },
     );
     return row.any;
   }
 
-  /** The message's workflow is no longer unfinished (it is in the history, or only its key record is left). */
-  private holderGone(message: string): string {
-    return `NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
-                        WHERE a.queue_name = ${message}.queue_name AND a.workflow_id = ${message}.workflow_id
-                          AND a.status IN ${ACTIVE_STATUSES_SQL})`;
+  /**
+   * The unreceived duplicates (`m`) of queue $1 (topic $2) whose workflow (`h`, in the history) had a key and is no
+   * longer unfinished: only its key record may be left in the active table.
+   */
+  private strandedSql(): string {
+    return `FROM ${this.messages} AS m
+         JOIN ${this.tables.history} AS h ON h.queue_name = $1 AND h.workflow_id = m.workflow_id
+           AND h.created_at = m.workflow_created_at
+         WHERE m.queue_name = $1 AND m.topic = $2 AND m.received_at IS NULL AND h.deduplication_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
+                           WHERE a.queue_name = $1 AND a.workflow_id = m.workflow_id
+                             AND a.status IN ${ACTIVE_STATUSES_SQL})`;
   }
 
   private async deliverKey(
