@@ -119,7 +119,11 @@ function batchInputs() {
   return { params, arrays, columns, channel };
 }
 
-/** Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). */
+/**
+ * Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). A row not inserted is looked
+ * up by its workflow ID (a probe of the active table and of every day of the history) only when the caller gave the
+ * ID: a generated one is new by construction, so its row was refused for its key.
+ */
 function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
   const { params, arrays, columns, channel } = batchInputs();
   const sql = `WITH input AS (
@@ -144,7 +148,7 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
      LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
      LEFT JOIN LATERAL (
        SELECT w.queue_name, w.workflow_name FROM ${tables.workflows} AS w
-       WHERE ins.workflow_id IS NULL AND w.workflow_id = i.workflow_id
+       WHERE ins.workflow_id IS NULL AND i.workflow_id_given AND w.workflow_id = i.workflow_id
        ORDER BY w.queue_name = i.queue_name DESC LIMIT 1
      ) AS existing ON true
      LEFT JOIN ${tables.active} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
