@@ -44,7 +44,7 @@ export default tseslint.config(
     // The callers of the queue: `queueService.enqueue(queue, this.tasks.process, ...)` passes a method reference,
     // which the module only uses as a key (it calls the workflow on its provider instance), so unbound-method's
     // warning is a false positive there (the README says the same to users).
-    files: ['test/**/*.ts', 'apps/**/*.ts'],
+    files: ['test/**/*.ts', 'apps/**/*.ts', 'bench/**/*.ts'],
     rules: { '@typescript-eslint/unbound-method': 'off' },
   },
   {
