@@ -1,6 +1,7 @@
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
-import { END_WAKE_UPS_SQL, endWorkflowsSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, EndSpec, NOTIFY_SQL, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
+import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
@@ -42,11 +43,20 @@ function matchesSql(row = ''): string {
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
+/** A matched row of a cancel batch, and whether it was cancelled (with its claim count and workflow name). */
+interface CancelledRow {
+  workflow_id: string;
+  seq: string;
+  cancelled: boolean;
+  attempts: number | null;
+  workflow_name: string | null;
+}
+
 /**
  * The SQL of `cancelMany` and `resumeMany`: one statement per batch of one queue (every statement names its queue),
  * walking the queue's matching workflows in `seq` order, and, in the same transaction, a statement of its own that
  * sends the notifications (cancel signals for what ran, wake-ups). Cancels end workflows through `endWorkflowsSql`,
- * as `cancel` does; resumes take each workflow's key back unless another workflow holds it (`key-held`).
+ * as `cancel` does (on Citus, the batch is locked, then ended by the router statements of `runEndStatements`); resumes take each workflow's key back unless another workflow holds it (`key-held`).
  */
 export class BulkControlStore {
   private readonly tables: WorkflowTables;
@@ -59,43 +69,29 @@ export class BulkControlStore {
 
   /** Cancels one batch of a queue's unfinished workflows that match (dead letters are matched, not cancelled). */
   async cancelBatch(queueName: string, filter: BulkFilter, afterSeq: string, limit: number): Promise<BulkBatch> {
+    const params = [
+      queueName,
+      afterSeq,
+      filter.workflowIds,
+      filter.deduplicationIds,
+      filter.statuses,
+      limit,
+      this.database.wakeUpChannel,
+    ];
     return this.database.transaction(async (query) => {
-      const rows = await query<{
-        workflow_id: string;
-        seq: string;
-        cancelled: boolean;
-        attempts: number | null;
-        workflow_name: string | null;
-      }>(
-        `WITH matched AS (
-           SELECT workflow_id, seq FROM ${this.tables.active}
-           WHERE ${matchesSql()} AND (status IN ${ACTIVE_STATUSES_SQL}
-                                      OR status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
-           ORDER BY seq LIMIT $6
-           FOR UPDATE
+      const rows = this.database.citus
+        ? await this.cancelMatchedOnItsNode(query, params)
+        : await query<CancelledRow>(
+            `WITH matched AS (
+           ${this.matchedSql()}
          ),
-         ${endWorkflowsSql({
-           tables: this.tables,
-           using: 'matched AS m',
-           where: `w.queue_name = $1 AND w.workflow_id = m.workflow_id AND w.status IN ${ACTIVE_STATUSES_SQL}`,
-           status: STATUS_SQL.CANCELLED,
-           channelParam: '$7',
-           queueParam: '$1',
-         })}
+         ${endWorkflowsSql(this.cancelSpec(false))}
          SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts, e.workflow_name,
                 ${END_WAKE_UPS_SQL} AS handed_over
          FROM matched AS m LEFT JOIN ended AS e ON e.workflow_id = m.workflow_id
          ORDER BY m.seq`,
-        [
-          queueName,
-          afterSeq,
-          filter.workflowIds,
-          filter.deduplicationIds,
-          filter.statuses,
-          limit,
-          this.database.wakeUpChannel,
-        ],
-      );
+            params,
+          );
       const cancelled = rows.filter((row) => row.cancelled);
       if (cancelled.length > 0) {
         await this.notify(query, this.database.cancelChannel, [
@@ -111,6 +107,45 @@ export class BulkControlStore {
         lastSeq: rows[rows.length - 1]?.seq,
       };
     });
+  }
+
+  /** The batch's matching rows (unfinished or dead letters), locked, in `seq` order. */
+  private matchedSql(): string {
+    return `SELECT workflow_id, seq FROM ${this.tables.active}
+           WHERE ${matchesSql()} AND (status IN ${ACTIVE_STATUSES_SQL}
+                                      OR status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
+           ORDER BY seq LIMIT $6
+           FOR UPDATE`;
+  }
+
+  /** The matched rows that are unfinished end CANCELLED: those of `matched AS m` (on Citus, the IDs $8). */
+  private cancelSpec(citus: boolean): EndSpec {
+    return {
+      tables: this.tables,
+      using: citus ? undefined : 'matched AS m',
+      where: `w.queue_name = $1 AND w.workflow_id = ${citus ? 'ANY($8::text[])' : 'm.workflow_id'} AND w.status IN ${ACTIVE_STATUSES_SQL}`,
+      status: STATUS_SQL.CANCELLED,
+      channelParam: '$7',
+      citus,
+      queueParam: '$1',
+    };
+  }
+
+  /** On Citus, the cancel of a batch as router statements: the matched rows locked, then `runEndStatements`. */
+  private async cancelMatchedOnItsNode(query: Query, params: unknown[]): Promise<CancelledRow[]> {
+    const matched = await query<{ workflow_id: string; seq: string }>(...usedParameters(this.matchedSql(), params));
+    if (matched.length === 0) return [];
+    const ids = matched.map((row) => row.workflow_id);
+    const ended = new Map(
+      (await runEndStatements(query, this.cancelSpec(true), [...params, ids])).map((row) => [row.workflow_id, row]),
+    );
+    return matched.map((row) => ({
+      workflow_id: row.workflow_id,
+      seq: String(row.seq),
+      cancelled: ended.has(row.workflow_id),
+      attempts: ended.get(row.workflow_id)?.attempts ?? null,
+      workflow_name: ended.get(row.workflow_id)?.workflow_name ?? null,
+    }));
   }
 
   /**
@@ -212,6 +247,6 @@ export class BulkControlStore {
   }
 
   private async notify(query: Query, channel: string, payloads: string[]): Promise<void> {
-    await query('SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload', [channel, payloads]);
+    await query(NOTIFY_SQL, [channel, payloads]);
   }
 }

@@ -21,3 +21,16 @@ export class SqlParameters<C> {
     return this.getters.map((get) => get(context));
   }
 }
+
+/**
+ * A statement that reads some of `values` by number (`$1` is `values[0]`), renumbered to read exactly those, in the
+ * order of their first use, with their values: the server cannot tell the type of a parameter no statement reads.
+ */
+export function usedParameters(sql: string, values: unknown[]): [string, unknown[]] {
+  const used: number[] = [];
+  const renumbered = sql.replace(/\$(\d+)/g, (_, n: string) => {
+    const at = used.includes(Number(n)) ? used.indexOf(Number(n)) : used.push(Number(n)) - 1;
+    return `$${at + 1}`;
+  });
+  return [renumbered, used.map((n) => values[n - 1])];
+}

@@ -1,11 +1,12 @@
 import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
+import { usedParameters } from './sql-parameters';
 
 /**
  * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
- * active table: every statement that ends workflows (an outcome, a cancel, a timeout) is built by `endWorkflowsSql`,
- * which deletes the active rows, writes them to the history, keeps a key record in the active table for a workflow
+ * active table: every statement that ends workflows (an outcome, a cancel, a timeout) is built by `endWorkflowsSql`
+ * (on Citus, the statements of `endWorkflowsStatementsSql`, from the same description), which deletes the active rows, writes them to the history, keeps a key record in the active table for a workflow
  * whose deduplication window is open, and, in the same statement, hands each freed key to the `queue-next`
  * follow-up waiting for it. A key record whose window is over is deleted by `releaseExpiredKeySql` when someone
  * wants its key (never by a sweep).
@@ -39,14 +40,11 @@ export interface EndSpec {
 }
 
 /**
- * The CTEs (without the leading WITH) that end workflows: `ended` returns the rows as they were before (`w.*`) with
- * `end_status` and whatever `returning` adds. The statement must read `END_WAKE_UPS_SQL` in its final SELECT, so that
- * the follow-ups' wake-ups are sent.
+ * The columns of a finished row, as the history and a key record take them, over the ending row `e` (the active
+ * row with `end_status`, `end_output`, `end_error` and `keeps_key`).
  */
-export function endWorkflowsSql(spec: EndSpec): string {
-  const { active, history } = spec.tables;
-  const keeps = spec.keepsKeyWhen ?? 'FALSE';
-  const finished = workflowColumnsSql('e.', {
+function finishedColumnsSql(spec: EndSpec): string {
+  return workflowColumnsSql('e.', {
     ...spec.overrides,
     status: 'e.end_status',
     output: 'e.end_output',
@@ -59,6 +57,17 @@ export function endWorkflowsSql(spec: EndSpec): string {
     completed_at: 'now()',
     updated_at: 'now()',
   });
+}
+
+/**
+ * The CTEs (without the leading WITH) that end workflows: `ended` returns the rows as they were before (`w.*`) with
+ * `end_status` and whatever `returning` adds. The statement must read `END_WAKE_UPS_SQL` in its final SELECT, so that
+ * the follow-ups' wake-ups are sent. On Citus, see `endWorkflowsStatementsSql`.
+ */
+export function endWorkflowsSql(spec: EndSpec): string {
+  const { active, history } = spec.tables;
+  const keeps = spec.keepsKeyWhen ?? 'FALSE';
+  const finished = finishedColumnsSql(spec);
   return `ended AS (
        DELETE FROM ${active} AS w ${spec.using ? `USING ${spec.using}` : ''}
        WHERE ${spec.where}
@@ -78,6 +87,119 @@ export function endWorkflowsSql(spec: EndSpec): string {
        spec.channelParam,
        spec.queueParam,
      )}`;
+}
+
+/** A row that `endWorkflowsStatementsSql` ends, as its first statement locks it (with what `returning` adds). */
+export interface EndingRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+  attempts: number;
+  /** Whether it had been sent messages (`messages_sent > 0`). */
+  sent_messages: boolean;
+  /** Whether it keeps its key for its deduplication window (a key record stays in the active table). */
+  keeps_key: boolean;
+  /** The key it holds, and whether a `queue-next` follow-up waits for it. */
+  active_deduplication_id: string | null;
+  followed: boolean;
+}
+
+/** The statements of `endWorkflowsStatementsSql`, in the order they run. */
+export interface EndStatements {
+  /** Locks the rows that end and returns them (`EndingRow`). */
+  lock: string;
+  /** Copies them, finished, to the history. */
+  archive: string;
+  /** Deletes their active rows. */
+  remove: string;
+  /** Writes the key records of those that keep their key (only when some do). */
+  keyRecords: string;
+  /** Hands the freed keys to the follow-ups waiting for them; returns `handed_over`, how many took one. */
+  handOver: string;
+  /** Wakes the queue's workers after a hand-over (from the coordinator: it reads no table). */
+  wakeUp: string;
+}
+
+/**
+ * On Citus, what `endWorkflowsSql` does in one statement, as router statements to run in order in one transaction,
+ * each naming the queue (`queueParam`), so that Citus sends each whole to the queue's node (data-modifying CTEs that
+ * read each other's rows would send them to every node). `lock` locks the rows that end (`FOR UPDATE`, which
+ * rechecks `where` on a row changed meanwhile) and returns them as `EndingRow`s; then, by their IDs, the history gets
+ * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go, the key records are written
+ * from the history rows, and the keys that follow-ups wait for are handed over (`handOverSql`; its wake-ups are a
+ * statement of their own, since a statement routed to a worker would notify there). The statements read the
+ * caller's parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those
+ * that keep their key, and the keys handed over: run them with `runEndStatements`.
+ */
+export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): EndStatements {
+  const { active, history } = spec.tables;
+  const queue = spec.queueParam;
+  if (!queue) throw new Error('endWorkflowsStatementsSql needs the queue of the rows that end (queueParam)');
+  const [ids, kept, keys] = [1, 2, 3].map((n) => `$${paramCount + n}::text[]`);
+  const using = spec.using ? `, ${spec.using}` : '';
+  const ending = `SELECT w.*, ${spec.status} AS end_status, ${spec.output ?? 'w.output'} AS end_output,
+              ${spec.error ?? 'w.error'} AS end_error, w.workflow_id = ANY(${kept}) AS keeps_key
+       FROM ${active} AS w ${using}
+       WHERE ${spec.where} AND w.queue_name = ${queue} AND w.workflow_id = ANY(${ids})`;
+  return {
+    lock: `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+         (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id,
+         EXISTS (SELECT 1 FROM ${active} AS f
+                 WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
+                   AND f.status = ${STATUS_SQL.ENQUEUED}) AS followed
+         ${spec.returning ? `, ${spec.returning}` : ''}
+       FROM ${active} AS w ${using}
+       WHERE ${spec.where} AND w.queue_name = ${queue}
+       FOR UPDATE OF w`,
+    archive: `INSERT INTO ${history} (${WORKFLOW_COLUMN_LIST}) SELECT ${finishedColumnsSql(spec)} FROM (${ending}) AS e`,
+    remove: `DELETE FROM ${active} WHERE queue_name = ${queue} AND workflow_id = ANY(${ids})`,
+    keyRecords: `INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST})
+       SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
+    handOver: `WITH ${handOverSql(
+      active,
+      `SELECT ${queue}::text AS queue_name, key FROM unnest(${keys}) AS key`,
+      spec.channelParam,
+      queue,
+    )}
+       SELECT count(*)::int AS handed_over FROM handed_over`,
+    wakeUp: `SELECT pg_notify(${spec.channelParam}, ${queue})::text`,
+  };
+}
+
+/** Whether an ending row frees a key that a `queue-next` follow-up waits for. */
+function handsOver(row: EndingRow): boolean {
+  return !row.keeps_key && row.followed && row.active_deduplication_id !== null;
+}
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/**
+ * Ends workflows with the statements of `endWorkflowsStatementsSql`, in the caller's transaction (`query`), given
+ * the caller's parameter values; returns the rows that ended (none: nothing was written).
+ */
+export async function runEndStatements<R extends EndingRow = EndingRow>(
+  query: Query,
+  spec: EndSpec,
+  params: unknown[],
+): Promise<R[]> {
+  const statements = endWorkflowsStatementsSql(spec, params.length);
+  const ending = await query<R>(...usedParameters(statements.lock, params));
+  if (ending.length === 0) return ending;
+  const values = [
+    ...params,
+    ending.map((row) => row.workflow_id),
+    ending.filter((row) => row.keeps_key).map((row) => row.workflow_id),
+    ending.filter(handsOver).map((row) => row.active_deduplication_id),
+  ];
+  const run = <T>(sql: string) => query<T>(...usedParameters(sql, values));
+  await run(statements.archive);
+  await run(statements.remove);
+  if (ending.some((row) => row.keeps_key)) await run(statements.keyRecords);
+  if (ending.some(handsOver)) {
+    const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
+    if (handed_over > 0) await run(statements.wakeUp);
+  }
+  return ending;
 }
 
 /**
@@ -123,6 +245,12 @@ export function handOverStrandedSql(active: string): string {
      ${handOverSql(active, `SELECT $2::text AS queue_name, key FROM stranded WHERE (SELECT count(*) FROM released) >= 0`, '$1', '$2')}
      SELECT (SELECT count(*)::int FROM handed_over) AS handed_over, ${END_WAKE_UPS_SQL} AS woken`;
 }
+
+/**
+ * Sends each of `$2` (text[]) on channel `$1`. It reads no table, so on Citus it runs on the coordinator, where the
+ * LISTEN connections are (a statement routed to a worker would notify there); sent on commit, as any NOTIFY.
+ */
+export const NOTIFY_SQL = 'SELECT pg_notify($1, payload)::text FROM unnest($2::text[]) AS payload';
 
 /** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */
 export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';

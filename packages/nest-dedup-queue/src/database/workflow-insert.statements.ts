@@ -5,7 +5,7 @@ import {
   newWorkflowColumns,
 } from './new-workflow.columns';
 import { SqlParameters } from './sql-parameters';
-import { END_WAKE_UPS_SQL, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
@@ -22,12 +22,24 @@ export interface SupersedeContext {
   channel: string;
 }
 
+/** A row holding a key or waiting for it, as `supersede` locks it. */
+export interface SupersededHolderRow {
+  workflow_id: string;
+  held_key: boolean;
+  unfinished: boolean;
+  window_open: boolean;
+  same_args: boolean;
+}
+
 /** The statements that insert new rows, built once per table from `newWorkflowColumns`. */
 export interface InsertStatements {
   one: Statement<{ workflow: NewWorkflow; channel: string }>;
   many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   followUp: Statement<NewWorkflow>;
   supersede: Statement<SupersedeContext>;
+  /** On Citus, `supersede` as router statements: the holders locked, then the new workflow (see `supersedeEndSpec`). */
+  supersedeHolders: Statement<NewWorkflow>;
+  insertSuperseding: Statement<{ workflow: NewWorkflow; supersedes: string | null }>;
 }
 
 /**
@@ -41,6 +53,8 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
     many: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables),
     followUp: insertFollowUpStatement(tables.active),
     supersede: supersedeStatement(tables),
+    supersedeHolders: supersedeHoldersStatement(tables),
+    insertSuperseding: insertSupersedingStatement(tables),
   };
 }
 
@@ -195,7 +209,8 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
  * this commits; an insert that still finds the key taken (a free key taken meanwhile) returns no `inserted_id`, and
  * the caller rolls back whatever was ended and tries again. The insert reads `ended` so that it runs after the
  * holder's row is gone (the unique index then allows the key). The cancel notifications are sent by the caller, in
- * a statement of their own.
+ * a statement of their own. On Citus the same steps are router statements (`WorkflowInserter`'s
+ * `supersedeOnItsNode`), the holders ending through `runEndStatements`.
  */
 function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede'] {
   const params = new SqlParameters<SupersedeContext>();
@@ -205,17 +220,12 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
   const id = input('workflow_id');
   const requireSameArgs = params.ref('require_same_args', 'bool', (context) => context.requireSameArgs);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  const unfinished = `status IN ${ACTIVE_STATUSES_SQL}`;
   const columns = newWorkflowColumns(input, {
     supersedes: '(SELECT workflow_id FROM ended WHERE held_key)',
   });
   const proceeds = 'NOT (SELECT window_held OR mismatch OR id_taken FROM blocked)';
   const sql = `WITH holders AS (
-       SELECT workflow_id, active_deduplication_id IS NOT NULL AS held_key, ${unfinished} AS unfinished,
-              ${windowOpenSql()} AS window_open, inputs::jsonb = ${input('inputs')}::jsonb AS same_args
-       FROM ${tables.active}
-       WHERE queue_name = ${queue} AND (active_deduplication_id = ${key} OR next_deduplication_id = ${key})
-       FOR UPDATE
+       ${supersededHoldersSql(tables, queue, key, input('inputs'))}
      ),
      blocked AS (
        SELECT EXISTS (SELECT 1 FROM holders WHERE held_key AND NOT unfinished AND window_open) AS window_held,
@@ -233,14 +243,10 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
        RETURNING x.workflow_id
      ),
      ${endWorkflowsSql({
-       tables,
+       ...supersedeEndSpec(tables, false, queue, id, channel),
        using: 'holders AS h',
        where: `w.queue_name = ${queue} AND w.workflow_id = h.workflow_id AND h.unfinished AND ${proceeds}`,
-       status: STATUS_SQL.CANCELLED,
        returning: 'h.held_key',
-       overrides: { superseded_by: id },
-       channelParam: channel,
-       queueParam: queue,
      })},
      inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
@@ -256,5 +262,62 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
                       FROM ended), '[]'::json) AS ended,
             ${END_WAKE_UPS_SQL} AS handed_over
      FROM blocked AS b`;
+  return { sql, params };
+}
+
+/**
+ * The rows holding `key` in `queue` or waiting for it (its holder and its follow-up), locked, with what `supersede`
+ * decides by: whether each holds the key, is unfinished, is within its deduplication window, and has the same
+ * arguments as `inputs`.
+ */
+function supersededHoldersSql(tables: WorkflowTables, queue: string, key: string, inputs: string): string {
+  return `SELECT workflow_id, active_deduplication_id IS NOT NULL AS held_key, status IN ${ACTIVE_STATUSES_SQL} AS unfinished,
+              ${windowOpenSql()} AS window_open, inputs::jsonb = ${inputs}::jsonb AS same_args
+       FROM ${tables.active}
+       WHERE queue_name = ${queue} AND (active_deduplication_id = ${key} OR next_deduplication_id = ${key})
+       FOR UPDATE`;
+}
+
+/**
+ * How `supersede` ends the unfinished holders: CANCELLED, naming the new workflow `id` in `superseded_by`. On Citus
+ * (the defaults): the rows of the IDs `$2` in queue `$1`, for the new workflow `$3`, with the wake-up channel `$4`;
+ * the single statement gives its own `where`.
+ */
+export function supersedeEndSpec(
+  tables: WorkflowTables,
+  citus = true,
+  queue = '$1::text',
+  id = '$3::text',
+  channel = '$4::text',
+): EndSpec {
+  return {
+    tables,
+    where: `w.queue_name = ${queue} AND w.workflow_id = ANY($2::text[])`,
+    status: STATUS_SQL.CANCELLED,
+    overrides: { superseded_by: id },
+    channelParam: channel,
+    citus,
+    queueParam: queue,
+  };
+}
+
+/** On Citus, the first statement of `supersede`: the key's holders, locked (`supersededHoldersSql`). */
+function supersedeHoldersStatement(tables: WorkflowTables): InsertStatements['supersedeHolders'] {
+  const params = new SqlParameters<NewWorkflow>();
+  const input = parameterOf(params, (workflow) => workflow);
+  return { sql: supersededHoldersSql(tables, input('queue_name'), input('deduplication_id'), input('inputs')), params };
+}
+
+/** On Citus, the new workflow of `supersede`, naming the ended holder of the key; none if a row took the key or ID. */
+function insertSupersedingStatement(tables: WorkflowTables): InsertStatements['insertSuperseding'] {
+  const params = new SqlParameters<{ workflow: NewWorkflow; supersedes: string | null }>();
+  const columns = newWorkflowColumns(
+    parameterOf(params, (context) => context.workflow),
+    { supersedes: params.ref('supersedes', 'text', (context) => context.supersedes) },
+  );
+  const sql = `INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+     VALUES (${Object.values(columns).join(', ')})
+     ON CONFLICT DO NOTHING
+     RETURNING workflow_id`;
   return { sql, params };
 }

@@ -1,10 +1,16 @@
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { InsertStatements, holdersOnOneQueueSql, insertStatements } from './workflow-insert.statements';
+import {
+  InsertStatements,
+  SupersededHolderRow,
+  holdersOnOneQueueSql,
+  insertStatements,
+  supersedeEndSpec,
+} from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
 import { interruptPayloadPrefix } from './workflow.store';
-import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
+import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
@@ -443,38 +449,27 @@ export class WorkflowInserter {
 
   /**
    * `onDuplicate: 'supersede'`: in one transaction (under a savepoint in a caller's), ends the key's holder and its
-   * waiting follow-up CANCELLED and inserts `workflow` holding the key (see `supersedeStatement`), then tells the
-   * processes running what it ended (NOTIFY on the cancel channel, sent on commit) and wakes the queue's workers.
+   * waiting follow-up CANCELLED and inserts `workflow` holding the key (see `supersedeStatement`; on Citus,
+   * `supersedeOnItsNode`), then tells the processes running what it ended (NOTIFY on the cancel channel, sent on
+   * commit) and wakes the queue's workers.
    */
   async supersede(workflow: NewWorkflow, requireSameArgs: boolean): Promise<SupersedeResult> {
     const run = async (query: Query): Promise<SupersedeResult> => {
-      const { sql, params } = this.statements.supersede;
-      const [row] = await query<{
-        inserted_id: string | null;
-        window_held: boolean;
-        mismatch: boolean;
-        id_taken: boolean;
-        holder_id: string | null;
-        ended: SupersededWorkflow[];
-      }>(sql, params.values({ workflow, requireSameArgs, channel: this.database.wakeUpChannel }));
-      if (row.id_taken) return { outcome: 'workflow-id-taken' };
-      if (row.window_held) return { outcome: 'window-held', holderId: row.holder_id as string };
-      if (row.mismatch) return { outcome: 'mismatch', holderId: row.holder_id as string };
-      if (row.inserted_id === null) {
-        if (row.ended.length > 0) throw new SupersedeLost();
-        return { outcome: 'retry' };
-      }
+      const result = this.database.citus
+        ? await this.supersedeOnItsNode(query, workflow, requireSameArgs)
+        : await this.supersedeInOneStatement(query, workflow, requireSameArgs);
+      if (result.outcome !== 'inserted') return result;
       await query(
         `SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload
          UNION ALL SELECT pg_notify($3, $4)`,
         [
           this.database.cancelChannel,
-          row.ended.map((ended) => `${interruptPayloadPrefix('cancelled')}${ended.attempt}:${ended.workflowId}`),
+          result.ended.map((ended) => `${interruptPayloadPrefix('cancelled')}${ended.attempt}:${ended.workflowId}`),
           this.database.wakeUpChannel,
           workflow.queueName,
         ],
       );
-      return { outcome: 'inserted', ended: row.ended };
+      return result;
     };
     try {
       return this.savepoints ? await this.guarded(() => run(this.query)) : await this.database.transaction(run);
@@ -482,6 +477,94 @@ export class WorkflowInserter {
       if (error instanceof SupersedeLost) return { outcome: 'retry' };
       throw error;
     }
+  }
+
+  private async supersedeInOneStatement(
+    query: Query,
+    workflow: NewWorkflow,
+    requireSameArgs: boolean,
+  ): Promise<SupersedeResult> {
+    const { sql, params } = this.statements.supersede;
+    const [row] = await query<{
+      inserted_id: string | null;
+      window_held: boolean;
+      mismatch: boolean;
+      id_taken: boolean;
+      holder_id: string | null;
+      ended: SupersededWorkflow[];
+    }>(sql, params.values({ workflow, requireSameArgs, channel: this.database.wakeUpChannel }));
+    if (row.id_taken) return { outcome: 'workflow-id-taken' };
+    if (row.window_held) return { outcome: 'window-held', holderId: row.holder_id as string };
+    if (row.mismatch) return { outcome: 'mismatch', holderId: row.holder_id as string };
+    if (row.inserted_id === null) {
+      if (row.ended.length > 0) throw new SupersedeLost();
+      return { outcome: 'retry' };
+    }
+    return { outcome: 'inserted', ended: row.ended };
+  }
+
+  /**
+   * On Citus, `supersedeStatement`'s steps as router statements in the caller's transaction: the key's holders
+   * locked; a workflow ID given by the caller looked up (in every queue and the history) or a generated one in the
+   * queue; an expired window's key record deleted; the unfinished holders ended (`runEndStatements`); the new
+   * workflow inserted.
+   */
+  private async supersedeOnItsNode(
+    query: Query,
+    workflow: NewWorkflow,
+    requireSameArgs: boolean,
+  ): Promise<SupersedeResult> {
+    const holders = await query<SupersededHolderRow>(
+      this.statements.supersedeHolders.sql,
+      this.statements.supersedeHolders.params.values(workflow),
+    );
+    const queue = workflow.queueName;
+    const idsOf = (rows: SupersededHolderRow[]) => rows.map((row) => row.workflow_id);
+    const expired = holders.filter((row) => row.held_key && !row.unfinished && !row.window_open);
+    if (expired.length > 0) {
+      await query(`DELETE FROM ${this.table} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`, [
+        queue,
+        idsOf(expired),
+      ]);
+    }
+    const idRows = workflow.workflowIdGiven
+      ? await query(`SELECT 1 FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`, [workflow.workflowId])
+      : await query(`SELECT 1 FROM ${this.table} WHERE queue_name = $1 AND workflow_id = $2`, [
+          queue,
+          workflow.workflowId,
+        ]);
+    const holder = holders.find((row) => row.held_key && (row.unfinished || row.window_open));
+    if (idRows.length > 0) return { outcome: 'workflow-id-taken' };
+    if (holders.some((row) => row.held_key && !row.unfinished && row.window_open)) {
+      return { outcome: 'window-held', holderId: holder?.workflow_id as string };
+    }
+    if (requireSameArgs && holder?.same_args === false) return { outcome: 'mismatch', holderId: holder.workflow_id };
+    const unfinished = idsOf(holders.filter((row) => row.unfinished));
+    const ended =
+      unfinished.length === 0
+        ? []
+        : await runEndStatements(query, supersedeEndSpec(this.tables), [
+            queue,
+            unfinished,
+            workflow.workflowId,
+            this.database.wakeUpChannel,
+          ]);
+    const supersedes = ended.find((row) => row.active_deduplication_id !== null)?.workflow_id ?? null;
+    const { sql, params } = this.statements.insertSuperseding;
+    const inserted = await query(sql, params.values({ workflow, supersedes }));
+    if (inserted.length === 0) {
+      if (ended.length > 0) throw new SupersedeLost();
+      return { outcome: 'retry' };
+    }
+    return {
+      outcome: 'inserted',
+      ended: ended.map((row) => ({
+        workflowId: row.workflow_id,
+        workflowName: row.workflow_name,
+        attempt: row.attempts,
+        heldKey: row.active_deduplication_id !== null,
+      })),
+    };
   }
 
   private async existing(workflow: NewWorkflow): Promise<InsertResult> {

@@ -1,7 +1,16 @@
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { END_WAKE_UPS_SQL, endWorkflowsSql, handOverStrandedSql, keepsKeyInWindowSql } from './workflow-finish.sql';
+import {
+  END_WAKE_UPS_SQL,
+  EndSpec,
+  EndingRow,
+  NOTIFY_SQL,
+  endWorkflowsSql,
+  handOverStrandedSql,
+  keepsKeyInWindowSql,
+  runEndStatements,
+} from './workflow-finish.sql';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
@@ -13,6 +22,7 @@ import {
   workflowTables,
 } from './workflow-tables';
 import { isUniqueViolationOn } from './sql-errors';
+import { usedParameters } from './sql-parameters';
 import { changedStartSql, nowPlusMsSql } from './time.sql';
 
 /**
@@ -46,9 +56,18 @@ const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"Workflow
 const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
   AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
 
-/** The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run. */
-const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
-  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt`;
+/**
+ * The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run (on Citus, of
+ * the queue $11, so that the statement runs on its node).
+ */
+function outcomeRowSql(citus: boolean): string {
+  return `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt${
+    citus ? ' AND w.queue_name = $11' : ''
+  }`;
+}
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
 export const RESUMED_COLUMNS = {
@@ -119,10 +138,11 @@ export interface OutcomesRecorded {
 /**
  * The SQL of a workflow after it was enqueued (`WorkflowInserter` enqueues, `WorkflowClaimer` claims): recording
  * outcomes, cancel and timeouts, retention, resume, reschedule and look-ups. Each change is one statement that ends
- * workflows through `finishWorkflowSql`. Locks: none beyond the rows a statement updates; a cancel waits for a step
- * transaction that holds its row `FOR SHARE` (see `StepStore.lockIfOwned`), the timeout and retention sweeps skip
- * such rows (`FOR UPDATE SKIP LOCKED`) until their next round, and an outcome changes only a row still PENDING under
- * its executor in the same run (no lock is taken to check that: the UPDATE's condition decides).
+ * workflows through `endWorkflowsSql` (on Citus, router statements in one transaction: `runEndStatements`). Locks:
+ * none beyond the rows a statement updates; a cancel waits for a step transaction that holds its row `FOR SHARE`
+ * (see `StepStore.lockIfOwned`), the timeout and retention sweeps skip such rows (`FOR UPDATE SKIP LOCKED`) until
+ * their next round, and an outcome changes only a row still PENDING under its executor in the same run (no lock is
+ * taken to check that: the UPDATE's condition decides; on Citus, the rows that end are locked first).
  */
 export class WorkflowStore {
   private readonly tables: WorkflowTables;
@@ -142,7 +162,7 @@ export class WorkflowStore {
    * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the
    * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take). With `claim`,
    * claims in the same statement and commit (one round trip for a worker's finished and next workflows) and returns
-   * the claimed rows as JSON text.
+   * the claimed rows as JSON text. On Citus, see `recordOutcomesByQueue`.
    */
   async recordOutcomes(
     executorId: string,
@@ -150,92 +170,30 @@ export class WorkflowStore {
     wakeQueues: string[],
     claim?: AttachedClaim,
   ): Promise<OutcomesRecorded> {
+    if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
-    const citus = this.database.citus;
-    if (citus && new Set(outcomes.map((o) => o.queueName)).size > 1) {
-      // NOTE: on Citus a statement runs on one node only when it names one queue: one statement per queue.
-      const byQueue = new Map<string, WorkflowOutcome[]>();
-      for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
-      const results = [];
-      for (const [queue, batch] of byQueue) {
-        results.push(
-          await this.recordOutcomes(executorId, batch, wakeQueues, queue === outcomes[0].queueName ? claim : undefined),
-        );
-      }
-      return {
-        recorded: results.flatMap((result) => result.recorded),
-        claimedJson: results.flatMap((result) => result.claimedJson),
-        sentMessages: results.flatMap((result) => result.sentMessages),
-      };
-    }
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const wakes = wakeQueues.length > 0;
-    const queueParam = citus ? '$11' : undefined;
-    const rowSql = citus ? `${OUTCOME_ROW_SQL} AND w.queue_name = $11` : OUTCOME_ROW_SQL;
     const rows = await this.database.query<{
       workflow_id: string | null;
       claimed: string | null;
       sent_messages: boolean | null;
     }>(
-      `WITH retried AS (
-         UPDATE ${this.table} AS w
-         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
-             not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
-             failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
-         FROM ${OUTCOMES_SQL}
-         WHERE o.status = 'RETRY' AND ${rowSql}
-         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
-       ),
-       ${endWorkflowsSql({
-         tables: this.tables,
-         using: OUTCOMES_SQL,
-         where: `o.status <> 'RETRY' AND ${rowSql}`,
-         status: 'o.status',
-         output: 'o.output::json',
-         error: 'o.error::json',
-         keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
-         overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
-         channelParam: '$7',
-         citus,
-         queueParam,
-       })},
+      `WITH retried AS (${this.retriedSql(false)}),
+       ${endWorkflowsSql(this.outcomesEndSpec(false))},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
          UNION ALL SELECT workflow_id, queue_name, outcome, false FROM retried
-       )${
-         retries
-           ? `, forgotten AS (
-         DELETE FROM ${this.steps} AS s
-         USING retried AS f
-         WHERE s.queue_name = ${queueParam ?? 'f.queue_name'} AND s.workflow_id = f.workflow_id
-           AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
-                                WHERE queue_name = ${queueParam ?? 'f.queue_name'} AND workflow_id = f.workflow_id
-                                  AND error IS NOT NULL)
-       )`
-           : ''
-       }, woken AS (
+       )${retries ? `, forgotten AS (${this.forgetFailedStepsSql('retried AS f', 'f.queue_name')})` : ''}, woken AS (
          SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
        )
-       ${claim ? `, ${claim.ctes(citus ? 12 : 11)}` : ''}
+       ${claim ? `, ${claim.ctes(11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
        ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
-      [
-        outcomes.map((o) => o.workflowId),
-        outcomes.map((o) => o.status),
-        outcomes.map((o) => o.outputJson),
-        outcomes.map((o) => (o.error ? JSON.stringify(o.error) : null)),
-        outcomes.map((o) => o.retryDelayMs ?? null),
-        executorId,
-        this.database.wakeUpChannel,
-        wakeQueues,
-        outcomes.map((o) => o.attempt),
-        outcomes.map((o) => o.queueName),
-        ...(citus ? [outcomes[0]?.queueName] : []),
-        ...(claim?.params ?? []),
-      ],
+      this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
       { prepared: true, idempotent: !claim },
     );
@@ -248,6 +206,113 @@ export class WorkflowStore {
       if (row.sent_messages && row.workflow_id !== null) sentMessages.push(row.workflow_id);
     }
     return { recorded, claimedJson, sentMessages };
+  }
+
+  /**
+   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the attached claim with the first
+   * queue's): the retries (and their forgotten steps), the workflows that end (`runEndStatements`), the claim, and
+   * the wake-up from the coordinator.
+   */
+  private async recordOutcomesByQueue(
+    executorId: string,
+    outcomes: WorkflowOutcome[],
+    wakeQueues: string[],
+    claim?: AttachedClaim,
+  ): Promise<OutcomesRecorded> {
+    const byQueue = new Map<string, WorkflowOutcome[]>();
+    for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
+    const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
+    for (const [queue, batch] of byQueue) {
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue];
+      const attached = queue === outcomes[0].queueName ? claim : undefined;
+      await this.database.transaction(async (query) => {
+        const retried = batch.some((o) => o.status === 'RETRY')
+          ? await query<{ workflow_id: string }>(...usedParameters(this.retriedSql(true), params))
+          : [];
+        if (retried.length > 0) {
+          await query(this.forgetFailedStepsSql('unnest($2::text[]) AS f(workflow_id)', '$1'), [
+            queue,
+            retried.map((row) => row.workflow_id),
+          ]);
+        }
+        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params);
+        const claimed = attached
+          ? await query<{ claimed: string }>(
+              `WITH ${attached.ctes(1)} SELECT row_to_json(c)::text AS claimed FROM claimed AS c`,
+              attached.params,
+            )
+          : [];
+        if (ended.length + retried.length > 0 && wakeQueues.includes(queue)) {
+          await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
+        }
+        result.recorded.push(...ended.map((row) => row.workflow_id), ...retried.map((row) => row.workflow_id));
+        result.claimedJson.push(...claimed.map((row) => row.claimed));
+        result.sentMessages.push(...ended.filter((row) => row.sent_messages).map((row) => row.workflow_id));
+      });
+    }
+    return result;
+  }
+
+  /**
+   * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
+   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 runs, $10 queues (on Citus, $11: the queue).
+   */
+  private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
+    return [
+      outcomes.map((o) => o.workflowId),
+      outcomes.map((o) => o.status),
+      outcomes.map((o) => o.outputJson),
+      outcomes.map((o) => (o.error ? JSON.stringify(o.error) : null)),
+      outcomes.map((o) => o.retryDelayMs ?? null),
+      executorId,
+      this.database.wakeUpChannel,
+      wakeQueues,
+      outcomes.map((o) => o.attempt),
+      outcomes.map((o) => o.queueName),
+    ];
+  }
+
+  /** The RETRY outcomes: their rows go back to ENQUEUED until their retry delay is over, keeping their key. */
+  private retriedSql(citus: boolean): string {
+    return `
+         UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
+             not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
+             failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
+         FROM ${OUTCOMES_SQL}
+         WHERE o.status = 'RETRY' AND ${outcomeRowSql(citus)}
+         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+       `;
+  }
+
+  /** The other outcomes: their workflows end (see `endWorkflowsSql`). */
+  private outcomesEndSpec(citus: boolean): EndSpec {
+    const queueParam = citus ? '$11' : undefined;
+    return {
+      tables: this.tables,
+      using: OUTCOMES_SQL,
+      where: `o.status <> 'RETRY' AND ${outcomeRowSql(citus)}`,
+      status: 'o.status',
+      output: 'o.output::json',
+      error: 'o.error::json',
+      keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
+      overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
+      channelParam: '$7',
+      citus,
+      queueParam,
+    };
+  }
+
+  /** Deletes the checkpoints of the workflows `retried` (FROM items with `f.workflow_id`) from their first failed step on. */
+  private forgetFailedStepsSql(retried: string, queue: string): string {
+    return `
+         DELETE FROM ${this.steps} AS s
+         USING ${retried}
+         WHERE s.queue_name = ${queue} AND s.workflow_id = f.workflow_id
+           AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
+                                WHERE queue_name = ${queue} AND workflow_id = f.workflow_id
+                                  AND error IS NOT NULL)
+       `;
   }
 
   /**
@@ -264,29 +329,35 @@ export class WorkflowStore {
     // NOTE: on Citus the queue is looked up first (a probe of every node), so that the cancel runs on its node.
     const queue = citus ? await this.findQueue(workflowId) : undefined;
     if (citus && queue === undefined) return undefined;
-    const cancelled = await this.database.query<WorkflowRefRow & { attempts: number }>(
-      `WITH ${endWorkflowsSql({
-        tables: this.tables,
-        where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}${citus ? ' AND w.queue_name = $6' : ''}`,
-        status: STATUS_SQL.CANCELLED,
-        error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
-        channelParam: '$5',
-        citus,
-        queueParam: citus ? '$6' : undefined,
-      })}
+    const spec: EndSpec = {
+      tables: this.tables,
+      where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}${citus ? ' AND w.queue_name = $6' : ''}`,
+      status: STATUS_SQL.CANCELLED,
+      error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
+      channelParam: '$5',
+      citus,
+      queueParam: citus ? '$6' : undefined,
+    };
+    const params = [
+      workflowId,
+      reason,
+      this.database.cancelChannel,
+      interruptPayloadPrefix(reason),
+      this.database.wakeUpChannel,
+      ...(citus ? [queue] : []),
+    ];
+    const cancelled = citus
+      ? await this.database.transaction(async (query) =>
+          this.notifyCancelled(query, reason, await runEndStatements(query, spec, params)),
+        )
+      : await this.database.query<WorkflowRefRow & { attempts: number }>(
+          `WITH ${endWorkflowsSql(spec)}
        SELECT attempts, workflow_id, queue_name, workflow_name,
               pg_notify($3, $4::text || attempts || ':' || workflow_id), ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
-      [
-        workflowId,
-        reason,
-        this.database.cancelChannel,
-        interruptPayloadPrefix(reason),
-        this.database.wakeUpChannel,
-        ...(citus ? [queue] : []),
-      ],
-      { idempotent: true },
-    );
+          params,
+          { idempotent: true },
+        );
     if (cancelled.length === 1) {
       return { status: 'CANCELLED', attempts: cancelled[0].attempts, cancelled: toWorkflowRef(cancelled[0]) };
     }
@@ -299,29 +370,61 @@ export class WorkflowStore {
    * by a step's transaction are skipped until the next sweep rather than waited for.
    */
   async cancelTimedOut(queueName: string): Promise<WorkflowRef[]> {
+    const due = `SELECT workflow_id, queue_name FROM ${this.table}
+         WHERE queue_name = $4 AND deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
+         FOR UPDATE SKIP LOCKED`;
+    const params = [
+      this.database.cancelChannel,
+      interruptPayloadPrefix('timed-out'),
+      this.database.wakeUpChannel,
+      queueName,
+    ];
+    const spec: EndSpec = {
+      tables: this.tables,
+      using: this.database.citus ? undefined : 'due',
+      where: `w.queue_name = $4 AND w.workflow_id = ${this.database.citus ? 'ANY($5::text[])' : 'due.workflow_id'}`,
+      status: STATUS_SQL.CANCELLED,
+      error: TIMEOUT_ERROR_JSON,
+      channelParam: '$3',
+      citus: this.database.citus,
+      queueParam: '$4',
+    };
+    if (this.database.citus) {
+      return this.database.transaction(async (query) => {
+        const locked = await query<{ workflow_id: string }>(...usedParameters(due, params));
+        if (locked.length === 0) return [];
+        const ids = locked.map((row) => row.workflow_id);
+        const ended = await runEndStatements(query, spec, [...params, ids]);
+        return (await this.notifyCancelled(query, 'timed-out', ended)).map(toWorkflowRef);
+      });
+    }
     const rows = await this.database.query<WorkflowRefRow>(
       `WITH due AS (
-         SELECT workflow_id, queue_name FROM ${this.table}
-         WHERE queue_name = $4 AND deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
-         FOR UPDATE SKIP LOCKED
+         ${due}
        ),
-       ${endWorkflowsSql({
-         tables: this.tables,
-         using: 'due',
-         where: 'w.queue_name = $4 AND w.workflow_id = due.workflow_id',
-         status: STATUS_SQL.CANCELLED,
-         error: TIMEOUT_ERROR_JSON,
-         channelParam: '$3',
-         citus: this.database.citus,
-         queueParam: '$4',
-       })}
+       ${endWorkflowsSql(spec)}
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
-      [this.database.cancelChannel, interruptPayloadPrefix('timed-out'), this.database.wakeUpChannel, queueName],
+      params,
       { idempotent: true },
     );
     return rows.map(toWorkflowRef);
+  }
+
+  /** On Citus, after `runEndStatements`: tells the processes running the ended workflows (from the coordinator). */
+  private async notifyCancelled<R extends EndingRow>(
+    query: Query,
+    reason: 'cancelled' | 'timed-out',
+    ended: R[],
+  ): Promise<R[]> {
+    if (ended.length > 0) {
+      await query(NOTIFY_SQL, [
+        this.database.cancelChannel,
+        ended.map((row) => `${interruptPayloadPrefix(reason)}${row.attempts}:${row.workflow_id}`),
+      ]);
+    }
+    return ended;
   }
 
   /**
