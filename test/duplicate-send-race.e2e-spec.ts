@@ -5,7 +5,7 @@
  * message reaches them. A separate connection samples the key all along. Every value (each call's label) reaches
  * exactly one workflow, as its arguments or as a received message; there is never a second holder; nothing is left.
  */
-import { Client, Pool } from 'pg';
+import { Pool } from 'pg';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { RoundReport } from './fixtures/child-policy-enqueuer';
 import { PolicyTasks, policyTablesSql } from './fixtures/child-policy-tasks';
@@ -13,6 +13,7 @@ import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/datab
 import { PolicyProcesses, startPolicyProcesses } from './support/policy-processes';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { sampleKeyHolders } from './support/key-holders';
 
 const BURSTS = 6;
 const PER_BURST = 5;
@@ -43,36 +44,8 @@ afterAll(async () => {
   await pool.end();
 });
 
-/** Samples how many unfinished workflows hold the key, until stopped. */
-async function sampleHolders(): Promise<() => Promise<{ max: number; samples: number }>> {
-  const client = new Client({ connectionString: databaseUrl() });
-  client.on('error', () => undefined);
-  await client.connect();
-  let running = true;
-  let max = 0;
-  let samples = 0;
-  const loop = (async () => {
-    while (running) {
-      const { rows } = await client.query(
-        `SELECT count(*)::int AS n FROM "${schema}".workflow_queue
-         WHERE queue_name = 'live' AND active_deduplication_id = $1 AND status IN ('ENQUEUED', 'PENDING', 'WAITING')`,
-        [KEY],
-      );
-      max = Math.max(max, rows[0].n);
-      samples += 1;
-      await new Promise((resolve) => setTimeout(resolve, 3));
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    await client.end();
-    return { max, samples };
-  };
-}
-
 it(`${2 * BURSTS * PER_BURST} calls from two processes over one key: every value reaches exactly one holder`, async () => {
-  const stop = await sampleHolders();
+  const stop = await sampleKeyHolders(schema, 'live', KEY, 3);
   const labels: string[] = [];
   const errors: string[] = [];
   for (let round = 1; round <= BURSTS; round++) {

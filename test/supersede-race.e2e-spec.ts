@@ -6,7 +6,7 @@
  * the `supersedes` / `superseded_by` columns chain all 11 workflows from the first holder to the last, and every body
  * that started and was superseded saw its signal abort, in the worker process.
  */
-import { Client, Pool } from 'pg';
+import { Pool } from 'pg';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import type { RoundReport } from './fixtures/child-policy-enqueuer';
 import { PolicyTasks, policyTablesSql } from './fixtures/child-policy-tasks';
@@ -14,6 +14,7 @@ import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/datab
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { PolicyProcesses, startPolicyProcesses } from './support/policy-processes';
 import { waitFor } from './support/wait-for';
+import { sampleKeyHolders } from './support/key-holders';
 
 const PER_PROCESS = 5;
 const ROUNDS = 3;
@@ -44,34 +45,6 @@ afterAll(async () => {
   await pool.end();
 });
 
-/** Samples how many unfinished workflows hold the key, until stopped; returns the most seen and the sample count. */
-async function sampleHolders(key: string): Promise<() => Promise<{ max: number; samples: number }>> {
-  const client = new Client({ connectionString: databaseUrl() });
-  client.on('error', () => undefined);
-  await client.connect();
-  let running = true;
-  let max = 0;
-  let samples = 0;
-  const loop = (async () => {
-    while (running) {
-      const { rows } = await client.query(
-        `SELECT count(*)::int AS n FROM "${schema}".workflow_queue
-         WHERE queue_name = 'live' AND active_deduplication_id = $1 AND status IN ('ENQUEUED', 'PENDING')`,
-        [key],
-      );
-      max = Math.max(max, rows[0].n);
-      samples += 1;
-      await new Promise((resolve) => setTimeout(resolve, 2));
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    await client.end();
-    return { max, samples };
-  };
-}
-
 it.each(Array.from({ length: ROUNDS }, (_, n) => n + 1))(
   'round %i: 10 concurrent supersedes from two processes leave exactly one holder, the running one aborted',
   async (round) => {
@@ -91,7 +64,7 @@ it.each(Array.from({ length: ROUNDS }, (_, n) => n + 1))(
       { what: 'the holder to run in the worker process' },
     );
 
-    const stop = await sampleHolders(key);
+    const stop = await sampleKeyHolders(schema, 'live', key, 2);
     for (const child of enqueuers) {
       child.send({
         type: 'go',

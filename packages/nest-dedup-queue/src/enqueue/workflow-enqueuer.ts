@@ -114,7 +114,6 @@ export class WorkflowEnqueuer {
     policy: EnqueuePolicy,
     inCallersTransaction: boolean,
   ): Promise<Enqueued> {
-    const key = workflow.deduplicationId as string;
     for (let round = 0; round < MAX_ROUNDS; round++) {
       let result: SupersedeResult;
       try {
@@ -138,11 +137,9 @@ export class WorkflowEnqueuer {
           };
         }
         case 'mismatch':
-          this.hit(workflow, result.holderId, 'mismatched', undefined);
-          throw new DeduplicationMismatchError(workflow.queueName, key, result.holderId);
+          return this.refuse(workflow, result.holderId, 'mismatched');
         case 'window-held':
-          this.hit(workflow, result.holderId, 'rejected', undefined);
-          throw new QueueDeduplicatedError(workflow.queueName, key, result.holderId);
+          return this.refuse(workflow, result.holderId, 'rejected');
         case 'workflow-id-taken': {
           const existing = await inserter.insert(workflow);
           if (existing.outcome === 'duplicate-workflow-id') {
@@ -188,8 +185,7 @@ export class WorkflowEnqueuer {
           );
     if (!holder) return undefined;
     if (holder.sameArgs === false) {
-      this.hit(workflow, holder.workflowId, 'mismatched', undefined);
-      throw new DeduplicationMismatchError(workflow.queueName, workflow.deduplicationId as string, holder.workflowId);
+      return this.refuse(workflow, holder.workflowId, 'mismatched');
     }
     switch (this.modeFor(policy, holder)) {
       case 'retry':
@@ -205,8 +201,7 @@ export class WorkflowEnqueuer {
         return followUp && this.hit(workflow, holder.workflowId, 'queued-next', followUp);
       }
       default:
-        this.hit(workflow, holder.workflowId, 'rejected', undefined);
-        throw new QueueDeduplicatedError(workflow.queueName, workflow.deduplicationId as string, holder.workflowId);
+        return this.refuse(workflow, holder.workflowId, 'rejected');
     }
   }
 
@@ -216,17 +211,14 @@ export class WorkflowEnqueuer {
     workflow: NewWorkflow,
     requireSameArgs: boolean,
   ): Promise<Enqueued | undefined> {
-    const key = workflow.deduplicationId as string;
     const result = await inserter.sendToHolder(workflow, DUPLICATE_TOPIC, requireSameArgs);
     switch (result.outcome) {
       case 'sent':
         return this.hit(workflow, result.holderId, 'sent', { workflowId: result.holderId, created: false });
       case 'mismatch':
-        this.hit(workflow, result.holderId, 'mismatched', undefined);
-        throw new DeduplicationMismatchError(workflow.queueName, key, result.holderId);
+        return this.refuse(workflow, result.holderId, 'mismatched');
       case 'window-held':
-        this.hit(workflow, result.holderId, 'rejected', undefined);
-        throw new QueueDeduplicatedError(workflow.queueName, key, result.holderId);
+        return this.refuse(workflow, result.holderId, 'rejected');
       case 'free':
         return undefined;
     }
@@ -239,6 +231,15 @@ export class WorkflowEnqueuer {
       return policy.whenRunning;
     }
     return policy.whenRunning === 'return-existing' ? 'return-existing' : 'reject';
+  }
+
+  /** Tells the hit and throws what the caller gets: `DeduplicationMismatchError` or `QueueDeduplicatedError`. */
+  private refuse(workflow: NewWorkflow, holderId: string, outcome: 'mismatched' | 'rejected'): never {
+    this.hit(workflow, holderId, outcome, undefined);
+    const key = workflow.deduplicationId as string;
+    throw outcome === 'mismatched'
+      ? new DeduplicationMismatchError(workflow.queueName, key, holderId)
+      : new QueueDeduplicatedError(workflow.queueName, key, holderId);
   }
 
   private hit<T>(workflow: NewWorkflow, existingWorkflowId: string, outcome: DeduplicationOutcome, result: T): T {
