@@ -93,7 +93,14 @@ export class WorkflowEnqueuer {
           }
           return { workflowId: workflow.workflowId, created: false };
         case 'deduplicated': {
-          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result.holderId);
+          // NOTE: a deadlock victim wrote nothing: on the module's own connections the round starts over (as a
+          // supersede or a batch does); in a caller's transaction, which it aborted, it is the caller's to retry.
+          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result.holderId).catch(
+            (error: unknown) => {
+              if (transaction === undefined && isDeadlock(error)) return undefined;
+              throw error;
+            },
+          );
           if (resolved) return resolved;
           break;
         }
