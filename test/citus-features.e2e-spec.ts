@@ -2,12 +2,20 @@
  * The module's features on a Citus cluster (`distribution: 'citus'`), beyond the hot statements
  * (citus-statements.e2e-spec.ts) and the deduplication race and node failure (citus-guarantees.e2e-spec.ts): wake-ups
  * by NOTIFY from the coordinator (polling is set to a minute, so only a delivered notification can start a workflow
- * in time), a global concurrency limit held exactly, a runtime schedule that fires and is triggered, the dashboard's
+ * in time: an enqueue, a message to a workflow waiting in `recv`, a reschedule), a global concurrency limit held
+ * exactly, a rate limit, one at a time per partition key, a runtime schedule that fires and is triggered, the dashboard's
  * API over HTTP, and crash recovery: a worker process SIGKILLed mid-run, its workflow recovered by another process.
  */
 import { INestApplication, Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { DedupQueueDashboardModule, DedupQueueModule, QueueService, ScheduleService, Workflow } from 'nest-dedup-queue';
+import {
+  DedupQueueDashboardModule,
+  DedupQueueModule,
+  QueueService,
+  ScheduleService,
+  Workflow,
+  recv,
+} from 'nest-dedup-queue';
 import { Pool } from 'pg';
 import request from 'supertest';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
@@ -31,6 +39,25 @@ class CountingTasks {
     this.running -= 1;
     this.ran.push(label);
     return label;
+  }
+
+  readonly runningByKey = new Map<string, number>();
+  mostAtOnceByKey = 0;
+
+  /** Like `overlap`, counting per partition key. */
+  @Workflow()
+  async overlapByKey(key: string, label: string): Promise<string> {
+    this.runningByKey.set(key, (this.runningByKey.get(key) ?? 0) + 1);
+    this.mostAtOnceByKey = Math.max(this.mostAtOnceByKey, ...this.runningByKey.values());
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    this.runningByKey.set(key, this.runningByKey.get(key)! - 1);
+    return label;
+  }
+
+  /** Waits in `recv` (WAITING, holding no slot) for one message of `topic` and returns it. */
+  @Workflow()
+  async receive(topic: string): Promise<unknown> {
+    return recv(topic);
   }
 }
 
@@ -65,8 +92,10 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
             { name: 'tasks', workerConcurrency: 8 },
             { name: 'one-at-a-time', concurrency: 1, workerConcurrency: 4 },
             { name: 'sigterm' },
+            { name: 'rated', rateLimit: { limit: 3, periodMs: 1000 }, workerConcurrency: 4 },
+            { name: 'by-key', partitionConcurrency: 1, workerConcurrency: 4 },
           ],
-          worker: { queues: ['tasks', 'one-at-a-time'] },
+          worker: { queues: ['tasks', 'one-at-a-time', 'rated', 'by-key'] },
           pollIntervalMs: 60_000,
         }),
         DedupQueueDashboardModule.forRoot({ path: '/queues' }),
@@ -93,6 +122,52 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     const handle = await queues.enqueue('tasks', tasks.overlap, ['woken']);
     await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('woken');
     expect(Date.now() - startedAt).toBeLessThan(10_000);
+  });
+
+  it('wakes a workflow waiting in recv by NOTIFY from the coordinator when a message arrives', async () => {
+    const handle = await queues.enqueue('tasks', tasks.receive, ['ping']);
+    await waitFor(async () => (await handle.getStatus())?.status === 'WAITING', {
+      what: 'the receiver to wait in recv',
+      timeoutMs: 20_000,
+    });
+    const sentAt = Date.now();
+    await queues.send(handle.workflowId, { n: 1 }, { topic: 'ping' });
+    await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toEqual({ n: 1 });
+    expect(Date.now() - sentAt).toBeLessThan(10_000);
+  });
+
+  it('starts a delayed workflow rescheduled to now by NOTIFY from the coordinator', async () => {
+    const handle = await queues.enqueue('tasks', tasks.overlap, ['rescheduled'], { delayMs: 3_600_000 });
+    const rescheduledAt = Date.now();
+    await queues.reschedule(handle.workflowId, { delayMs: 0 });
+    await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('rescheduled');
+    expect(Date.now() - rescheduledAt).toBeLessThan(10_000);
+  });
+
+  it('starts at most 3 per second of a rate-limited queue, by started_at', async () => {
+    const handles = await Promise.all(
+      Array.from({ length: 9 }, (_, n) => queues.enqueue('rated', tasks.overlap, [`rated-${n}`])),
+    );
+    await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 30_000 })));
+    const { rows } = await pool.query<{ started: number }>(
+      `SELECT extract(epoch FROM started_at) * 1000 AS started FROM "${schema}".workflows
+       WHERE queue_name = 'rated' ORDER BY started_at`,
+    );
+    const starts = rows.map((row) => Number(row.started));
+    expect(starts).toHaveLength(9);
+    const mostInAWindow = Math.max(...starts.map((at) => starts.filter((s) => s >= at && s < at + 1000).length));
+    expect(mostInAWindow).toBe(3);
+  });
+
+  it('runs one workflow at a time per partition key of a partitioned queue', async () => {
+    const handles = await Promise.all(
+      Array.from({ length: 12 }, (_, n) =>
+        queues.enqueue('by-key', tasks.overlapByKey, [`key-${n % 3}`, `part-${n}`], { partitionKey: `key-${n % 3}` }),
+      ),
+    );
+    const results = await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 30_000 })));
+    expect(results.sort()).toEqual(Array.from({ length: 12 }, (_, n) => `part-${n}`).sort());
+    expect(tasks.mostAtOnceByKey).toBe(1);
   });
 
   it('holds a global concurrency of 1 exactly while 4 slots are free', async () => {

@@ -110,4 +110,25 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
       ]),
     );
   });
+
+  it('sends every wake-up from the coordinator, where the listeners are: no pg_notify in a task of a worker node', async () => {
+    const statements = new Map(capture.captured.map((statement) => [statement.text, statement]));
+    const notifying = [...statements.values()].filter(({ text }) => /pg_notify/i.test(text));
+    const onWorker: string[] = [];
+    for (const { text, values } of notifying) {
+      if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
+      const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN (VERBOSE, COSTS OFF) ${text}`, values);
+      const plan = rows.map((row) => row['QUERY PLAN']).join('\n');
+      const tasks = [...plan.matchAll(/Query: (.*)\n\s*Node: host=\S+ port=(\d+)/g)];
+      const notifiesOnWorker = tasks.some(
+        ([, query, port]) => /pg_notify/i.test(query) && Number(port) !== cluster.coordinator.port,
+      );
+      if (notifiesOnWorker) {
+        onWorker.push(text.trim().slice(0, 300));
+        if (process.env.CITUS_PLANS) appendFileSync(process.env.CITUS_PLANS, `${text}\n${plan}\n\n`);
+      }
+    }
+    expect(notifying.length).toBeGreaterThan(5);
+    expect(onWorker).toEqual([]);
+  });
 });

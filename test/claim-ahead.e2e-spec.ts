@@ -138,10 +138,14 @@ describe('claiming ahead of free slots', () => {
     );
     const held = await rowsByStatus(schema);
     expect(held.filter((row) => row.status === 'PENDING').every((row) => row.executor_id === EXECUTOR_ID)).toBe(true);
+    // Concurrent claims skip each other's locked rows, so a few of the first batch may have been claimed after the
+    // holders and given back behind the held slots: they wait with the tail.
     const waiting = held.filter((row) => row.status === 'ENQUEUED');
-    const tailRan = [...tasks.runs.keys()].filter((id) => id.startsWith('t')).length;
-    expect(waiting).toHaveLength(200 - tailRan);
-    expect(held.filter((row) => row.status === 'SUCCESS')).toHaveLength(2000 + tailRan);
+    const ran = (prefix: string) => [...tasks.runs.keys()].filter((id) => id.startsWith(prefix)).length;
+    const tailRan = ran('t');
+    const firstRan = ran('q');
+    expect(waiting).toHaveLength(2000 - firstRan + (200 - tailRan));
+    expect(held.filter((row) => row.status === 'SUCCESS')).toHaveLength(firstRan + tailRan);
     expect(waiting.every((row) => row.attempts === 0 && row.executor_id === null)).toBe(true);
     console.log(
       `[claim-ahead] slots held: ${waiting.filter((row) => row.given_back).length} of ${waiting.length} waiting ` +
@@ -152,18 +156,16 @@ describe('claiming ahead of free slots', () => {
     await worker.close();
     const afterClose = await rowsByStatus(schema);
     expect(afterClose.filter((row) => row.status === 'PENDING').every((row) => row.id.startsWith('h'))).toBe(true);
-    expect(afterClose.filter((row) => row.status === 'ENQUEUED' && row.id.startsWith('t'))).toHaveLength(
-      waiting.length,
-    );
+    expect(afterClose.filter((row) => row.status === 'ENQUEUED')).toHaveLength(waiting.length);
     tasks.gate.open();
 
     const next = await start(schema, true, 'claim-ahead-next');
     const nextTasks = next.get(BurstTasks);
-    const tail = ids('t', 200);
-    await waitFor(() => tail.every((id) => tasks.runs.has(id) || nextTasks.runs.has(id)), {
-      what: 'the whole tail ran',
+    const quick = [...ids('q', 2000), ...ids('t', 200)];
+    await waitFor(() => quick.every((id) => tasks.runs.has(id) || nextTasks.runs.has(id)), {
+      what: 'every waiting workflow ran',
       timeoutMs: 30_000,
     });
-    expect(tail.every((id) => (tasks.runs.get(id) ?? 0) + (nextTasks.runs.get(id) ?? 0) === 1)).toBe(true);
+    expect(quick.every((id) => (tasks.runs.get(id) ?? 0) + (nextTasks.runs.get(id) ?? 0) === 1)).toBe(true);
   });
 });

@@ -9,7 +9,7 @@
  * - a lone enqueue: 300 sequential calls, p50 (the coordinator's overhead per statement is the difference);
  *
  * with the CPU per job of the worker process (this process) and of every PostgreSQL node (the postmaster's
- * processes, live and reaped). Medians of CITUS_REPS (default 2). On 2 cores the cluster cannot be faster: its
+ * processes, live and reaped), on the cluster split into the coordinator's and the worker nodes'. Medians of CITUS_REPS (default 2). On 2 cores the cluster cannot be faster: its
  * three servers share them with the worker. Needs `npm run build`, the Debian postgresql-15 package and Citus.
  */
 import 'reflect-metadata';
@@ -65,14 +65,17 @@ function postgresCpuSeconds(dataDir: string): number {
   return total / TICKS;
 }
 
-function cpu(target: Target): () => { worker: number; postgres: number } {
+/** CPU seconds spent since the call: the worker process's, and each PostgreSQL server's (in `dataDirs` order). */
+function cpu(target: Target): () => { worker: number; postgres: number; byServer: number[] } {
   const workerBefore = process.cpuUsage();
   const postgresBefore = target.dataDirs.map(postgresCpuSeconds);
   return () => {
     const worker = process.cpuUsage(workerBefore);
+    const byServer = target.dataDirs.map((dir, i) => postgresCpuSeconds(dir) - postgresBefore[i]);
     return {
       worker: (worker.user + worker.system) / 1e6,
-      postgres: target.dataDirs.reduce((sum, dir, i) => sum + postgresCpuSeconds(dir) - postgresBefore[i], 0),
+      postgres: byServer.reduce((sum, seconds) => sum + seconds, 0),
+      byServer,
     };
   };
 }
@@ -166,6 +169,9 @@ async function w2(target: Target, rep: number, queueNames: string[], label: stri
     jobsPerSecond: W2_JOBS / seconds,
     workerUsPerJob: (spent.worker * 1e6) / W2_JOBS,
     postgresUsPerJob: (spent.postgres * 1e6) / W2_JOBS,
+    /** The first server's share (the coordinator, on the cluster) and the others', µs per job. */
+    firstServerUsPerJob: (spent.byServer[0] * 1e6) / W2_JOBS,
+    otherServersUsPerJob: ((spent.postgres - spent.byServer[0]) * 1e6) / W2_JOBS,
   };
 }
 
@@ -223,8 +229,16 @@ async function main(): Promise<void> {
         add(target, 'W2 jobs/s', one.jobsPerSecond);
         add(target, 'W2 CPU µs/job worker', one.workerUsPerJob);
         add(target, 'W2 CPU µs/job Postgres', one.postgresUsPerJob);
+        if (target.distribution === 'citus') {
+          add(target, 'W2 CPU µs/job coordinator', one.firstServerUsPerJob);
+          add(target, 'W2 CPU µs/job worker nodes', one.otherServersUsPerJob);
+        }
         const two = await w2(target, rep, target.queuePair, 'w2pair');
         add(target, 'W2 over two queues jobs/s', two.jobsPerSecond);
+        if (target.distribution === 'citus') {
+          add(target, 'two queues: CPU µs/job coordinator', two.firstServerUsPerJob);
+          add(target, 'two queues: CPU µs/job worker nodes', two.otherServersUsPerJob);
+        }
         log(`${target.name}: W2 done (repetition ${rep})`);
       }
     }
@@ -236,7 +250,9 @@ async function main(): Promise<void> {
         (target) =>
           `| ${target.name} | ${columns
             .map((column) => {
-              const value = median(results.get(target.name)?.[column] ?? [NaN]);
+              const values = results.get(target.name)?.[column];
+              if (!values) return '–';
+              const value = median(values);
               return value >= 100 ? Math.round(value).toLocaleString('en-US') : value.toFixed(2);
             })
             .join(' | ')} |`,

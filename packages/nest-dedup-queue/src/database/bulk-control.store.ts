@@ -1,6 +1,7 @@
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
-import { END_WAKE_UPS_SQL, EndSpec, NOTIFY_SQL, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
+import { NOTIFY_SQL } from './wake-ups.sql';
 import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';

@@ -3,6 +3,7 @@ import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import { END_WAKE_UPS_SQL, handOverSql } from './workflow-finish.sql';
+import { sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 import { STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
@@ -117,11 +118,12 @@ export class ExecutorStore {
            AND workflow_id <> ALL($2::text[])
          RETURNING workflow_id, queue_name
        ),
-       woken AS (SELECT pg_notify($3, queue_name)::text FROM (SELECT DISTINCT queue_name FROM released) AS q)
+       ${wakeUpCteSql(this.database.citus, 'woken', '$3', 'released')}
        SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
       [executorId, runningIds, this.database.wakeUpChannel, queueName],
       { idempotent: true },
     );
+    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
     return rows.map((row) => row.workflow_id);
   }
 
@@ -220,13 +222,15 @@ export class ExecutorStore {
           WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`,
          '$1',
          '$3',
+         this.database.citus,
        )},
-       woken AS (SELECT pg_notify($1, queue_name)::text FROM (SELECT DISTINCT queue_name FROM recovered) AS q)
+       ${wakeUpCteSql(this.database.citus, 'woken', '$1', 'recovered')}
        SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM recovered`,
       [this.database.wakeUpChannel, parameter, queueName, ...moreParams],
     );
+    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }
 }

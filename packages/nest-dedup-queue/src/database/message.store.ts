@@ -2,6 +2,7 @@ import type { QueueDatabase } from './queue-database';
 import type { StepStore } from './step.store';
 import type { OwnedRun } from './waiting.store';
 import { STATUS_SQL } from './workflow-status.sql';
+import { sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
 /**
@@ -13,9 +14,16 @@ export const DUPLICATE_TOPIC = 'dedup-queue:duplicate';
 /**
  * The CTEs `counted` and `wake_ups`: each workflow that `targetsSql` selects (`workflow_id`, `messages`: how many
  * messages it was just sent, `wakes`: whether it waits in `recv` on their topic, read from its locked row) counts
- * them in `messages_sent`, and a waiting one becomes due at once; the workers of its queue are woken.
+ * them in `messages_sent`, and a waiting one becomes due at once; the workers of its queue are woken (on Citus by
+ * the caller, see wake-ups.sql.ts).
  */
-export function countAndWakeSql(active: string, queue: string, targetsSql: string, channel: string): string {
+export function countAndWakeSql(
+  active: string,
+  queue: string,
+  targetsSql: string,
+  channel: string,
+  citus: boolean,
+): string {
   return `counted AS (
        UPDATE ${active} AS w
        SET messages_sent = w.messages_sent + t.messages, updated_at = now(),
@@ -26,9 +34,7 @@ export function countAndWakeSql(active: string, queue: string, targetsSql: strin
        WHERE w.queue_name = ${queue} AND w.workflow_id = t.workflow_id
        RETURNING w.queue_name, t.wakes
      ),
-     wake_ups AS (
-       SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM counted WHERE wakes) AS q
-     )`;
+     ${wakeUpCteSql(citus, 'wake_ups', channel, 'counted WHERE wakes')}`;
 }
 
 /** The workflow a message is for, found by its ID alone. */
@@ -100,11 +106,13 @@ export class MessageStore {
          FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = $2
          FOR UPDATE
        ),
-       ${countAndWakeSql(this.tables.active, '$1', 'SELECT * FROM target', '$4')}
+       ${countAndWakeSql(this.tables.active, '$1', 'SELECT * FROM target', '$4', this.database.citus)}
        SELECT wakes AS woken, (SELECT count(*) FROM wake_ups) AS notified FROM counted`,
       [queueName, workflowId, topic, this.database.wakeUpChannel],
     );
-    return rows[0]?.woken === true;
+    const woken = rows[0]?.woken === true;
+    await sendWakeUpsLeftToCaller(this.database, woken ? [queueName] : []);
+    return woken;
   }
 
   /** Whether the run still owns its workflow (undefined if not) and what its inbox holds for `topic`. */

@@ -5,6 +5,7 @@ import type { QueueDatabase } from './queue-database';
 import { WorkflowInserter } from './workflow-inserter';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
+import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -132,7 +133,7 @@ export class StrandedDuplicates {
 
   /** Moves the messages, in their order, to the unfinished workflow `workflowId`, counting them and waking it. */
   private async moveTo(query: Query, queueName: string, workflowId: string, messages: StrandedRow[]): Promise<number> {
-    const [row] = await query<{ moved: number }>(
+    const [row] = await query<{ moved: number; woken: number }>(
       `WITH target AS (
          SELECT workflow_id, created_at, status = ${STATUS_SQL.WAITING} AND waiting_topic = $4 AS wakes
          FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = $2
@@ -155,6 +156,7 @@ export class StrandedDuplicates {
          '$1',
          'SELECT t.workflow_id, (SELECT count(*)::int FROM inserted) AS messages, t.wakes FROM target AS t',
          '$5',
+         this.database.citus,
        )}
        SELECT (SELECT count(*)::int FROM inserted) AS moved, (SELECT count(*) FROM wake_ups) AS woken`,
       [
@@ -166,6 +168,7 @@ export class StrandedDuplicates {
         [...new Set(messages.map((message) => message.workflow_id))],
       ],
     );
+    await sendWakeUpsLeftToCaller(this.database, row.woken > 0 ? [queueName] : [], query);
     return row.moved;
   }
 }

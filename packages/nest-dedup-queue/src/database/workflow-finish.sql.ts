@@ -2,6 +2,7 @@ import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSq
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
+import { wakeUpCteSql } from './wake-ups.sql';
 
 /**
  * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
@@ -86,6 +87,7 @@ export function endWorkflowsSql(spec: EndSpec): string {
        `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE NOT keeps_key`,
        spec.channelParam,
        spec.queueParam,
+       spec.citus,
      )}`;
 }
 
@@ -160,6 +162,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
       `SELECT ${queue}::text AS queue_name, key FROM unnest(${keys}) AS key`,
       spec.channelParam,
       queue,
+      true,
     )}
        SELECT count(*)::int AS handed_over FROM handed_over`,
     wakeUp: `SELECT pg_notify(${spec.channelParam}, ${queue})::text`,
@@ -204,10 +207,17 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
 
 /**
  * The CTEs `handed_over` and `hand_over_wake_ups`: each `queue-next` follow-up waiting for one of the keys that
- * `freedKeysSql` selects (`queue_name`, `key`) takes it and is due at once, and its queue's workers are woken.
+ * `freedKeysSql` selects (`queue_name`, `key`) takes it and is due at once, and its queue's workers are woken (on
+ * Citus by the caller: see wake-ups.sql.ts).
  * NOTE: the key's holder left (or let go of) it earlier in the same statement, so the unique index allows the move.
  */
-export function handOverSql(active: string, freedKeysSql: string, channelParam: string, queueParam?: string): string {
+export function handOverSql(
+  active: string,
+  freedKeysSql: string,
+  channelParam: string,
+  queueParam?: string,
+  citus = false,
+): string {
   return `handed_over AS (
        UPDATE ${active} AS f
        SET active_deduplication_id = f.next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
@@ -217,9 +227,7 @@ export function handOverSql(active: string, freedKeysSql: string, channelParam: 
          AND f.status = ${STATUS_SQL.ENQUEUED} ${queueParam ? `AND f.queue_name = ${queueParam}` : ''}
        RETURNING f.queue_name
      ),
-     hand_over_wake_ups AS (
-       SELECT pg_notify(${channelParam}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM handed_over) AS q
-     )`;
+     ${wakeUpCteSql(citus, 'hand_over_wake_ups', channelParam, 'handed_over')}`;
 }
 
 /**
@@ -230,7 +238,7 @@ export function handOverSql(active: string, freedKeysSql: string, channelParam: 
  * deduplication window in that case is deleted (a waiting follow-up takes precedence over a window, as at a finish).
  * Returns `handed_over`, the number of follow-ups that took their key.
  */
-export function handOverStrandedSql(active: string): string {
+export function handOverStrandedSql(active: string, citus: boolean): string {
   const strandedKeys = `SELECT DISTINCT f.next_deduplication_id AS key FROM ${active} AS f
        WHERE f.queue_name = $2 AND f.next_deduplication_id IS NOT NULL AND f.status = ${STATUS_SQL.ENQUEUED}
          AND NOT EXISTS (SELECT 1 FROM ${active} AS h
@@ -242,15 +250,15 @@ export function handOverStrandedSql(active: string): string {
        WHERE r.queue_name = $2 AND r.active_deduplication_id = s.key AND r.status NOT IN ${ACTIVE_STATUSES_SQL}
        RETURNING r.workflow_id
      ),
-     ${handOverSql(active, `SELECT $2::text AS queue_name, key FROM stranded WHERE (SELECT count(*) FROM released) >= 0`, '$1', '$2')}
+     ${handOverSql(
+       active,
+       `SELECT $2::text AS queue_name, key FROM stranded WHERE (SELECT count(*) FROM released) >= 0`,
+       '$1',
+       '$2',
+       citus,
+     )}
      SELECT (SELECT count(*)::int FROM handed_over) AS handed_over, ${END_WAKE_UPS_SQL} AS woken`;
 }
-
-/**
- * Sends each of `$2` (text[]) on channel `$1`. It reads no table, so on Citus it runs on the coordinator, where the
- * LISTEN connections are (a statement routed to a worker would notify there); sent on commit, as any NOTIFY.
- */
-export const NOTIFY_SQL = 'SELECT pg_notify($1, payload)::text FROM unnest($2::text[]) AS payload';
 
 /** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */
 export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';

@@ -16,6 +16,7 @@ import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
 import { countAndWakeSql } from './message.store';
+import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
 
 export type InsertResult =
   | { outcome: 'inserted' }
@@ -407,7 +408,13 @@ export class WorkflowInserter {
    * `StrandedDuplicates`, as every message left unreceived by a finished holder is.
    */
   async sendToHolder(workflow: NewWorkflow, topic: string, requireSameArgs: boolean): Promise<SendResult> {
-    const rows = await this.query<{ holder_id: string; unfinished: boolean; same_args: boolean; delivered: number }>(
+    const rows = await this.query<{
+      holder_id: string;
+      unfinished: boolean;
+      same_args: boolean;
+      delivered: number;
+      woken: number;
+    }>(
       `WITH expired AS (${releaseExpiredKeySql(this.table)}),
        holder AS (
          SELECT workflow_id, created_at, status, waiting_topic, status IN ${ACTIVE_STATUSES_SQL} AS unfinished,
@@ -427,7 +434,13 @@ export class WorkflowInserter {
          SELECT $1, workflow_id, created_at, $3, $4::text::json FROM delivering
          RETURNING workflow_id
        ),
-       ${countAndWakeSql(this.table, '$1', 'SELECT workflow_id, 1 AS messages, wakes FROM delivering WHERE EXISTS (SELECT 1 FROM sent)', '$6')}
+       ${countAndWakeSql(
+         this.table,
+         '$1',
+         'SELECT workflow_id, 1 AS messages, wakes FROM delivering WHERE EXISTS (SELECT 1 FROM sent)',
+         '$6',
+         this.database.citus,
+       )}
        SELECT h.workflow_id AS holder_id, h.unfinished, h.same_args,
               (SELECT count(*)::int FROM counted) AS delivered, (SELECT count(*) FROM wake_ups) AS woken
        FROM holder AS h`,
@@ -442,6 +455,7 @@ export class WorkflowInserter {
     );
     const row = rows[0];
     if (!row) return { outcome: 'free' };
+    await sendWakeUpsLeftToCaller(this.database, row.woken > 0 ? [workflow.queueName] : [], this.query);
     if (!row.unfinished) return { outcome: 'window-held', holderId: row.holder_id };
     if (row.delivered === 0) return { outcome: 'mismatch', holderId: row.holder_id };
     return { outcome: 'sent', holderId: row.holder_id };

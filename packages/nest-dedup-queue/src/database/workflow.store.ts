@@ -5,7 +5,6 @@ import {
   END_WAKE_UPS_SQL,
   EndSpec,
   EndingRow,
-  NOTIFY_SQL,
   endWorkflowsSql,
   handOverStrandedSql,
   keepsKeyInWindowSql,
@@ -24,6 +23,7 @@ import {
 import { isUniqueViolationOn } from './sql-errors';
 import { usedParameters } from './sql-parameters';
 import { changedStartSql, nowPlusMsSql } from './time.sql';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
@@ -434,10 +434,11 @@ export class WorkflowStore {
    */
   async handOverStrandedFollowUps(queueName: string): Promise<number> {
     try {
-      const [row] = await this.database.query<{ handed_over: number }>(handOverStrandedSql(this.table), [
-        this.database.wakeUpChannel,
-        queueName,
-      ]);
+      const [row] = await this.database.query<{ handed_over: number }>(
+        handOverStrandedSql(this.table, this.database.citus),
+        [this.database.wakeUpChannel, queueName],
+      );
+      await sendWakeUpsLeftToCaller(this.database, row.handed_over > 0 ? [queueName] : []);
       return row.handed_over;
     } catch (error) {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return 0;
@@ -532,17 +533,22 @@ export class WorkflowStore {
     if (citus && queue === undefined) return undefined;
     const base: unknown[] = [workflowId, change.priority, this.database.wakeUpChannel, ...(citus ? [queue] : [])];
     const start = changedStartSql(citus, change, base.length + 1);
-    const rows = await this.database.query(
+    const rows = await this.database.query<{ queue_name: string }>(
       `WITH changed AS (
          UPDATE ${this.table}
          SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
          WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
          RETURNING queue_name
-       )
-       SELECT pg_notify($3, queue_name)::text FROM changed`,
+       ),
+       ${wakeUpCteSql(citus, 'woken', '$3', 'changed')}
+       SELECT queue_name, (SELECT count(*) FROM woken) AS woken FROM changed`,
       [...base, ...start.params],
     );
-    return rows.length === 1 ? 'ENQUEUED' : (await this.findRow(workflowId))?.status;
+    if (rows.length === 1) {
+      await sendWakeUpsLeftToCaller(this.database, [rows[0].queue_name]);
+      return 'ENQUEUED';
+    }
+    return (await this.findRow(workflowId))?.status;
   }
 
   /** The queue of a workflow, by its ID alone (on Citus a probe of every node); undefined when it does not exist. */
