@@ -6,7 +6,8 @@
  * - W1: CITUS_W1_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys;
  * - W2: CITUS_W2_JOBS no-op workflows (default 5,000) drained by one worker (workerConcurrency 32), in one queue;
  *   and on the cluster, the same jobs spread over two queues held by the two worker nodes;
- * - a lone enqueue: 300 sequential calls, p50 (the coordinator's overhead per statement is the difference);
+ * - a lone enqueue: 300 sequential calls, p50, and a status look-up by each call's handle (one router statement on
+ *   the cluster: the coordinator's overhead per statement is the difference);
  *
  * with the CPU per job of the worker process (this process) and of every PostgreSQL node (the postmaster's
  * processes, live and reaped), on the cluster split into the coordinator's and the worker nodes'. Medians of CITUS_REPS (default 2). On 2 cores the cluster cannot be faster: its
@@ -36,6 +37,8 @@ class BenchTasks {
 
 interface Target {
   name: string;
+  /** The worker nodes' servers, on the cluster: their sessions are counted. */
+  workerNodes?: readonly TestPostgresServer[];
   url: string;
   distribution: 'single' | 'citus';
   dataDirs: string[];
@@ -122,16 +125,21 @@ async function w1(target: Target, rep: number): Promise<number> {
   }
 }
 
-async function lone(target: Target, rep: number): Promise<number> {
+/** p50 ms of a lone enqueue call, and of a status look-up through its handle (one router statement on Citus). */
+async function lone(target: Target, rep: number): Promise<{ enqueueMs: number; lookUpMs: number }> {
   const { app, queues, tasks } = await boot(target, `bench_lone_${rep}`, false);
   try {
-    const times: number[] = [];
+    const enqueues: number[] = [];
+    const lookUps: number[] = [];
     for (let call = 0; call < LONE_CALLS; call++) {
-      const started = performance.now();
-      await queues.enqueue('w1', tasks.run, []);
-      times.push(performance.now() - started);
+      let started = performance.now();
+      const handle = await queues.enqueue('w1', tasks.run, []);
+      enqueues.push(performance.now() - started);
+      started = performance.now();
+      await handle.getStatus();
+      lookUps.push(performance.now() - started);
     }
-    return median(times);
+    return { enqueueMs: median(enqueues), lookUpMs: median(lookUps) };
   } finally {
     await app.close();
   }
@@ -152,18 +160,22 @@ async function w2(target: Target, rep: number, queueNames: string[], label: stri
     }
   }
   await producer.app.close();
+  const sessionsBefore = await workerNodeSessions(target);
   const usage = cpu(target);
   const started = performance.now();
   const worker = await boot(target, schema, true);
-  const counts = () => worker.queues.countByStatus();
+  // Counted per queue: on the cluster a count across queues asks every shard, and its parallel connections to the
+  // worker nodes would be counted as the jobs' cost.
+  const succeeded = async (queueName: string) =>
+    (await worker.queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
   for (;;) {
-    const byQueue = await counts();
-    const finished = queueNames.reduce((sum, name) => sum + (byQueue[name]?.SUCCESS ?? 0), 0);
+    const finished = (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
     if (finished >= W2_JOBS) break;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const seconds = (performance.now() - started) / 1000;
   const spent = usage();
+  const sessionsOpened = (await workerNodeSessions(target)) - sessionsBefore;
   await worker.app.close();
   return {
     jobsPerSecond: W2_JOBS / seconds,
@@ -172,7 +184,20 @@ async function w2(target: Target, rep: number, queueNames: string[], label: stri
     /** The first server's share (the coordinator, on the cluster) and the others', µs per job. */
     firstServerUsPerJob: (spent.byServer[0] * 1e6) / W2_JOBS,
     otherServersUsPerJob: ((spent.postgres - spent.byServer[0]) * 1e6) / W2_JOBS,
+    workerNodeSessionsPer1000Jobs: (sessionsOpened * 1000) / W2_JOBS,
   };
+}
+
+/** Sessions ever opened on the worker nodes (`pg_stat_database.sessions`): the coordinator's connections to them. */
+async function workerNodeSessions(target: Target): Promise<number> {
+  let total = 0;
+  for (const node of target.workerNodes ?? []) {
+    const [row] = await node.query<{ sessions: string }>(
+      `SELECT sessions FROM pg_stat_database WHERE datname = current_database()`,
+    );
+    total += Number(row.sessions);
+  }
+  return total;
 }
 
 function median(values: number[]): number {
@@ -211,6 +236,7 @@ async function main(): Promise<void> {
         url: cluster.url,
         distribution: 'citus',
         dataDirs: [cluster.coordinator.dataDir, ...cluster.workers.map((worker) => worker.dataDir)],
+        workerNodes: cluster.workers,
         queuePair: pair,
       },
     ];
@@ -224,7 +250,9 @@ async function main(): Promise<void> {
       for (const target of targets) {
         add(target, 'W1 calls/s', await w1(target, rep));
         log(`${target.name}: W1 done (repetition ${rep})`);
-        add(target, 'lone enqueue p50 ms', await lone(target, rep));
+        const calls = await lone(target, rep);
+        add(target, 'lone enqueue p50 ms', calls.enqueueMs);
+        add(target, 'status look-up p50 ms', calls.lookUpMs);
         const one = await w2(target, rep, ['w2'], 'w2');
         add(target, 'W2 jobs/s', one.jobsPerSecond);
         add(target, 'W2 CPU µs/job worker', one.workerUsPerJob);
@@ -232,6 +260,7 @@ async function main(): Promise<void> {
         if (target.distribution === 'citus') {
           add(target, 'W2 CPU µs/job coordinator', one.firstServerUsPerJob);
           add(target, 'W2 CPU µs/job worker nodes', one.otherServersUsPerJob);
+          add(target, 'W2 sessions opened on worker nodes per 1,000 jobs', one.workerNodeSessionsPer1000Jobs);
         }
         const two = await w2(target, rep, target.queuePair, 'w2pair');
         add(target, 'W2 over two queues jobs/s', two.jobsPerSecond);
