@@ -26,6 +26,11 @@ const SCHEMA = 'dedup_queue';
 const TABLE = `${SCHEMA}.workflows`;
 const ACTIVE = `${SCHEMA}.workflow_queue`;
 const HISTORY = `${SCHEMA}.workflow_history`;
+/** The active and history tables of the schema's layout: 0.2.0 (a baseline build) kept both in `workflows`. */
+async function layoutTables(ctx) {
+  const [row] = await query(ctx.databaseUrl, `SELECT to_regclass($1) IS NOT NULL AS split`, [ACTIVE]);
+  return row.split ? { active: ACTIVE, history: HISTORY } : { active: TABLE, history: TABLE };
+}
 const WORKFLOW_NAME = 'BenchTasks.run';
 
 let onJob = () => {};
@@ -107,14 +112,16 @@ module.exports = {
   },
 
   async reset(ctx) {
-    await query(ctx.databaseUrl, `TRUNCATE ${ACTIVE}, ${HISTORY}, ${SCHEMA}.steps`);
+    const { active, history } = await layoutTables(ctx);
+    await query(ctx.databaseUrl, `TRUNCATE ${[...new Set([active, history])].join(', ')}, ${SCHEMA}.steps`);
   },
 
   /** n ENQUEUED workflows with distinct deduplication IDs: the row `QueueService.enqueue` inserts. */
   async prefill(ctx, n) {
+    const { active } = await layoutTables(ctx);
     await query(
       ctx.databaseUrl,
-      `INSERT INTO ${ACTIVE} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
+      `INSERT INTO ${active} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
        SELECT gen_random_uuid()::text, $1, $2, 'ENQUEUED', 'p' || i, 'p' || i, json_build_array(json_build_object('i', i))
        FROM generate_series(1, $3::int) AS i`,
       [ctx.queueName, WORKFLOW_NAME, n],
@@ -123,16 +130,17 @@ module.exports = {
 
   /** W4: n finished workflows, as a recorded outcome leaves them. */
   async seedFinished(ctx, n) {
+    const { history } = await layoutTables(ctx);
     await query(
       ctx.databaseUrl,
-      `INSERT INTO ${HISTORY} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
+      `INSERT INTO ${history} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id,
                              inputs, executor_id, attempts, started_at, completed_at)
        SELECT gen_random_uuid()::text, $1, $2, 'SUCCESS', 'old' || i, NULL, json_build_array(json_build_object('i', i)),
               'seed', 1, now() - interval '1 hour', now() - interval '1 hour'
        FROM generate_series(1, $3::int) AS i`,
       [ctx.queueName, WORKFLOW_NAME, n],
     );
-    await query(ctx.databaseUrl, `VACUUM ANALYZE ${HISTORY}`);
+    await query(ctx.databaseUrl, `VACUUM ANALYZE ${history}`);
   },
 
   async pending(ctx) {

@@ -35,6 +35,8 @@ export interface SupersededHolderRow {
 export interface InsertStatements {
   one: Statement<{ workflow: NewWorkflow; channel: string }>;
   many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  /** `many` for a batch whose workflow IDs are all generated (new by construction): no look-up by ID. */
+  manyGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   followUp: Statement<NewWorkflow>;
   supersede: Statement<SupersedeContext>;
   /** On Citus, `supersede` as router statements: the holders locked, then the new workflow (see `supersedeEndSpec`). */
@@ -50,7 +52,8 @@ export interface InsertStatements {
 export function insertStatements(tables: WorkflowTables, citus = false): InsertStatements {
   return {
     one: insertOneStatement(tables, citus),
-    many: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables),
+    many: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables, true),
+    manyGenerated: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables, false),
     followUp: insertFollowUpStatement(tables.active),
     supersede: supersedeStatement(tables),
     supersedeHolders: supersedeHoldersStatement(tables),
@@ -134,11 +137,13 @@ function batchInputs() {
 }
 
 /**
- * Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). A row not inserted is looked
- * up by its workflow ID (a probe of the active table and of every day of the history) only when the caller gave the
- * ID: a generated one is new by construction, so its row was refused for its key.
+ * Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). With `givenIds`, a row not
+ * inserted is looked up by its workflow ID (a probe of the active table and of every day of the history) when the
+ * caller gave the ID. Without, every ID is generated, so new by construction, and a row not inserted was refused for
+ * its key: the statement leaves the look-up out, which keeps its plan small (it is planned at each execution, as a
+ * generic plan of `unnest` over array parameters is estimated dearer than a custom one).
  */
-function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
+function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertStatements['many'] {
   const { params, arrays, columns, channel } = batchInputs();
   const sql = `WITH input AS (
        SELECT * FROM unnest(${arrays.join(', ')})
@@ -148,7 +153,7 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        SELECT ${Object.values(columns).join(', ')}
        FROM input
-       WHERE NOT ${takenElsewhereSql(tables, 'input.workflow_id', 'input.workflow_id_given', 'input.queue_name')}
+       ${givenIds ? `WHERE NOT ${takenElsewhereSql(tables, 'input.workflow_id', 'input.workflow_id_given', 'input.queue_name')}` : ''}
        ORDER BY queue_name, deduplication_id, ord
        ON CONFLICT DO NOTHING
        RETURNING workflow_id, queue_name, active_deduplication_id
@@ -160,11 +165,13 @@ function insertManyStatement(tables: WorkflowTables): InsertStatements['many'] {
             (SELECT count(*) FROM woken) AS woken
      FROM input AS i
      LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
-     LEFT JOIN LATERAL (
-       SELECT w.queue_name, w.workflow_name FROM ${tables.workflows} AS w
+     LEFT JOIN LATERAL (${
+       givenIds
+         ? `SELECT w.queue_name, w.workflow_name FROM ${tables.workflows} AS w
        WHERE ins.workflow_id IS NULL AND i.workflow_id_given AND w.workflow_id = i.workflow_id
-       ORDER BY w.queue_name = i.queue_name DESC LIMIT 1
-     ) AS existing ON true
+       ORDER BY w.queue_name = i.queue_name DESC LIMIT 1`
+         : 'SELECT NULL::text AS queue_name, NULL::text AS workflow_name'
+     }) AS existing ON true
      LEFT JOIN ${tables.active} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
        AND holder.active_deduplication_id = i.deduplication_id AND ${windowOpenSql('holder.')}
      LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name

@@ -217,7 +217,8 @@ export class WorkflowInserter {
 
   private async insertManyWith(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
-    const { sql, params } = this.statements.many;
+    const given = workflows.some((workflow) => workflow.workflowIdGiven);
+    const { sql, params } = given ? this.statements.many : this.statements.manyGenerated;
     const rows = await query<{
       inserted: boolean;
       existing_queue: string | null;
