@@ -140,8 +140,9 @@ function batchInputs() {
  * Many rows in one statement, as `unnest` columns (see `WorkflowInserter.insertMany`). With `givenIds`, a row not
  * inserted is looked up by its workflow ID (a probe of the active table and of every day of the history) when the
  * caller gave the ID. Without, every ID is generated, so new by construction, and a row not inserted was refused for
- * its key: the statement leaves the look-up out, which keeps its plan small (it is planned at each execution, as a
- * generic plan of `unnest` over array parameters is estimated dearer than a custom one).
+ * its key: the statement leaves the look-up out. The look-up names the view over the active table and every day of
+ * the history, which a generic plan opens and locks at each execution, used or not: it made the statement take twice
+ * as long (W1 in docs/performance.md).
  */
 function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertStatements['many'] {
   const { params, arrays, columns, channel } = batchInputs();
