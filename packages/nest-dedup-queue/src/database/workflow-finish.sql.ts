@@ -5,6 +5,13 @@ import { usedParameters } from './sql-parameters';
 import { wakeUpCteSql } from './wake-ups.sql';
 
 /**
+ * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
+ * queue and key: without it, the planner may choose to hash the whole active table of every queue instead of one
+ * index probe per row, a plan that names no queue and grows with the backlog. `OFFSET 0` keeps the subquery as written.
+ */
+const PROBE_EACH_ROW = 'OFFSET 0';
+
+/**
  * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
  * active table: every statement that ends workflows (an outcome, a cancel, a timeout) is built by `endWorkflowsSql`
  * (on Citus, the statements of `endWorkflowsStatementsSql`, from the same description), which deletes the active rows, writes them to the history, keeps a key record in the active table for a workflow
@@ -148,7 +155,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
          (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id,
          EXISTS (SELECT 1 FROM ${active} AS f
                  WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
-                   AND f.status = ${STATUS_SQL.ENQUEUED}) AS followed
+                   AND f.status = ${STATUS_SQL.ENQUEUED} ${PROBE_EACH_ROW}) AS followed
          ${spec.returning ? `, ${spec.returning}` : ''}
        FROM ${active} AS w ${using}
        WHERE ${spec.where} AND w.queue_name = ${queue}
@@ -273,7 +280,8 @@ export function keepsKeyInWindowSql(active: string, outcome: string, queue = 'w.
   return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
     AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
     AND NOT EXISTS (SELECT 1 FROM ${active} AS f
-                    WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id)`;
+                    WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
+                    ${PROBE_EACH_ROW})`;
 }
 
 /** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */

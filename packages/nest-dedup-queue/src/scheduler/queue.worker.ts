@@ -103,7 +103,11 @@ export class QueueWorker {
   private bodyMs?: number;
   private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
   /** The claims in flight (one of `claimLoop`, and those attached to outcome writes) and what they ask for in all. */
-  private readonly claims = new Set<Promise<void>>();
+  /**
+   * The claims in flight, each with the cancels announced meanwhile for workflows not known here (ID and the run the
+   * cancel ended): the claim may have taken them before the cancel, so they are dropped when it returns.
+   */
+  private readonly claims = new Map<Promise<void>, Map<string, number | undefined>>();
   private claimingLimit = 0;
   private claimLoopRun?: Promise<void>;
   private claimAgain = false;
@@ -157,14 +161,19 @@ export class QueueWorker {
    * The workflow is CANCELLED in Postgres (cancelled, or timed out): if it runs here, aborts its signal and frees
    * its slot at once. A body that goes on running is abandoned: its outcome is ignored, it is counted in
    * `abandonedRuns()` and reported while it runs. `attempt` is the run the cancel ended; a later run (the workflow
-   * was resumed and claimed again meanwhile) is left alone. Elsewhere, a queue with global limits looks for work:
-   * the cancelled workflow may have held one of its slots.
+   * was resumed and claimed again meanwhile) is left alone. A claim in flight may have taken it before the cancel: it
+   * is dropped when the claim returns. Elsewhere, a queue with global limits looks for work: the cancelled workflow
+   * may have held one of its slots.
    */
   release(workflowId: string, reason: 'cancelled' | 'timed-out', attempt?: number): void {
     const run = this.running.get(workflowId);
-    if (run && (attempt === undefined || run.attempt <= attempt)) this.abandon(run, reason);
-    else if (!this.dropBuffered(workflowId, attempt) && hasGlobalLimits(this.deps.settings.effective(this.queueName)))
-      this.wake();
+    if (run && (attempt === undefined || run.attempt <= attempt)) {
+      this.abandon(run, reason);
+      return;
+    }
+    if (this.dropBuffered(workflowId, attempt)) return;
+    for (const cancelled of this.claims.values()) cancelled.set(workflowId, attempt);
+    if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
   }
 
   /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
@@ -211,7 +220,7 @@ export class QueueWorker {
 
   /** Resolves when no claim of this worker is in flight (and what the last one claimed has started or is buffered). */
   async claimSettled(): Promise<void> {
-    while (this.claims.size > 0 || this.claimLoopRun) await Promise.all([...this.claims, this.claimLoopRun]);
+    while (this.claims.size > 0 || this.claimLoopRun) await Promise.all([...this.claims.keys(), this.claimLoopRun]);
   }
 
   /** The workflows PENDING under this executor that this worker knows: running, being recorded, or buffered. */
@@ -236,17 +245,17 @@ export class QueueWorker {
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
     const limit = this.claimRoom(queue, freeing.length, this.quick(queue));
     if (limit <= 0) return undefined;
-    const settle = this.claimStarted(limit);
+    const claim = this.claimStarted(limit);
     this.claimAgain = false;
     const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
     const attached = this.deps.claimer.attachable(request);
     return {
       ...attached,
       deliver: (claimedJson, error) => {
-        settle();
+        claim.settle();
         if (claimedJson) {
           const workflows = attached.read(claimedJson);
-          this.take(workflows);
+          this.take(workflows, claim.cancelled);
           if (workflows.length < limit) this.mayHaveWork = this.claimAgain;
         } else if (error instanceof DatabaseUnavailableError) {
           this.deps.claimMayHaveBeenLost();
@@ -263,13 +272,13 @@ export class QueueWorker {
         const queue = this.deps.settings.effective(this.queueName);
         const limit = this.claimRoom(queue);
         if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
-        const settle = this.claimStarted(limit);
+        const claim = this.claimStarted(limit);
         const { workflows, retryInMs } = await this.deps.claimer
           .claim({ queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() })
-          .finally(settle);
+          .finally(claim.settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();
-        this.take(workflows);
+        this.take(workflows, claim.cancelled);
         if (retryInMs !== undefined) this.wakeLater(retryInMs);
         else if (workflows.length === limit) this.claimAgain = true;
         else if (!hasGlobalLimits(queue)) this.mayHaveWork = this.claimAgain;
@@ -304,22 +313,31 @@ export class QueueWorker {
   }
 
   /** Counts a claim of `limit` as in flight until the returned function is called. */
-  private claimStarted(limit: number): () => void {
-    let settle = () => undefined as void;
-    const claim = new Promise<void>((resolve) => (settle = resolve));
-    this.claims.add(claim);
+  private claimStarted(limit: number): { settle: () => void; cancelled: Map<string, number | undefined> } {
+    let resolve = () => undefined as void;
+    const claim = new Promise<void>((done) => (resolve = done));
+    const cancelled = new Map<string, number | undefined>();
+    this.claims.set(claim, cancelled);
     this.claimingLimit += limit;
-    return () => {
+    const settle = () => {
       if (!this.claims.delete(claim)) return;
       this.claimingLimit -= limit;
-      settle();
+      resolve();
     };
+    return { settle, cancelled };
   }
 
-  /** Starts claimed workflows in free slots and buffers the rest (given back at once when stopped). */
-  private take(workflows: ClaimedWorkflow[]): void {
+  /**
+   * Starts claimed workflows in free slots and buffers the rest (given back at once when stopped), but for those a
+   * cancel ended while their claim was in flight (`cancelled`): they are no longer PENDING, so they are dropped.
+   */
+  private take(workflows: ClaimedWorkflow[], cancelled: Map<string, number | undefined>): void {
     const bufferedAt = performance.now();
-    for (const workflow of workflows) this.buffered.push({ workflow, bufferedAt });
+    for (const workflow of workflows) {
+      const endedRun = cancelled.get(workflow.workflowId);
+      if (cancelled.has(workflow.workflowId) && (endedRun === undefined || workflow.attempts <= endedRun)) continue;
+      this.buffered.push({ workflow, bufferedAt });
+    }
     this.startBuffered();
     if (this.stopped) this.giveBack(this.buffered.splice(0));
     else if (this.buffered.length > 0)
