@@ -63,7 +63,7 @@ describe('a cancel that arrives while its claim is in flight', () => {
   });
 
   afterAll(async () => {
-    (module?.get(WorkflowClaimer) as HeldClaimer | undefined)?.gate.open();
+    module?.get<WorkflowClaimer, HeldClaimer>(WorkflowClaimer).gate.open();
     await module?.close();
     await dropSchema(pool, schema);
     await pool.end();
@@ -72,7 +72,7 @@ describe('a cancel that arrives while its claim is in flight', () => {
   it('drops the cancelled workflow when the claim returns, and runs the next one', async () => {
     const queues = module.get(QueueService);
     const tasks = module.get(RunTasks);
-    const claimer = module.get(WorkflowClaimer) as HeldClaimer;
+    const claimer = module.get<WorkflowClaimer, HeldClaimer>(WorkflowClaimer);
     const cancelled = await queues.enqueue('tasks', tasks.record, ['cancelled']);
     await waitFor(() => claimer.held.includes(cancelled.workflowId), { what: 'the claim to take it and be held' });
     const { rows: claimed } = await pool.query(`SELECT status FROM "${schema}".workflows WHERE workflow_id = $1`, [
