@@ -14,6 +14,7 @@ export function nowPlusMsSql(citus: boolean, ms: string): string {
 /**
  * The database's time where a workflow starts running or a step's checkpoint is written: after any lock wait on one
  * server (`clock_timestamp()`); the statement's `now()` on Citus, which refuses `clock_timestamp()` in a modification.
+ * A rate limit's window ends at the same time, so that it counts the starts by the clock that stamped them.
  */
 export function startTimeSql(citus: boolean): string {
   return citus ? 'now()' : 'clock_timestamp()';

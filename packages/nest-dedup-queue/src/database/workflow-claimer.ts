@@ -142,7 +142,8 @@ export class WorkflowClaimer {
          (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
            AS frees_in_ms
        FROM ${this.startsSql('queue_name = $1')} AS s
-       WHERE $2::float8 > 0 AND started_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+       WHERE $2::float8 > 0
+         AND started_at > ${startTimeSql(this.database.citus)} - $2::float8 * interval '1 millisecond'`,
       [request.queue.name, queueWideRate?.periodMs ?? 0],
     );
     let limit = request.limit;
@@ -217,7 +218,7 @@ export class WorkflowClaimer {
          recent AS (
            SELECT partition_key, count(*)::int AS n
            FROM ${this.startsSql(`queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
-             AND started_at > clock_timestamp() - $7::float8 * interval '1 millisecond'`)} AS s
+             AND started_at > ${startTimeSql(citus)} - $7::float8 * interval '1 millisecond'`)} AS s
            GROUP BY partition_key
          ),
          picks AS (
