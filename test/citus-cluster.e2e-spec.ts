@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
-import { Client, DatabaseError, escapeLiteral, Pool } from 'pg';
+import { Client, DatabaseError, escapeLiteral, type Pool } from 'pg';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { testPool } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -18,8 +19,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus cluster', () => {
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
-    pool = new Pool({ connectionString: cluster.url, max: 4 });
-    pool.on('error', () => undefined);
+    pool = testPool(cluster.url);
     await pool.query(`
       CREATE TABLE workflows (
         queue_name text NOT NULL,

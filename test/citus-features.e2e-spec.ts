@@ -16,11 +16,11 @@ import {
   Workflow,
   recv,
 } from 'nest-dedup-queue';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import request from 'supertest';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { uniqueSchema } from './support/database';
+import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -80,8 +80,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
-    pool = new Pool({ connectionString: cluster.url, max: 2 });
-    pool.on('error', () => undefined);
+    pool = testPool(cluster.url);
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({

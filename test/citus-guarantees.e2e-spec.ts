@@ -1,11 +1,11 @@
 import { Test, TestingModule } from '@nestjs/testing';
 import { DatabaseUnavailableError, DedupQueueModule, QueueDeduplicatedError, QueueService } from 'nest-dedup-queue';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import type { EnqueueResult } from './fixtures/child-enqueuer';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { uniqueSchema } from './support/database';
+import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -27,8 +27,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
-    pool = new Pool({ connectionString: cluster.url, max: 2 });
-    pool.on('error', () => undefined);
+    pool = testPool(cluster.url);
     // A first boot creates the tables, so that the queues' placement can be read.
     const names = Array.from({ length: 12 }, (_, n) => `queue-${n}`);
     module = await boot(names.map((name) => ({ name })));

@@ -6,7 +6,7 @@ import {
   QueueService,
 } from 'nest-dedup-queue';
 import { HistoryPartitions, QueueDatabase } from 'nest-dedup-queue/testing';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { DoublingTasks } from './fixtures/doubling-tasks';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
@@ -27,8 +27,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
-    pool = new Pool({ connectionString: cluster.url, max: 2 });
-    pool.on('error', () => undefined);
+    pool = testPool(cluster.url);
   });
 
   afterAll(async () => {

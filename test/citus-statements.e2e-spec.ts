@@ -7,9 +7,9 @@
  * one task, but for the calls that cannot know the queue (listed in FAN_OUT_BY_DESIGN and in docs/citus.md).
  */
 import { appendFileSync } from 'node:fs';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { uniqueSchema } from './support/database';
+import { testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { captureStatements } from './support/statement-capture';
 import { ACTIVE_WORK_OPTIONS, ACTIVE_WORK_PROVIDERS, runActiveWorkWorkload } from './fixtures/active-work-workload';
@@ -49,8 +49,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
-    pool = new Pool({ connectionString: cluster.url, max: 2 });
-    pool.on('error', () => undefined);
+    pool = testPool(cluster.url);
     capture.capturing = true;
     app = await startQueueApp(
       {

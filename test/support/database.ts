@@ -24,9 +24,9 @@ export function uniqueSchema(prefix: string): string {
   return `t_${prefix}_${randomBytes(4).toString('hex')}`.toLowerCase();
 }
 
-/** A small pool for assertions and fixtures, with the error listener a pool needs. */
-export function testPool(): Pool {
-  const pool = new Pool({ connectionString: databaseUrl(), max: 4 });
+/** A small pool for assertions and fixtures (on the test database, or on `url`), with the error listener it needs. */
+export function testPool(url = databaseUrl()): Pool {
+  const pool = new Pool({ connectionString: url, max: 4 });
   pool.on('error', () => undefined);
   return pool;
 }

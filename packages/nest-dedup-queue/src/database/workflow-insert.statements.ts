@@ -50,10 +50,11 @@ export interface InsertStatements {
  * its inputs as parameters, a batch as `unnest` columns of one array parameter each.
  */
 export function insertStatements(tables: WorkflowTables, citus = false): InsertStatements {
+  const manyOnCitus = citus ? insertManyOfOneQueueStatement(tables) : undefined;
   return {
     one: insertOneStatement(tables, citus),
-    many: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables, true),
-    manyGenerated: citus ? insertManyOfOneQueueStatement(tables) : insertManyStatement(tables, false),
+    many: manyOnCitus ?? insertManyStatement(tables, true),
+    manyGenerated: manyOnCitus ?? insertManyStatement(tables, false),
     followUp: insertFollowUpStatement(tables.active),
     supersede: supersedeStatement(tables),
     supersedeHolders: supersedeHoldersStatement(tables),
