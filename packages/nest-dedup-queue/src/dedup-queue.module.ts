@@ -44,6 +44,7 @@ import { DuplicateDeliveries } from './scheduler/duplicate-deliveries';
 import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
 import { NotificationListener } from './scheduler/notification.listener';
 import { OutcomeWriter } from './scheduler/outcome.writer';
+import { BodyRunner } from './scheduler/body-runner';
 import { QueueWorkerFactory } from './scheduler/queue-worker.factory';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
@@ -110,6 +111,7 @@ import { MessageSender } from './composition/message.sender';
     WorkflowWaits,
     MessageSender,
     OutcomeWriter,
+    BodyRunner,
     ExecutorHeartbeat,
     NotificationListener,
     QueueWorkerFactory,

@@ -1,0 +1,122 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { describeError } from '../database/connection-monitor';
+import { StepStore } from '../database/step.store';
+import type { ClaimedWorkflow } from '../database/workflow-claimer';
+import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import { WorkflowRegistry, type RegisteredWorkflow, type WorkflowRunOptions } from '../discovery/workflow.registry';
+import { SUSPENDED, WorkflowWaits } from '../composition/workflow-waits';
+import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
+import type { InterruptReason } from '../errors/workflow-interrupted.error';
+import { WorkflowExecution } from '../execution/workflow-execution';
+import { type RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
+import { backoffDelayMs } from '../utils/backoff';
+import { toErrorInfo } from '../utils/error-info';
+import { toStoredJson } from '../utils/stored-json';
+
+export { SUSPENDED } from '../composition/workflow-waits';
+
+/** What the worker gives the run of one body: its signal, and how to interrupt it (the worker owns both). */
+export interface RunControl {
+  readonly signal: AbortSignal;
+  interrupt(reason: InterruptReason): void;
+}
+
+/**
+ * Runs the body of one claimed workflow in this process, under this process's options for it, with the steps that
+ * earlier runs recorded, and says what to record: SUCCESS with the result, RETRY after the backoff, or ERROR; or
+ * `SUSPENDED` when the body was suspended in a durable wait (its workflow is WAITING in Postgres already, and
+ * nothing is recorded).
+ */
+@Injectable()
+export class BodyRunner {
+  private readonly logger = new Logger('DedupQueueScheduler');
+
+  constructor(
+    private readonly config: DedupQueueConfig,
+    private readonly store: WorkflowStore,
+    private readonly steps: StepStore,
+    private readonly registry: WorkflowRegistry,
+    private readonly tracer: WorkflowTracer,
+    private readonly waits: WorkflowWaits,
+  ) {}
+
+  async run(
+    queueName: string,
+    claimed: ClaimedWorkflow,
+    control: RunControl,
+  ): Promise<WorkflowOutcome | typeof SUSPENDED> {
+    let suspended = false;
+    const outcome = await this.tracer.process(queueName, claimed, async (trace) => {
+      const workflow = this.registry.find(claimed.workflowName);
+      if (!workflow) {
+        return failure(
+          queueName,
+          claimed,
+          new Error(`Workflow "${claimed.workflowName}" is not registered in this process`),
+        );
+      }
+      const result = await this.runRegistered(queueName, claimed, workflow, control, trace);
+      if (result !== SUSPENDED) return result;
+      suspended = true;
+      // NOTE: the workflow is WAITING in Postgres already; this placeholder is never written.
+      return { workflowId: claimed.workflowId, queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
+    });
+    return suspended ? SUSPENDED : outcome;
+  }
+
+  private async runRegistered(
+    queueName: string,
+    claimed: ClaimedWorkflow,
+    workflow: RegisteredWorkflow,
+    control: RunControl,
+    trace: RunTrace,
+  ): Promise<WorkflowOutcome | typeof SUSPENDED> {
+    const { workflowId, attempts: attempt } = claimed;
+    const own = this.registry.runOptions(claimed.workflowName);
+    await this.recordRunOptions(queueName, claimed, own);
+    try {
+      const recorded = attempt > 1 ? await this.steps.load(queueName, workflowId) : new Map();
+      const context = { workflowId, workflowName: claimed.workflowName, queueName, attempt, signal: control.signal };
+      const execution = new WorkflowExecution(
+        context,
+        this.config.executorId,
+        recorded,
+        this.steps,
+        (reason) => control.interrupt(reason),
+        trace,
+      );
+      const result = await this.waits.run(execution, () =>
+        execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
+      );
+      if (result === SUSPENDED) return SUSPENDED;
+      const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
+      return { workflowId, queueName, attempt, status: 'SUCCESS', outputJson, error: null };
+    } catch (thrown) {
+      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;
+      if (!retryable) return failure(queueName, claimed, thrown);
+      const retryDelayMs = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
+      return { ...failure(queueName, claimed, thrown), status: 'RETRY', retryDelayMs };
+    }
+  }
+
+  /**
+   * This process's options decide how the workflow retries and when it is dead-lettered, whatever the enqueuing
+   * process stored (it may not have the workflow, or have other options); the row is corrected when they differ.
+   */
+  private async recordRunOptions(queueName: string, claimed: ClaimedWorkflow, own: WorkflowRunOptions): Promise<void> {
+    if (claimed.maxAttempts === own.maxAttempts && claimed.maxRecoveryAttempts === own.maxRecoveryAttempts) return;
+    try {
+      await this.store.recordRunOptions(queueName, claimed.workflowId, claimed.attempts, own);
+    } catch (error) {
+      this.logger.warn(`Recording the options of workflow ${claimed.workflowId} failed: ${describeError(error)}`);
+    }
+  }
+}
+
+const NOTHING_RECORDED = { status: 'SUCCESS', outputJson: null, error: null } as const;
+
+function failure(queueName: string, claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
+  const { workflowId, attempts: attempt } = claimed;
+  return { workflowId, queueName, attempt, status: 'ERROR', outputJson: null, error: toErrorInfo(thrown) };
+}
