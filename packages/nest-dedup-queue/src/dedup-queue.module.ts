@@ -45,6 +45,9 @@ import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
 import { NotificationListener } from './scheduler/notification.listener';
 import { OutcomeWriter } from './scheduler/outcome.writer';
 import { BodyRunner } from './scheduler/body-runner';
+import { IsolatedWorkflowCheck } from './discovery/isolated-workflow.check';
+import { IsolatedBodies, THREAD_SERVICES } from './isolation/isolated-bodies';
+import { ThreadPool } from './isolation/thread-pool';
 import { QueueWorkerFactory } from './scheduler/queue-worker.factory';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
@@ -111,6 +114,18 @@ import { MessageSender } from './composition/message.sender';
     WorkflowWaits,
     MessageSender,
     OutcomeWriter,
+    ThreadPool,
+    IsolatedBodies,
+    { provide: IsolatedWorkflowCheck, useExisting: IsolatedBodies },
+    {
+      provide: THREAD_SERVICES,
+      useFactory: (queueService: QueueService, schedules: ScheduleService) =>
+        new Map<string, object>([
+          [QueueService.name, queueService],
+          [ScheduleService.name, schedules],
+        ]),
+      inject: [QueueService, ScheduleService],
+    },
     BodyRunner,
     ExecutorHeartbeat,
     NotificationListener,

@@ -5,6 +5,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import type { GetEventOptions } from '../interfaces/get-event-options.interface';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 
@@ -22,7 +23,7 @@ export const DEFAULT_GET_EVENT_TIMEOUT_MS = 60_000;
  * @throws DedupQueueError when called outside a running workflow (inside a `@Workflow()` method)
  * @throws InvalidArgumentError when `key` is not a non-empty string, or `value` cannot be stored as JSON
  */
-export async function setEvent(key: string, value: unknown): Promise<void> {
+export const setEvent = insideWorkflowFunction('setEvent', async (key: string, value: unknown): Promise<void> => {
   const frame = executionFrames.getStore();
   if (!frame) {
     throw new DedupQueueError('setEvent() is only available while a workflow runs (inside a @Workflow() method)');
@@ -42,7 +43,7 @@ export async function setEvent(key: string, value: unknown): Promise<void> {
   };
   if (frame.inStep) return publish();
   await execution.runStep(`setEvent ${key}`, publish, {});
-}
+});
 
 /** Reads the events workflows publish with `setEvent`, waiting for a key until it is set. */
 @Injectable()

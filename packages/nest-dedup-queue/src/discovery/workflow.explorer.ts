@@ -4,11 +4,12 @@ import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import { QueueDatabase } from '../database/queue-database';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
+import { IsolatedWorkflowCheck } from './isolated-workflow.check';
 import { WorkflowRegistry } from './workflow.registry';
 
 /**
  * Finds the `@Workflow()` methods of the application's providers (class, factory and value providers) and registers
- * them, bound to their instance.
+ * them, bound to their instance; then checks that worker threads can run the isolated ones.
  */
 @Injectable()
 export class WorkflowExplorer implements OnModuleInit {
@@ -17,6 +18,7 @@ export class WorkflowExplorer implements OnModuleInit {
     private readonly scanner: MetadataScanner,
     private readonly registry: WorkflowRegistry,
     private readonly database: QueueDatabase,
+    private readonly isolation: IsolatedWorkflowCheck,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -28,15 +30,20 @@ export class WorkflowExplorer implements OnModuleInit {
         '@Workflow()',
         'workflows run outside any request',
       );
-      for (const { instance, methodName, metadata, declaredAt } of methods) {
+      for (const { instance, methodName, metadata, className, declaredAt } of methods) {
         const method = instance[methodName];
         this.registry.register({
           name: metadata.name,
           options: metadata.options,
           declaredAt,
           run: async (args) => await method.apply(instance, args),
+          isolated:
+            metadata.declaredIn === undefined
+              ? undefined
+              : { file: metadata.declaredIn, className, methodName, workflowName: metadata.name },
         });
       }
+      await this.isolation.verify(this.registry.isolated());
     } catch (error) {
       // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
       await this.database.close();

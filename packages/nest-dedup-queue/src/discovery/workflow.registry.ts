@@ -9,6 +9,15 @@ import type { WorkflowFunction } from '../interfaces/workflow-function.interface
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
 
+/** Where a worker thread finds an isolated workflow: the file that declares its class, the class, the method. */
+export interface IsolatedTarget {
+  /** A path, or a `file:` URL for an ES module. */
+  file: string;
+  className: string;
+  methodName: string;
+  workflowName: string;
+}
+
 /** A `@Workflow()` method bound to the provider instance that runs it. */
 export interface RegisteredWorkflow {
   name: string;
@@ -16,6 +25,8 @@ export interface RegisteredWorkflow {
   /** Where it was declared, for messages: `ClassName.methodName`. */
   declaredAt: string;
   run(args: unknown[]): Promise<unknown>;
+  /** Set for `@Workflow({ isolate: 'thread' })`: its body runs in a worker thread, which loads it from here. */
+  isolated?: IsolatedTarget;
 }
 
 /**
@@ -56,6 +67,7 @@ export class WorkflowRegistry {
           `(declared: ${describe(this.config.queues.keys())}); declare it in forRoot({ queues }) or registerQueue()`,
       );
     }
+    assertIsolable(workflow);
     const existing = this.workflows.get(workflow.name);
     if (existing) {
       throw new DedupQueueConfigurationError(
@@ -64,6 +76,11 @@ export class WorkflowRegistry {
       );
     }
     this.workflows.set(workflow.name, workflow);
+  }
+
+  /** The workflows whose bodies run in worker threads. */
+  isolated(): IsolatedTarget[] {
+    return [...this.workflows.values()].flatMap(({ isolated }) => (isolated ? [isolated] : []));
   }
 
   names(): string[] {
@@ -138,6 +155,27 @@ export class WorkflowRegistry {
 
   private describeNames(): string {
     return describe(this.names());
+  }
+}
+
+function assertIsolable({ options, declaredAt, isolated }: RegisteredWorkflow): void {
+  const { isolate, threadModule } = options;
+  if (isolate !== undefined && isolate !== 'thread') {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate }) must be 'thread' (the body runs in a worker thread), or left out`,
+    );
+  }
+  if (threadModule !== undefined && (isolate === undefined || typeof threadModule !== 'function')) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ threadModule }) takes a function that returns a module (() => MyThreadModule), ` +
+        `with isolate: 'thread'`,
+    );
+  }
+  if (isolate !== undefined && !isolated) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate: 'thread' }) could not tell the file that declares the class, which the ` +
+        `worker thread loads (the stack of the decorator's call named none)`,
+    );
   }
 }
 

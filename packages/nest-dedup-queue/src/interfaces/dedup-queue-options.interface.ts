@@ -1,4 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { IsolationOptions } from './isolation-options.interface';
 import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
 
@@ -114,4 +115,10 @@ export interface DedupQueueModuleOptions {
    * plain schema with `'citus'` distributes its tables in place, keeping their rows.
    */
   distribution?: 'single' | 'citus';
+  /**
+   * The worker threads that run the bodies of `@Workflow({ isolate: 'thread' })` in this process: how many, their
+   * memory caps, when they are recycled (see `IsolationOptions` and docs/isolation.md). Default: as many threads as
+   * `os.availableParallelism()`, no caps, never recycled, ended after a minute idle.
+   */
+  isolation?: IsolationOptions;
 }

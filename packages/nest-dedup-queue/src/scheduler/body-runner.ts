@@ -9,6 +9,7 @@ import { SUSPENDED, WorkflowWaits } from '../composition/workflow-waits';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { WorkflowExecution } from '../execution/workflow-execution';
+import { IsolatedBodies } from '../isolation/isolated-bodies';
 import { type RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
@@ -39,6 +40,7 @@ export class BodyRunner {
     private readonly registry: WorkflowRegistry,
     private readonly tracer: WorkflowTracer,
     private readonly waits: WorkflowWaits,
+    private readonly isolated: IsolatedBodies,
   ) {}
 
   async run(
@@ -86,9 +88,7 @@ export class BodyRunner {
         (reason) => control.interrupt(reason),
         trace,
       );
-      const result = await this.waits.run(execution, () =>
-        execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
-      );
+      const result = await this.runBody(workflow, execution, claimed.inputsJson);
       if (result === SUSPENDED) return SUSPENDED;
       const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
       return { workflowId, queueName, attempt, status: 'SUCCESS', outputJson, error: null };
@@ -97,6 +97,23 @@ export class BodyRunner {
       if (!retryable) return failure(queueName, claimed, thrown);
       const retryDelayMs = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
       return { ...failure(queueName, claimed, thrown), status: 'RETRY', retryDelayMs };
+    }
+  }
+
+  /** Runs the body in the frame of `execution`, in this thread or in a worker thread (`isolate: 'thread'`). */
+  private async runBody(
+    workflow: RegisteredWorkflow,
+    execution: WorkflowExecution,
+    inputsJson: string,
+  ): Promise<unknown> {
+    if (!workflow.isolated) {
+      return this.waits.run(execution, () => execution.run(() => workflow.run(JSON.parse(inputsJson) as unknown[])));
+    }
+    const isolated = this.isolated.prepare(workflow.isolated, execution, inputsJson);
+    try {
+      return await this.waits.run(execution, () => execution.run(() => isolated.run()));
+    } finally {
+      isolated.end();
     }
   }
 
