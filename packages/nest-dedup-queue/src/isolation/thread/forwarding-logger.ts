@@ -1,8 +1,11 @@
 import type { LoggerService } from '@nestjs/common';
 import type { FromThread, LogLevelName } from '../thread-messages';
 
-/** The contexts of Nest's own lines while a thread builds its providers, which the application needs not see. */
-const NEST_BOOT_CONTEXTS = new Set(['NestFactory', 'InstanceLoader']);
+/**
+ * The contexts of Nest's own lines while a thread builds its providers, which the application needs not see (a
+ * failure to build is reported with the error it throws).
+ */
+const NEST_BOOT_CONTEXTS = new Set(['NestFactory', 'InstanceLoader', 'ExceptionHandler']);
 
 /**
  * The logger of a worker thread (Nest's `Logger` in the thread writes through it): each line goes to the main
@@ -12,7 +15,6 @@ export class ForwardingLogger implements LoggerService {
   constructor(private readonly post: (message: FromThread) => void) {}
 
   log(message: unknown, ...params: unknown[]): void {
-    if (NEST_BOOT_CONTEXTS.has(params.at(-1) as string)) return;
     this.forward('log', message, params);
   }
 
@@ -37,6 +39,7 @@ export class ForwardingLogger implements LoggerService {
   }
 
   private forward(level: LogLevelName, message: unknown, params: unknown[]): void {
+    if (NEST_BOOT_CONTEXTS.has(params.at(-1) as string)) return;
     try {
       this.post({ kind: 'log', level, message, params });
     } catch {
