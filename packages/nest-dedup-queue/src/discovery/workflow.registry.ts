@@ -177,6 +177,12 @@ function assertIsolable({ options, declaredAt, isolated }: RegisteredWorkflow): 
         `worker thread loads (the stack of the decorator's call named none)`,
     );
   }
+  if (isolated && isolated.file === require.main?.filename) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate: 'thread' }) is declared in the application's entry file (${isolated.file}), ` +
+        `which a worker thread would run again, starting a second application; move the class to a file of its own`,
+    );
+  }
 }
 
 function describe(names: Iterable<string>): string {

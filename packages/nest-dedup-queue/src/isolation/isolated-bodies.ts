@@ -35,13 +35,16 @@ export class IsolatedBodies implements IsolatedWorkflowCheck {
 
   async verify(targets: IsolatedTarget[]): Promise<void> {
     if (!this.config.worker || targets.length === 0) return;
-    const failures = await this.load(targets).catch((error: unknown) => {
+    const failures = await this.load(targets).catch(async (error: unknown) => {
+      await this.pool.close();
       throw new DedupQueueConfigurationError(
         `The worker thread for isolated workflows (@Workflow({ isolate: 'thread' })) did not start: ` +
           (error instanceof Error ? error.message : String(error)),
       );
     });
     if (failures.length === 0) return;
+    // NOTE: the boot fails, and a failed boot runs no shutdown hooks.
+    await this.pool.close();
     throw new DedupQueueConfigurationError(
       `A worker thread cannot run ${failures.length} isolated workflow(s): ` +
         failures.map(({ target, error }) => `${target.className}.${target.methodName}: ${error.message}`).join('; '),

@@ -133,11 +133,11 @@ export class IsolatedRun implements ThreadUser {
     this.over = true;
     clearTimeout(this.stopTimer);
     this.signal.removeEventListener('abort', this.aborted);
-    const reason = this.signal.aborted
-      ? (this.signal.reason as Error)
-      : new DedupQueueError('The isolated run is over');
-    for (const invocation of this.invocations.values()) invocation.reject(reason);
-    this.invocations.clear();
+    if (this.invocations.size > 0) {
+      const reason = this.signal.aborted ? (this.signal.reason as Error) : new DedupQueueError('The run is over');
+      for (const invocation of this.invocations.values()) invocation.reject(reason);
+      this.invocations.clear();
+    }
     this.objects.clear();
   }
 

@@ -124,6 +124,11 @@ export class ThreadPool implements OnApplicationShutdown {
   }
 
   async onApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+
+  /** Ends every thread (idle ones close their providers first) and refuses to lend any from now on. */
+  async close(): Promise<void> {
     this.closed = true;
     for (const waiter of this.waiting.splice(0)) {
       waiter.signal?.removeEventListener('abort', waiter.onAbort);

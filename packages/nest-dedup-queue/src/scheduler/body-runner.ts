@@ -24,10 +24,10 @@ export interface RunControl {
 }
 
 /**
- * Runs the body of one claimed workflow in this process, under this process's options for it, with the steps that
- * earlier runs recorded, and says what to record: SUCCESS with the result, RETRY after the backoff, or ERROR; or
- * `SUSPENDED` when the body was suspended in a durable wait (its workflow is WAITING in Postgres already, and
- * nothing is recorded).
+ * Runs the body of one claimed workflow in this process (on the main thread, or in a worker thread for
+ * `@Workflow({ isolate: 'thread' })`), under this process's options for it, with the steps that earlier runs
+ * recorded, and says what to record: SUCCESS with the result, RETRY after the backoff, or ERROR; or `SUSPENDED` when
+ * the body was suspended in a durable wait (its workflow is WAITING in Postgres already, and nothing is recorded).
  */
 @Injectable()
 export class BodyRunner {
