@@ -8,7 +8,7 @@
 import { Controller, Get, INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { DedupQueueConfigurationError, DedupQueueModule, QueueService, WorkflowHandle } from 'nest-dedup-queue';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Pool } from 'pg';
@@ -19,6 +19,7 @@ import {
   IsolatedTasks,
   Multiplier,
   UnbuildableTasks,
+  closedThreadsDir,
 } from './fixtures/isolated-tasks';
 import { HIDDEN_PROVIDERS } from './fixtures/isolated-unexported';
 import { CapturingLogger } from './support/capturing-logger';
@@ -274,6 +275,33 @@ describe('isolated workflows', () => {
       ]);
       expect(row.rows).toEqual([{ status: 'PENDING' }]);
     } finally {
+      await dropSchema(pool, ownSchema);
+    }
+  });
+
+  it('recycles a thread after maxRunsPerThread runs, and ends a thread idle for idleTimeoutMs', async () => {
+    const ownSchema = uniqueSchema('isolation_recycle');
+    mkdirSync(closedThreadsDir());
+    const closed = (thread: number) => existsSync(join(closedThreadsDir(), String(thread)));
+    const isolation = { ...ISOLATION, threads: 1, maxRunsPerThread: 3, idleTimeoutMs: 1500 };
+    const own = await startQueueApp({ schema: ownSchema, isolation }, [IsolatedTasks]);
+    try {
+      const threadOfRun = async () => {
+        const handle = await own.queues.enqueue('tasks', own.get(IsolatedTasks).echo, []);
+        return (await handle.getResult({ timeoutMs: 20_000 })).ranIn.threadId;
+      };
+      // NOTE: the first thread checked the workflows at boot (one lending), so it serves two runs before it is recycled.
+      const [first, second, third] = [await threadOfRun(), await threadOfRun(), await threadOfRun()];
+      expect(second).toBe(first);
+      expect(third).not.toBe(second);
+      await waitFor(() => closed(first), { what: `thread ${first} recycled, its providers closed` });
+      expect(closed(third)).toBe(false);
+      await waitFor(() => closed(third), { what: `thread ${third} ended idle, its providers closed` });
+      const afterIdle = await threadOfRun();
+      expect(new Set([first, third, afterIdle]).size).toBe(3);
+    } finally {
+      rmSync(closedThreadsDir(), { recursive: true, force: true });
+      await own.close();
       await dropSchema(pool, ownSchema);
     }
   });

@@ -1,5 +1,7 @@
+import { Logger } from '@nestjs/common';
 import type { IsolatedTarget } from '../discovery/workflow.registry';
 import { DedupQueueError } from '../errors/dedup-queue.error';
+import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { WorkflowThreadError } from '../errors/workflow-thread.error';
 import { type ForwardedCallTarget, executionFrames } from '../execution/execution-frames';
 import { insideWorkflowFunctionNamed } from '../execution/inside-workflow-function';
@@ -30,6 +32,7 @@ let lastRunId = 0;
  * reason. From then on, nothing the thread sends is heard.
  */
 export class IsolatedRun implements ThreadUser {
+  private readonly logger = new Logger('DedupQueueScheduler');
   private readonly runId = ++lastRunId;
   private thread?: PoolThread;
   private over = false;
@@ -126,6 +129,12 @@ export class IsolatedRun implements ThreadUser {
     if (this.over) return;
     this.finish();
     this.pool.discard(this.thread!);
+    const { workflowName, workflowId } = this.execution.context;
+    const why = this.signal.reason instanceof WorkflowInterruptedError ? ` (${this.signal.reason.reason})` : '';
+    this.logger.warn(
+      `The isolated body of workflow ${workflowName} (${workflowId}) ignored its signal${why}; its worker thread ` +
+        `was terminated`,
+    );
     this.settle?.reject(this.signal.reason as Error);
   }
 

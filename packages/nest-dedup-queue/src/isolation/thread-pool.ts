@@ -51,6 +51,7 @@ interface Waiter {
  */
 @Injectable()
 export class ThreadPool implements OnApplicationShutdown {
+  private readonly logger = new Logger('DedupQueueScheduler');
   /** Idle or lent; not those closing. */
   private readonly threads = new Set<PoolThread>();
   private readonly idle: PoolThread[] = [];
@@ -118,11 +119,6 @@ export class ThreadPool implements OnApplicationShutdown {
     this.serveWaiting();
   }
 
-  /** How many threads run now, and how many of them are lent. */
-  stats(): { threads: number; busy: number } {
-    return { threads: this.threads.size, busy: this.threads.size - this.idle.length };
-  }
-
   async onApplicationShutdown(): Promise<void> {
     await this.close();
   }
@@ -186,7 +182,10 @@ export class ThreadPool implements OnApplicationShutdown {
     if (idleAt >= 0) this.idle.splice(idleAt, 1);
     const user = thread.user;
     thread.user = undefined;
-    user?.ended(thread.error, exitCode);
+    if (user) user.ended(thread.error, exitCode);
+    else if (thread.error) {
+      this.logger.warn(`An idle worker thread of isolated workflows ended with an error: ${thread.error.message}`);
+    }
     this.serveWaiting();
   }
 
