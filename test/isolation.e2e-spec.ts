@@ -306,21 +306,30 @@ describe('isolated workflows', () => {
     }
   });
 
-  it('refuses at boot, naming the fix, a provider a thread cannot build or a class it cannot find', async () => {
-    const boot = (providers: unknown[]) =>
-      startQueueApp({ schema: uniqueSchema('isolation_boot'), isolation: ISOLATION }, providers as never).then(
-        async (started) => {
-          await started.close();
-          throw new Error('the app booted');
-        },
-        (error: unknown) => error,
-      );
+  it('refuses at boot, naming the fix, a provider a thread cannot build, a class it cannot find, bad options', async () => {
+    const boot = async (providers: unknown[], options: Partial<DedupQueueModuleOptions> = {}) => {
+      const schema = uniqueSchema('isolation_boot');
+      try {
+        const started = await startQueueApp({ schema, isolation: ISOLATION, ...options }, providers as never);
+        await started.close();
+        throw new Error('the app booted');
+      } catch (error) {
+        return error as Error;
+      } finally {
+        await dropSchema(pool, schema);
+      }
+    };
     const unbuildable = await boot([UnbuildableTasks, Multiplier, { provide: 'FACTOR', useValue: 2 }]);
     expect(unbuildable).toBeInstanceOf(DedupQueueConfigurationError);
-    expect((unbuildable as Error).message).toMatch(/UnbuildableTasks\.run: .*threadModule: \(\) => MyThreadModule/);
+    expect(unbuildable.message).toMatch(/UnbuildableTasks\.run: .*threadModule: \(\) => MyThreadModule/);
     const hidden = await boot(HIDDEN_PROVIDERS);
     expect(hidden).toBeInstanceOf(DedupQueueConfigurationError);
-    expect((hidden as Error).message).toMatch(/isolated-unexported\.ts does not export HiddenTasks; export the class/);
+    expect(hidden.message).toMatch(/isolated-unexported\.ts does not export HiddenTasks; export the class/);
+    const misspelt = await boot([], { isolation: { thread: 2 } as never });
+    expect(misspelt).toBeInstanceOf(DedupQueueConfigurationError);
+    expect(misspelt.message).toMatch(/`isolation.thread` is not an option; did you mean "threads"\?/);
+    const noThreads = await boot([], { isolation: { threads: 0 } });
+    expect(noThreads.message).toMatch(/`isolation.threads` must be a positive integer/);
   });
 });
 

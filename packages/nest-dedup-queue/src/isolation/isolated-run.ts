@@ -21,8 +21,6 @@ export const STOP_GRACE_MS = 500;
 /** The services whose methods an isolated body may call (through the stubs its thread provides), by class name. */
 export type ThreadServices = ReadonlyMap<string, object>;
 
-let lastRunId = 0;
-
 /**
  * One run of an isolated body, seen from the main thread: it borrows a thread from the pool, starts the body there,
  * and serves the calls the body forwards (inside-workflow functions, service methods, methods of objects earlier
@@ -33,8 +31,9 @@ let lastRunId = 0;
  */
 export class IsolatedRun implements ThreadUser {
   private readonly logger = new Logger('DedupQueueScheduler');
-  private readonly runId = ++lastRunId;
   private thread?: PoolThread;
+  /** The run's number in its thread (how many times the thread was lent): what tells its messages from earlier runs'. */
+  private runId = 0;
   private over = false;
   private settle?: { resolve(value: unknown): void; reject(reason: unknown): void };
   private stopTimer?: NodeJS.Timeout;
@@ -58,8 +57,8 @@ export class IsolatedRun implements ThreadUser {
 
   /** Runs the body: resolves with what it returned (read back from its JSON), rejects with what it threw. */
   async run(): Promise<unknown> {
-    this.thread = await this.pool.acquire(this, this.signal);
-    const thread = this.thread;
+    const thread = await this.pool.acquire(this, this.signal);
+    [this.thread, this.runId] = [thread, thread.runs];
     return new Promise((resolve, reject) => {
       this.settle = { resolve, reject };
       const { workflowId, workflowName, queueName, attempt } = this.execution.context;
@@ -209,8 +208,11 @@ export class IsolatedRun implements ThreadUser {
 
   /** Calls a function the body passed (a step's body) in the thread, in the frame the caller here runs in. */
   private invoke(callbackId: number, args: unknown[]): Promise<unknown> {
-    if (this.over)
-      return Promise.reject((this.signal.reason as Error) ?? new DedupQueueError('The isolated run is over'));
+    if (this.over) {
+      return Promise.reject(
+        this.signal.aborted ? (this.signal.reason as Error) : new DedupQueueError('The run is over'),
+      );
+    }
     const invocationId = ++this.lastId;
     const inStep = executionFrames.getStore()?.inStep ?? false;
     return new Promise((resolve, reject) => {
