@@ -14,7 +14,13 @@ import {
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
-import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './utils/database-endpoint';
+import {
+  DatabaseEndpoint,
+  EndpointSettings,
+  describeEndpoint,
+  maskedUrl,
+  postgresUrlProblem,
+} from './utils/database-endpoint';
 import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
@@ -131,6 +137,8 @@ export function resolveConfig(
         'database, username and password instead of `url`, or an existing TypeORM `dataSource`',
     );
   }
+  assertPostgresUrl('connection.url', options.connection?.url, fail);
+  assertPostgresUrl('dataSource.options.url', (options.dataSource?.options as EndpointSettings | undefined)?.url, fail);
   const schema = options.schema ?? DEFAULT_SCHEMA;
   if (!SCHEMA_NAME.test(schema)) {
     fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);
@@ -264,7 +272,19 @@ function resolveListen(
   if (typeof listen !== 'object' || typeof listen.url !== 'string' || listen.url.length === 0) {
     fail('`listen` must be true, false or { url: a direct postgres:// URL to the server, past any pooler }');
   }
+  assertPostgresUrl('listen.url', listen.url, fail);
   return { mode: 'direct', url: listen.url };
+}
+
+/**
+ * Refuses a connection URL that is not a Postgres URL (see `postgresUrlProblem`) before any connection is tried,
+ * saying what is wrong, with the URL's password masked.
+ */
+function assertPostgresUrl(field: string, url: unknown, fail: (message: string) => never): void {
+  if (url === undefined || url === null || url === '') return;
+  if (typeof url !== 'string') fail(`\`${field}\` must be a string, got ${typeof url}`);
+  const problem = postgresUrlProblem(url);
+  if (problem) fail(`\`${field}\` ${problem}; got "${maskedUrl(url)}"`);
 }
 
 /** Validates a queue's limits (declared, or changed at run time) and applies the defaults. */
