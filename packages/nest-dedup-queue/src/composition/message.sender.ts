@@ -1,10 +1,11 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { MessageStore } from '../database/message.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { SendOptions } from '../interfaces/message-options.interface';
 import { UnstorableValueError, toStoredJson } from '../utils/stored-json';
 import { topicOf } from './workflow-messages';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * Sends messages to workflows (`QueueService.send`): finds the workflow's queue by its ID, stores the message (once
@@ -12,7 +13,7 @@ import { topicOf } from './workflow-messages';
  */
 @Injectable()
 export class MessageSender {
-  private readonly logger = new Logger('DedupQueueModule');
+  private readonly logger = new ModuleLogger('DedupQueueModule');
 
   constructor(private readonly messages: MessageStore) {}
 

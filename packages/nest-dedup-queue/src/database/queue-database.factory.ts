@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import type { DedupQueueConfig } from '../dedup-queue.config';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
@@ -11,8 +10,9 @@ import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
 import { ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
+import { ModuleLogger } from '../utils/module-logger';
 
-const logger = new Logger('DedupQueueModule');
+const logger = new ModuleLogger('DedupQueueModule');
 
 /**
  * Opens (or adopts) the DataSource and migrates the module's schema before anything else uses it. While Postgres

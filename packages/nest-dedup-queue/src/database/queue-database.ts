@@ -1,4 +1,4 @@
-import { Logger, OnApplicationShutdown } from '@nestjs/common';
+import { OnApplicationShutdown } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { Client, Pool, PoolClient } from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
@@ -11,6 +11,7 @@ import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX }
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../utils/database-endpoint';
 import { describeError } from '../utils/describe-error';
 import { driverErrorOf, ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * What the module uses of a `pg` client (`PoolClient` or `Client`). NOTE: declared here rather than imported from
@@ -94,7 +95,7 @@ export class QueueDatabase implements OnApplicationShutdown {
       connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS,
     };
     const label = this.settings.endpoint.label;
-    this.monitor = new ConnectionMonitor(new Logger('DedupQueueModule'), {
+    this.monitor = new ConnectionMonitor(new ModuleLogger('DedupQueueModule'), {
       lost: (reason) =>
         `Postgres at ${label} is unreachable (${reason}); enqueues fail with DatabaseUnavailableError and ` +
         `workers retry until it is back`,

@@ -1,4 +1,4 @@
-import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
@@ -13,6 +13,7 @@ import { OutcomeWriter } from './outcome.writer';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';
 import { QueueWorkerFactory } from './queue-worker.factory';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
@@ -24,7 +25,7 @@ import { QueueWorkerFactory } from './queue-worker.factory';
  */
 @Injectable()
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
   private readonly pollFailures = new FailureLog(this.logger);
   /** From bootstrap to the end of shutdown, in a worker process. */

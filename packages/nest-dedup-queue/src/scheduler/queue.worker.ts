@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
@@ -20,6 +19,7 @@ import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
 import { SUSPENDED, type WorkflowWaits } from '../composition/workflow-waits';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
@@ -92,7 +92,7 @@ interface AbandonedRun {
  * or still buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
  */
 export class QueueWorker {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
   /** Runs whose body returned while their outcome is being written: still PENDING here, outside any slot. */
   private readonly recording = new Map<string, RunningWorkflow>();
