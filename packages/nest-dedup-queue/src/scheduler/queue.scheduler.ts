@@ -3,10 +3,11 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
 import { ExecutorStore } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
-import { InterruptPayload, parseInterruptPayload } from '../database/workflow.store';
+import type { InterruptPayload } from '../database/workflow.store';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
+import { CancelHints } from './cancel-hints';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
@@ -37,6 +38,15 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private leaseReady = false;
   private readonly reconciling = new Map<string, Promise<void>>();
   private stopping = false;
+  private readonly cancelHints = new CancelHints({
+    mayHold: (workflowId) => [...this.workers.values()].some((worker) => worker.mayHold(workflowId)),
+    lookUp: (workflowIds) => this.executors.notOwned(this.config.executorId, workflowIds),
+    release: (cancelled) => this.cancelled(cancelled),
+    endedElsewhere: () => this.workers.forEach((worker) => worker.endedElsewhere()),
+    checkEveryRun: () => this.interruptNotOwned(),
+    active: () => this.started,
+    failed: (error) => this.pollFailures.failed('Confirming announced cancels', error),
+  });
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -67,10 +77,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     const listening = this.listener.start(
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
-        [
-          this.database.cancelChannel,
-          (payload) => (payload ? this.cancelled(parseInterruptPayload(payload)) : void this.interruptNotOwned()),
-        ],
+        [this.database.cancelChannel, (payload) => this.cancelHints.announce(payload)],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
@@ -149,8 +156,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
-   * A workflow was CANCELLED in Postgres (by this process, or announced on the cancel channel): the worker running
-   * that run of it here aborts its signal and frees its slot at once.
+   * A workflow is CANCELLED in Postgres (by this process, or announced on the cancel channel and confirmed in the
+   * database): the worker running that run of it here aborts its signal and frees its slot at once.
    */
   cancelled({ workflowId, reason, attempt }: InterruptPayload): void {
     for (const worker of this.workers.values()) worker.release(workflowId, reason, attempt);

@@ -173,6 +173,20 @@ export class QueueWorker {
     }
     if (this.dropBuffered(workflowId, attempt)) return;
     for (const cancelled of this.claims.values()) cancelled.set(workflowId, attempt);
+    this.endedElsewhere();
+  }
+
+  /** Whether this worker may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
+  mayHold(workflowId: string): boolean {
+    return (
+      this.running.has(workflowId) ||
+      this.claims.size > 0 ||
+      this.buffered.some(({ workflow }) => workflow.workflowId === workflowId)
+    );
+  }
+
+  /** A workflow not held here ended: a queue with global limits looks for work, since it may have held a slot. */
+  endedElsewhere(): void {
     if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
   }
 
