@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
   DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_INPUT_LIMITS,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECOVERY_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
@@ -14,6 +15,7 @@ import {
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import type { InputLimits } from './interfaces/input-limits.interface';
 import {
   DatabaseEndpoint,
   EndpointSettings,
@@ -71,6 +73,8 @@ export class DedupQueueConfig {
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
   /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
   readonly distribution!: 'single' | 'citus';
+  /** What callers may store, with the defaults applied. */
+  readonly inputLimits!: Required<InputLimits>;
 
   constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
@@ -106,6 +110,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'metrics',
   'externalWorkflows',
   'distribution',
+  'inputLimits',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
 
@@ -174,6 +179,7 @@ export function resolveConfig(
   }
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
+    inputLimits: resolveInputLimits(options.inputLimits, fail),
     schema,
     endpoint,
     connectTimeoutMs:
@@ -274,6 +280,29 @@ function resolveListen(
   }
   assertPostgresUrl('listen.url', listen.url, fail);
   return { mode: 'direct', url: listen.url };
+}
+
+/** Bounds that keep a check's own recursion far from the stack's end, and a value within what Postgres stores. */
+const INPUT_LIMIT_RANGES: Record<keyof InputLimits, readonly [number, number]> = {
+  maxValueBytes: [1, 1024 * 1024 * 1024 - 1],
+  maxDepth: [1, 1000],
+};
+
+function resolveInputLimits(limits: InputLimits | undefined, fail: (message: string) => never): Required<InputLimits> {
+  if (limits === undefined) return DEFAULT_INPUT_LIMITS;
+  if (limits === null || typeof limits !== 'object') fail('`inputLimits` must be { maxValueBytes?, maxDepth? }');
+  const unknown = unknownKey(limits, Object.keys(INPUT_LIMIT_RANGES));
+  if (unknown) fail(`\`inputLimits.${unknown.key}\` ${unknown.reason}`);
+  const resolved = { ...DEFAULT_INPUT_LIMITS };
+  for (const [name, [min, max]] of Object.entries(INPUT_LIMIT_RANGES) as Array<[keyof InputLimits, [number, number]]>) {
+    const value = limits[name];
+    if (value === undefined) continue;
+    if (!Number.isInteger(value) || value < min || value > max) {
+      fail(`\`inputLimits.${name}\` must be an integer from ${min} to ${max}`);
+    }
+    resolved[name] = value;
+  }
+  return resolved;
 }
 
 /**

@@ -6,6 +6,7 @@ import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.
 import { describeError } from '../utils/describe-error';
 import { assertCitusInstalled, distributeTables } from './citus-distribution';
 import { HistoryPartitions } from './history-partitions';
+import { storeInputLimits } from './input-limits.store';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
@@ -40,6 +41,7 @@ export async function createQueueDatabase(
         preparedStatements: !config.transactionPooler,
         connectTimeoutMs: config.connectTimeoutMs,
         distribution: config.distribution,
+        inputLimits: config.inputLimits,
       },
     );
     let phase: ErrorPhase = 'connect';
@@ -56,6 +58,7 @@ export async function createQueueDatabase(
         if (distributed.length > 0)
           logger.log(`Distributed schema "${config.schema}" on Citus: ${distributed.join(', ')}`);
       }
+      await storeInputLimits(database);
       await new HistoryPartitions(database).extend();
       return database;
     } catch (error) {

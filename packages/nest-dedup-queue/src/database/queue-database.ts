@@ -5,7 +5,8 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { DatabaseQueryError } from '../errors/database-query.error';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
-import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_INPUT_LIMITS } from '../dedup-queue.constants';
+import type { InputLimits } from '../interfaces/input-limits.interface';
 import { ConnectionMonitor } from './connection-monitor';
 import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../utils/database-endpoint';
@@ -58,6 +59,8 @@ export interface ConnectionSettings {
   connectTimeoutMs: number;
   /** `'citus'`: the server is a Citus coordinator and the tables are distributed (default `'single'`). */
   distribution?: 'single' | 'citus';
+  /** What callers may store (`forRoot({ inputLimits })`, resolved); default `DEFAULT_INPUT_LIMITS`. */
+  inputLimits?: Required<InputLimits>;
 }
 
 const RETRY_DELAY_MS = 100;
@@ -123,6 +126,11 @@ export class QueueDatabase implements OnApplicationShutdown {
   /** The channel that tells every process a queue was paused, resumed or given new limits; the payload is its name. */
   get controlChannel(): string {
     return `${CONTROL_CHANNEL_PREFIX}${this.schema}`;
+  }
+
+  /** The limits of what callers store in this schema (arguments, messages, events, results, keys). */
+  get inputLimits(): Required<InputLimits> {
+    return this.settings.inputLimits ?? DEFAULT_INPUT_LIMITS;
   }
 
   /** The channel that tells workers to interrupt a workflow; the payload is its ID. */

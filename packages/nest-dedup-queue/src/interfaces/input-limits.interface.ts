@@ -1,8 +1,9 @@
 /**
- * Limits on what callers store through the module (`forRoot({ inputLimits })`), checked before anything is written:
- * by the JavaScript API (an `InvalidArgumentError` naming the field) and by `<schema>.enqueue_workflow(...)` in SQL
- * (SQLSTATE 22023). A workflow's result or a step's result over a limit fails that run, as a value JSON cannot hold
- * does. See docs/production.md, "Security".
+ * Limits on the values callers store through the module (`forRoot({ inputLimits })`), checked before anything is
+ * written: by the JavaScript API (an `InvalidArgumentError` naming the field) and by `<schema>.enqueue_workflow(...)`
+ * in SQL (SQLSTATE 22023). A workflow's result or a step's result over a limit fails that run, as a value JSON cannot
+ * hold does. Keys (workflow IDs, deduplication IDs, partition keys, topics, idempotency and event keys) are at most
+ * 255 characters, a fixed limit. See docs/production.md, "Security".
  */
 export interface InputLimits {
   /**
@@ -15,9 +16,4 @@ export interface InputLimits {
    * (`[{ "a": [1] }]` is 3 deep). Default 64.
    */
   maxDepth?: number;
-  /**
-   * The longest workflow ID, deduplication ID, partition key, message topic, idempotency key and event key, in
-   * characters (Unicode code points). From 1 to 255; default 255.
-   */
-  maxKeyLength?: number;
 }

@@ -550,7 +550,8 @@ export class QueueWorker {
         run.suspended = true;
         return { workflowId, queueName: this.queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
       }
-      const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
+      const outputJson =
+        result === undefined ? null : toStoredJson(result, 'The result', this.deps.steps.database.inputLimits);
       return {
         workflowId,
         queueName: this.queueName,
