@@ -1,13 +1,16 @@
-import type { NotOwnedWorkflow } from '../database/executor.store';
+import type { HeldRun, NotOwnedWorkflow } from '../database/executor.store';
 import { type InterruptPayload, parseInterruptPayload } from '../database/workflow.store';
 import { backoffDelayMs } from '../utils/backoff';
 
 /** What `CancelHints` asks of the scheduler. */
 export interface CancelHintsDependencies {
-  /** Whether a worker here may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
-  mayHold(workflowId: string): boolean;
-  /** Why this executor no longer owns some of `workflowIds` (`ExecutorStore.notOwned`). */
-  lookUp(workflowIds: string[]): Promise<NotOwnedWorkflow[]>;
+  /**
+   * The queues whose worker here may hold the workflow (runs it, buffers it, or has a claim in flight that may take
+   * it); none when no worker may.
+   */
+  queuesThatMayHold(workflowId: string): string[];
+  /** Why this executor no longer owns some of `runs` (`ExecutorStore.notOwned`). */
+  lookUp(runs: HeldRun[]): Promise<NotOwnedWorkflow[]>;
   /** The workflow is CANCELLED (or timed out) in the database: its run here stops. */
   release(cancelled: InterruptPayload): void;
   /** A workflow held nowhere here ended: queues with global limits look for work (it may have held a slot). */
@@ -30,7 +33,8 @@ const RETRY_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
  * confirmed by one statement; a confirmation that fails is tried again.
  */
 export class CancelHints {
-  private readonly pending = new Set<string>();
+  /** The workflows named by hints not confirmed yet, each with the queues it may be of. */
+  private readonly pending = new Map<string, Set<string>>();
   private everyRun = false;
   private confirming?: Promise<void>;
 
@@ -39,25 +43,34 @@ export class CancelHints {
   /** A payload of the cancel channel (undefined after a reconnect). */
   announce(payload: string | undefined): void {
     const workflowId = payload === undefined ? '' : parseInterruptPayload(payload).workflowId;
+    const queues = workflowId === '' ? [] : this.deps.queuesThatMayHold(workflowId);
     if (workflowId === '') this.everyRun = true;
-    else if (this.deps.mayHold(workflowId)) this.pending.add(workflowId);
+    else if (queues.length > 0) this.hold(workflowId, queues);
     else return this.deps.endedElsewhere();
     this.confirming ??= this.confirm().finally(() => (this.confirming = undefined));
+  }
+
+  private hold(workflowId: string, queues: string[]): void {
+    const held = this.pending.get(workflowId) ?? new Set<string>();
+    for (const queueName of queues) held.add(queueName);
+    this.pending.set(workflowId, held);
   }
 
   private async confirm(): Promise<void> {
     for (let failures = 0; (this.pending.size > 0 || this.everyRun) && this.deps.active();) {
       // NOTE: one turn of the event loop gathers the notifications that arrived together (a cancelMany).
       await new Promise((resolve) => setImmediate(resolve));
-      const workflowIds = [...this.pending];
+      const runs = [...this.pending].flatMap(([workflowId, queues]) =>
+        [...queues].map((queueName) => ({ workflowId, queueName })),
+      );
       this.pending.clear();
       if (this.everyRun) {
         this.everyRun = false;
         await this.deps.checkEveryRun();
       }
-      if (workflowIds.length === 0) continue;
+      if (runs.length === 0) continue;
       try {
-        for (const run of await this.deps.lookUp(workflowIds)) {
+        for (const run of await this.deps.lookUp(runs)) {
           if (run.reason !== 'ownership-lost') {
             this.deps.release({ workflowId: run.workflowId, reason: run.reason, attempt: run.attempt });
           }
@@ -65,7 +78,7 @@ export class CancelHints {
         failures = 0;
       } catch (error) {
         this.deps.failed(error);
-        for (const workflowId of workflowIds) this.pending.add(workflowId);
+        for (const { workflowId, queueName } of runs) this.hold(workflowId, [queueName]);
         await new Promise((resolve) => setTimeout(resolve, backoffDelayMs(++failures, RETRY_BACKOFF)).unref());
       }
     }

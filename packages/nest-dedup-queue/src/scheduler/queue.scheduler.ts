@@ -1,7 +1,7 @@
 import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
-import { ExecutorStore } from '../database/executor.store';
+import { ExecutorStore, type HeldRun } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
 import type { InterruptPayload } from '../database/workflow.store';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
@@ -39,8 +39,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private readonly reconciling = new Map<string, Promise<void>>();
   private stopping = false;
   private readonly cancelHints = new CancelHints({
-    mayHold: (workflowId) => [...this.workers.values()].some((worker) => worker.mayHold(workflowId)),
-    lookUp: (workflowIds) => this.executors.notOwned(this.config.executorId, workflowIds),
+    queuesThatMayHold: (workflowId) =>
+      [...this.workers].filter(([, worker]) => worker.mayHold(workflowId)).map(([queueName]) => queueName),
+    lookUp: (runs) => this.executors.notOwned(this.config.executorId, runs),
     release: (cancelled) => this.cancelled(cancelled),
     endedElsewhere: () => this.workers.forEach((worker) => worker.endedElsewhere()),
     checkEveryRun: () => this.interruptNotOwned(),
@@ -186,7 +187,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     try {
       for (const { workflowId, reason, attempt } of await this.executors.notOwned(
         this.config.executorId,
-        this.runningIds(),
+        this.heldRuns(),
       )) {
         if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
         else this.cancelled({ workflowId, reason, attempt });
@@ -236,7 +237,14 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   private runningIds(): string[] {
-    return [...this.workers.values()].flatMap((worker) => worker.runningIds());
+    return this.heldRuns().map((run) => run.workflowId);
+  }
+
+  /** The workflows the workers know (running, being recorded, buffered), each with its queue. */
+  private heldRuns(): HeldRun[] {
+    return [...this.workers].flatMap(([queueName, worker]) =>
+      worker.runningIds().map((workflowId) => ({ workflowId, queueName })),
+    );
   }
 
   private interruptAll(reason: InterruptReason): void {
