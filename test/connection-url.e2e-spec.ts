@@ -36,7 +36,7 @@ describe('a connection URL that is not a Postgres URL', () => {
             retryDelay: 1000,
             connectTimeoutMs: 30_000,
             ...options,
-          } as DedupQueueModuleOptions),
+          }),
         ],
       })
         .setLogger(logger)

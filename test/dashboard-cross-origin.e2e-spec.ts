@@ -7,14 +7,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { INestApplication } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { DedupQueueDashboardModule, DedupQueueModule, QueueService } from 'nest-dedup-queue';
+import { DedupQueueDashboardModule, QueueService } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { Browser, Page, chromium } from 'playwright-core';
 import request from 'supertest';
-import { DASHBOARD_QUEUES } from './fixtures/dashboard-app';
-import { DashboardTasks } from './fixtures/dashboard-tasks';
-import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { startDashboardApp } from './fixtures/dashboard-app';
+import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { SYSTEM_TOOLS, describeWithTools } from './support/system-tools';
 
 const REPORT = 'DashboardTasks.report';
@@ -37,23 +35,13 @@ describeWithTools(['chromium'], 'dashboard actions from another origin', () => {
 
   beforeAll(async () => {
     pool = testPool();
-    const module = await Test.createTestingModule({
-      imports: [
-        DedupQueueModule.forRoot({
-          connection: { url: databaseUrl() },
-          schema,
-          queues: DASHBOARD_QUEUES,
-          worker: { queues: ['work'] },
-        }),
-        DedupQueueDashboardModule.forRoot({ allowedOrigins: [ADMIN_CONSOLE] }),
-      ],
-      providers: [DashboardTasks],
-    }).compile();
-    app = module.createNestApplication({ logger: false });
-    app.enableCors({ origin: true, credentials: true });
+    const started = await startDashboardApp(schema, { allowedOrigins: [ADMIN_CONSOLE] }, 'express', (nest) =>
+      nest.enableCors({ origin: true, credentials: true }),
+    );
+    app = started.app;
+    queues = started.queues;
     await app.listen(0, '127.0.0.1');
     dashboardUrl = `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}/queues`;
-    queues = app.get(QueueService);
     foreign = createServer((_, response) => response.end('<!doctype html><title>elsewhere</title>'));
     await new Promise<void>((resolve) => foreign.listen(0, '127.0.0.1', resolve));
     // NOTE: localhost and 127.0.0.1 are different sites to the browser: this page is cross-site to the dashboard.

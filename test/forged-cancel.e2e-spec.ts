@@ -4,48 +4,19 @@
  * the cancel payload for a running workflow, which finishes normally and lets go of its key; a genuine cancel from
  * another process still stops its run promptly (polling is off, so only the notification can do it).
  */
-import { Injectable } from '@nestjs/common';
-import { QueueService, Workflow, workflowContext } from 'nest-dedup-queue';
+import { QueueService } from 'nest-dedup-queue';
 import { Client, Pool } from 'pg';
-import { Gate } from './fixtures/recording-tasks';
+import { HeldTasks } from './fixtures/held-tasks';
 import { databaseUrl, databaseUrlOf, testPool } from './support/database';
-import { QueueApp, startQueueApp, useQueueApp } from './support/queue-app';
+import { QueueApp, QueueAppSuite, startQueueApp, useQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
-@Injectable()
-class HeldTasks {
-  readonly gates = new Map<string, Gate>();
-  readonly running = new Set<string>();
-  /** The label of each run whose signal aborted, with the reason's message. */
-  readonly aborted = new Map<string, string>();
-
-  gate(label: string): Gate {
-    if (!this.gates.has(label)) this.gates.set(label, new Gate());
-    return this.gates.get(label)!;
-  }
-
-  /** Runs until its gate opens or its signal aborts. */
-  @Workflow()
-  async hold(label: string): Promise<string> {
-    const { signal } = workflowContext();
-    this.running.add(label);
-    await new Promise<void>((resolve) => {
-      void this.gate(label).wait().then(resolve);
-      signal.addEventListener('abort', () => {
-        this.aborted.set(label, (signal.reason as Error).message);
-        resolve();
-      });
-    });
-    return `done ${label}`;
-  }
-}
-
 describe('a cancel notification from a login with no grants', () => {
-  const suite = useQueueApp<HeldTasks>(
+  const suite: QueueAppSuite<HeldTasks> = useQueueApp<HeldTasks>(
     'forged_cancel',
     { pollIntervalMs: 3_600_000, queues: [{ name: 'tasks' }] },
     [HeldTasks],
-    { tasks: HeldTasks, beforeClose: () => suite.tasks?.gates.forEach((gate) => gate.open()) },
+    { tasks: HeldTasks, beforeClose: () => suite.tasks?.openAll() },
   );
   const role = `${suite.schema}_nobody`;
   let other: QueueApp;

@@ -14,11 +14,10 @@ import {
   QueueService,
   Workflow,
   setEvent,
-  workflowContext,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import request from 'supertest';
-import { Gate } from './fixtures/recording-tasks';
+import { HeldTasks } from './fixtures/held-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
@@ -34,15 +33,6 @@ const nested = (depth: number): unknown => {
 
 @Injectable()
 class LimitTasks {
-  readonly gates = new Map<string, Gate>();
-  readonly running = new Set<string>();
-  readonly aborted = new Set<string>();
-
-  gate(label: string): Gate {
-    if (!this.gates.has(label)) this.gates.set(label, new Gate());
-    return this.gates.get(label)!;
-  }
-
   @Workflow()
   async echo(value: unknown): Promise<unknown> {
     return value;
@@ -62,21 +52,6 @@ class LimitTasks {
       return `${(error as Error).name}: ${(error as Error).message}`;
     }
   }
-
-  /** Runs until its gate opens or its signal aborts. */
-  @Workflow()
-  async hold(label: string): Promise<string> {
-    const { signal } = workflowContext();
-    this.running.add(label);
-    await new Promise<void>((resolve) => {
-      void this.gate(label).wait().then(resolve);
-      signal.addEventListener('abort', () => {
-        this.aborted.add(label);
-        resolve();
-      });
-    });
-    return `done ${label}`;
-  }
 }
 
 /** `nested(depth)` as JSON text (JSON.stringify itself fails some thousands of levels down). */
@@ -88,6 +63,7 @@ describe('input limits', () => {
   let app: INestApplication;
   let queues: QueueService;
   let tasks: LimitTasks;
+  let held: HeldTasks;
   let other: QueueApp;
 
   const rowCount = async () =>
@@ -107,12 +83,13 @@ describe('input limits', () => {
         }),
         DedupQueueDashboardModule.forRoot(),
       ],
-      providers: [LimitTasks],
+      providers: [LimitTasks, HeldTasks],
     }).compile();
     app = module.createNestApplication({ logger: false });
     await app.init();
     queues = app.get(QueueService);
     tasks = app.get(LimitTasks);
+    held = app.get(HeldTasks);
     other = await startQueueApp({
       schema,
       worker: false,
@@ -122,7 +99,7 @@ describe('input limits', () => {
   });
 
   afterAll(async () => {
-    tasks?.gates.forEach((gate) => gate.open());
+    held?.openAll();
     await other?.close();
     await app?.close();
     await dropSchema(pool, schema);
@@ -165,7 +142,7 @@ describe('input limits', () => {
     });
 
     it('refuses a message, a topic and an idempotency key over their limits', async () => {
-      const target = await queues.enqueue('tasks', tasks.hold, ['receiver']);
+      const target = await queues.enqueue('tasks', held.hold, ['receiver']);
       await refused(() => queues.send(target.workflowId, 'x'.repeat(9_999)), /^message is 10001 bytes of JSON/);
       await refused(() => queues.send(target.workflowId, nested(9)), /^message(\[0\]){8} is nested deeper than 8/);
       await refused(
@@ -177,7 +154,7 @@ describe('input limits', () => {
         /^options\.idempotencyKey must be at most 255 characters, got 256$/,
       );
       await refused(() => queues.getEvent(target.workflowId, 'e'.repeat(256)), /^key must be at most 255 characters/);
-      tasks.gate('receiver').open();
+      held.gate('receiver').open();
       await target.getResult();
     });
 
@@ -289,12 +266,12 @@ describe('input limits', () => {
 
     it('stops the run of a workflow with a 100 kB ID cancelled from another process', async () => {
       const id = `run-${'y'.repeat(100_000)}`;
-      await insertRaw(id, 'tasks', 'LimitTasks.hold', '["long"]');
+      await insertRaw(id, 'tasks', 'HeldTasks.hold', '["long"]');
       await pool.query(`SELECT pg_notify($1, 'tasks')`, [`dedup_queue:${schema}`]);
-      await waitFor(() => tasks.running.has('long'), { what: 'the run of the long-ID workflow' });
+      await waitFor(() => held.running.has('long'), { what: 'the run of the long-ID workflow' });
       const results = await other.queues.cancelMany({ queueName: 'tasks', status: 'PENDING' });
       expect(results).toEqual([{ workflowId: id, outcome: 'cancelled' }]);
-      await waitFor(() => tasks.aborted.has('long'), { what: 'its run to stop', timeoutMs: 5000 });
+      await waitFor(() => held.aborted.has('long'), { what: 'its run to stop', timeoutMs: 5000 });
     });
 
     it('shows an over-deep value written through SQL on the dashboard instead of failing the page', async () => {
