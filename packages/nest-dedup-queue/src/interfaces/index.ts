@@ -22,3 +22,4 @@ export * from './cancel-options.interface';
 export * from './get-event-options.interface';
 export * from './message-options.interface';
 export * from './isolation-options.interface';
+export * from './input-limits.interface';

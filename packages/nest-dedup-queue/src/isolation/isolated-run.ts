@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import type { IsolatedTarget } from '../discovery/workflow.registry';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
@@ -7,6 +6,7 @@ import { type ForwardedCallTarget, executionFrames } from '../execution/executio
 import { insideWorkflowFunctionNamed } from '../execution/inside-workflow-function';
 import type { WorkflowExecution } from '../execution/workflow-execution';
 import { reviveError, toErrorInfo } from '../utils/error-info';
+import { ModuleLogger } from '../utils/module-logger';
 import { fromStoredJson } from '../utils/stored-json';
 import { decodeFromThread, encodeForThread } from './crossing';
 import type { CallOutcome, FromThread } from './thread-messages';
@@ -30,7 +30,7 @@ export type ThreadServices = ReadonlyMap<string, object>;
  * reason. From then on, nothing the thread sends is heard.
  */
 export class IsolatedRun implements ThreadUser {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private thread?: PoolThread;
   /** The run's number in its thread (how many times the thread was lent): what tells its messages from earlier runs'. */
   private runId = 0;

@@ -1,6 +1,7 @@
 import type { IsolatedTarget } from '../discovery/workflow.registry';
 import type { ForwardedCallTarget } from '../execution/execution-frames';
 import type { WorkflowErrorInfo } from '../interfaces/workflow-status.interface';
+import type { ValueLimits } from '../utils/stored-json';
 
 /** How a call across the thread boundary ended: its value (encoded, see `crossing.ts`), or what it threw. */
 export type CallOutcome = { value: unknown } | { error: WorkflowErrorInfo };
@@ -17,6 +18,8 @@ export interface RunContextData {
 export interface ThreadData {
   /** The declared queues, for the `WorkflowQueue`s that `@InjectQueue()` gives in the thread. */
   queueNames: string[];
+  /** The limits of a stored value (`forRoot({ inputLimits })`), which a body's result must keep to. */
+  inputLimits: ValueLimits;
 }
 
 /** From the main thread to a worker thread. */

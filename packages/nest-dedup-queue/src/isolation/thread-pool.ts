@@ -2,6 +2,7 @@ import { Injectable, Logger, OnApplicationShutdown } from '@nestjs/common';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { DedupQueueConfig } from '../dedup-queue.config';
+import { ModuleLogger } from '../utils/module-logger';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import type { FromThread, ThreadData, ToThread } from './thread-messages';
 
@@ -51,7 +52,7 @@ interface Waiter {
  */
 @Injectable()
 export class ThreadPool implements OnApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   /** Idle or lent; not those closing. */
   private readonly threads = new Set<PoolThread>();
   private readonly idle: PoolThread[] = [];
@@ -162,7 +163,7 @@ export class ThreadPool implements OnApplicationShutdown {
 
   private spawn(): PoolThread {
     const { resourceLimits, execArgv } = this.config.isolation;
-    const workerData: ThreadData = { queueNames: [...this.config.queues.keys()] };
+    const workerData: ThreadData = { queueNames: [...this.config.queues.keys()], inputLimits: this.config.inputLimits };
     const thread = new PoolThread(new Worker(THREAD_ENTRY, { workerData, resourceLimits, execArgv }));
     thread.worker.on('message', (message: FromThread) => {
       if (message.kind === 'log') forwardLog(message);

@@ -1,4 +1,4 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { describeError } from '../database/connection-monitor';
 import { StepStore } from '../database/step.store';
@@ -13,6 +13,7 @@ import { IsolatedBodies } from '../isolation/isolated-bodies';
 import { type RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
+import { ModuleLogger } from '../utils/module-logger';
 import { toStoredJson } from '../utils/stored-json';
 
 export { SUSPENDED } from '../composition/workflow-waits';
@@ -31,7 +32,7 @@ export interface RunControl {
  */
 @Injectable()
 export class BodyRunner {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -90,7 +91,8 @@ export class BodyRunner {
       );
       const result = await this.runBody(workflow, execution, claimed.inputsJson);
       if (result === SUSPENDED) return SUSPENDED;
-      const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
+      const outputJson =
+        result === undefined ? null : toStoredJson(result, 'The result', this.steps.database.inputLimits);
       return { workflowId, queueName, attempt, status: 'SUCCESS', outputJson, error: null };
     } catch (thrown) {
       const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;

@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
@@ -16,6 +15,7 @@ import { AbandonedRuns } from './abandoned-runs';
 import { type BodyRunner, SUSPENDED } from './body-runner';
 import { ClaimBuffer } from './claim-buffer';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
@@ -65,7 +65,7 @@ type CancelledMeanwhile = Map<string, number | undefined>;
  * the write is in the database. Claims in flight count against the room.
  */
 export class QueueWorker {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
   /** Runs whose body returned while their outcome is being written: still PENDING here, outside any slot. */
   private readonly recording = new Map<string, RunningWorkflow>();
@@ -149,6 +149,16 @@ export class QueueWorker {
     }
     if (this.buffer.drop(workflowId, attempt)) return;
     for (const cancelled of this.claims.values()) cancelled.set(workflowId, attempt);
+    this.endedElsewhere();
+  }
+
+  /** Whether this worker may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
+  mayHold(workflowId: string): boolean {
+    return this.running.has(workflowId) || this.claims.size > 0 || this.buffer.workflowIds().includes(workflowId);
+  }
+
+  /** A workflow not held here ended: a queue with global limits looks for work, since it may have held a slot. */
+  endedElsewhere(): void {
     if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
   }
 

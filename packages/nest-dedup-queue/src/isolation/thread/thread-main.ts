@@ -19,7 +19,8 @@ const port = parentPort!;
 const post = (message: FromThread): void => port.postMessage(message);
 const logger = new ForwardingLogger(post);
 Logger.overrideLogger(logger);
-const providers = new IsolatedProviders((workerData as ThreadData).queueNames, logger);
+const { queueNames, inputLimits } = workerData as ThreadData;
+const providers = new IsolatedProviders(queueNames, logger);
 const runs = new Map<number, ThreadRun>();
 
 port.on('message', (message: ToThread) => {
@@ -64,7 +65,11 @@ async function run({ runId, target, context, inputsJson }: Extract<ToThread, { k
     });
     const args = JSON.parse(inputsJson) as unknown[];
     const result = await executionFrames.run(threadRun.frame, () => provider[target.methodName](...args));
-    post({ kind: 'done', runId, outputJson: result === undefined ? null : toStoredJson(result, 'The result') });
+    post({
+      kind: 'done',
+      runId,
+      outputJson: result === undefined ? null : toStoredJson(result, 'The result', inputLimits),
+    });
   } catch (error) {
     post({ kind: 'failed', runId, error: toErrorInfo(error) });
   } finally {
