@@ -7,7 +7,13 @@
  */
 import { Controller, Get, INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { DedupQueueConfigurationError, DedupQueueModule, QueueService, WorkflowHandle } from 'nest-dedup-queue';
+import {
+  DedupQueueConfigurationError,
+  DedupQueueModule,
+  DedupQueueModuleOptions,
+  QueueService,
+  WorkflowHandle,
+} from 'nest-dedup-queue';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
