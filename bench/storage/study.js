@@ -20,7 +20,7 @@ const { fork } = require('node:child_process');
 const { Client, Pool } = require('pg');
 const { startStudyServer } = require('./study/server');
 const { walSummary } = require('./study/waldump');
-const { CANDIDATES } = require('./study/candidates');
+const { CANDIDATES, DEFAULT_CANDIDATES } = require('./study/candidates');
 const { StoreCpu } = require('../lib/usage');
 const { withDatabase } = require('../lib/pg');
 const { median } = require('../lib/stats');
@@ -45,7 +45,7 @@ function sessionUrl(url) {
   u.searchParams.set('options', `-c plan_cache_mode=${PLAN_CACHE_MODE}`);
   return u.toString();
 }
-const SELECTED = process.env.STUDY_CANDIDATES ? process.env.STUDY_CANDIDATES.split(',') : Object.keys(CANDIDATES);
+const SELECTED = process.env.STUDY_CANDIDATES ? process.env.STUDY_CANDIDATES.split(',') : DEFAULT_CANDIDATES;
 const log = (message) => process.stderr.write(`[storage ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 
 function orchestratorPool(url) {

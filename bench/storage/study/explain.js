@@ -74,7 +74,7 @@ function explaining(client, plans, mode) {
       const candidate = CANDIDATES[id]();
       console.error(`${id}: install`);
       await candidate.install(db, 1000);
-      const parts = id === 'p0-library-sql' ? candidate : require(`./candidates/${id.replace(/^[a-z]-/, '')}`);
+      const parts = candidate.parts ?? candidate;
       const client = await pool.connect();
       client.on('error', (error) => console.error(`${id}: ${error.message}`));
       for (let at = 0; at < BACKLOG; at += 1000) {

@@ -25,15 +25,19 @@ const READY_AND_TIMERS_DDL = `
  * `more` CTEs after them. Every step is bounded by the rows before it (`= ANY(array)`), so that its generic plan is
  * index probes whatever the tables' sizes.
  */
-function claimCtes({ table, first, withoutFlush, returning, more = '' }) {
+function claimCtes({ table, first, withoutFlush, returning, more = '', advisory = false }) {
   const p = C.numbered(first);
+  // NOTE: `advisory`: ready rows another claim is taking are skipped by a transaction-scoped advisory lock on their
+  // seq instead of a row lock, which writes no WAL record; a row another claim deleted and committed meanwhile is
+  // simply not deleted again (`taken` returns the rows this statement deleted).
   return `picked AS (
       SELECT r.priority, r.seq, r.workflow_id FROM ${S}.workflow_ready AS r
       WHERE r.queue_name = ${p(1)} AND r.workflow_name = ANY(${p(3)}::text[])
         AND NOT EXISTS (SELECT 1 FROM ${S}.queues WHERE queue_name = ${p(1)} AND paused)
         AND EXISTS (SELECT 1 FROM ${S}.executors WHERE executor_id = ${p(2)})
+        ${advisory ? `AND pg_try_advisory_xact_lock(hashtext(${p(1)}), (r.seq % 2147483647)::int)` : ''}
       ORDER BY r.priority, r.seq LIMIT ${p(4)}
-      FOR UPDATE SKIP LOCKED
+      ${advisory ? '' : 'FOR UPDATE SKIP LOCKED'}
     ),
     taken AS (
       DELETE FROM ${S}.workflow_ready AS r

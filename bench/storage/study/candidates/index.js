@@ -10,6 +10,8 @@ function prototype(definition) {
     id: definition.id,
     label: definition.label,
     driven: true,
+    /** Its statements' calls (`enqueueBatch`, `worker`), for diagnostics that drive them (explain.js). */
+    parts: definition,
     async install(db, seed) {
       await db.query(UUIDV7_SQL);
       await db.query(definition.ddl);
@@ -44,8 +46,12 @@ const CANDIDATES = {
   'a-trimmed': () => libraryCandidate('A'),
   'p0-library-sql': drivenLibrary,
   'b-ready-apart': () => prototype(require('./ready-apart')),
-  'c-written-once': () => prototype(require('./written-once')),
+  'c-written-once': () => prototype(require('./written-once').writtenOnce()),
+  'c-advisory': () => prototype(require('./written-once').writtenOnce({ advisory: true })),
   'graphile-worker': () => require('./graphile'),
 };
 
-module.exports = { CANDIDATES, UUIDV7_SQL };
+/** What `--storage` measures unless STUDY_CANDIDATES says otherwise (c-advisory is one of C's levers, measured apart). */
+const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => id !== 'c-advisory');
+
+module.exports = { CANDIDATES, DEFAULT_CANDIDATES, UUIDV7_SQL };

@@ -77,11 +77,12 @@ const DDL = `${C.BASE_DDL}
 
 const TABLE = `${S}.workflow_state`;
 
-const claim = (first, withoutFlush) =>
+const claim = (first, withoutFlush, advisory) =>
   H.claimCtes({
     table: TABLE,
     first,
     withoutFlush,
+    advisory,
     returning: 'w.created_at',
     more: `,
     claimed_with_inputs AS (
@@ -105,8 +106,8 @@ const KEY_RECORD = `SELECT ${STATE_NAMES.map(
     })[n] ?? `e.${n}`,
 ).join(', ')} FROM ended AS e WHERE e.keeps_key`;
 
-const STATEMENTS = {
-  claim: `WITH ${claim(1, true)} SELECT * FROM claimed_with_inputs`,
+const statements = (advisory) => ({
+  claim: `WITH ${claim(1, true, advisory)} SELECT * FROM claimed_with_inputs`,
   outcome: H.outcomeSql({
     table: TABLE,
     archived: `INSERT INTO ${S}.workflow_outcomes (queue_name, workflow_id, created_at, workflow_name, status, output,
@@ -116,7 +117,7 @@ const STATEMENTS = {
              failed_attempts + (end_status <> 'SUCCESS')::int, recovery_attempts, started_at, now()
       FROM ended`,
     keyRecords: `INSERT INTO ${TABLE} (${STATE_NAMES.join(', ')}) ${KEY_RECORD}`,
-    claim: claim(10, false),
+    claim: claim(10, false, advisory),
     claimed: 'claimed_with_inputs',
   }),
   enqueue: `WITH ${H.ENQUEUE_INPUT},
@@ -136,7 +137,7 @@ const STATEMENTS = {
     ),
     ${H.ENQUEUE_READY}
     ${H.holdersSql(TABLE)}`,
-};
+});
 
 const SEED_SQL = `WITH seeds AS (
       SELECT uuidv7_at(t) AS id, i, t
@@ -151,12 +152,20 @@ const SEED_SQL = `WITH seeds AS (
                                        attempts, failed_attempts, recovery_attempts, started_at, completed_at)
     SELECT '${QUEUE}', id, t, '${WORKFLOW_NAME}', 'SUCCESS', 'seed', 1, 0, 0, t, t FROM seeds`;
 
-module.exports = {
-  id: 'c-written-once',
-  planCacheMode: 'force_generic_plan',
-  label: 'C: written once (inputs + narrow state + ready + outcomes)',
-  ddl: DDL,
-  seedSql: SEED_SQL,
-  statements: STATEMENTS,
-  ...H.driverCalls(STATEMENTS),
-};
+/** Candidate C; `advisory`: its claim skips taken ready rows by advisory locks instead of row locks (no LOCK record). */
+function writtenOnce({ advisory = false } = {}) {
+  const STATEMENTS = statements(advisory);
+  return {
+    id: advisory ? 'c-advisory' : 'c-written-once',
+    planCacheMode: 'force_generic_plan',
+    label: advisory
+      ? "C with advisory locks in the claim (no row lock's WAL record)"
+      : 'C: written once (inputs + narrow state + ready + outcomes)',
+    ddl: DDL,
+    seedSql: SEED_SQL,
+    statements: STATEMENTS,
+    ...H.driverCalls(STATEMENTS),
+  };
+}
+
+module.exports = { writtenOnce, ...writtenOnce() };
