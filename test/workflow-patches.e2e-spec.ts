@@ -130,12 +130,12 @@ describe('patches and parked runs', () => {
 
   it('lives a patch through: add it, deploy, old runs keep the old branch, deprecate, remove', async () => {
     deployed = 'original';
-    const old = await start('old');
+    await start('old');
     await goOn('old', 'go');
     await waitFor(
       async () => (await stepNames('old')).includes('Shipping.label') && (await status('old')) === 'WAITING',
     );
-    const before = await start('before');
+    await start('before');
 
     deployed = 'patched';
     await goOn('before', 'go');
@@ -169,7 +169,7 @@ describe('patches and parked runs', () => {
     expect(await withoutPatch()).toBe(0);
 
     deployed = 'deprecated';
-    const after = await start('after');
+    await start('after');
     await goOn('after', 'go');
     await goOn('before', 'ship');
     expect(await (await app.queues.retrieve<string>('before')).getResult({ timeoutMs: 10_000 })).toBe(
