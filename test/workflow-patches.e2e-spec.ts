@@ -261,4 +261,26 @@ describe('patches and parked runs', () => {
       expect(await (await app.queues.retrieve<string>(id)).getResult({ timeoutMs: 10_000 })).toBe(`paper label ${id}`);
     }
   });
+
+  it('forks a parked run from the position that mismatched: the fork takes its key and runs the new code', async () => {
+    deployed = 'original';
+    await start('to-fork');
+    await goOn('to-fork', 'go');
+    await waitFor(
+      async () => (await stepNames('to-fork')).includes('Shipping.label') && (await status('to-fork')) === 'WAITING',
+    );
+    deployed = 'changed';
+    await goOn('to-fork', 'ship');
+    await waitFor(async () => (await status('to-fork')) === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', { what: 'parked' });
+    const fork = await app.queues.fork('to-fork');
+    expect(fork.workflowId).toBe('to-fork-fork-4');
+    const holder = await app.queues
+      .enqueue('tasks', shipping.part, ['x'], { deduplicationId: 'key-to-fork' })
+      .catch((error: unknown) => error);
+    expect(holder).toMatchObject({ existingWorkflowId: 'to-fork-fork-4' });
+    await waiting('to-fork-fork-4');
+    await goOn('to-fork-fork-4', 'ship');
+    expect(await fork.getResult({ timeoutMs: 10_000 })).toBe('qr label to-fork');
+    expect(await status('to-fork')).toBe('MAX_RECOVERY_ATTEMPTS_EXCEEDED');
+  });
 });
