@@ -135,6 +135,8 @@ describe('dashboard admin API over HTTP (Express)', () => {
         workflowId: ids.held1,
         queueName: 'held',
         workflowName: REPORT,
+        version: 1,
+        forkedFrom: null,
         status: 'ENQUEUED',
         deduplicationId: 'user-1',
         holdsDeduplicationId: true,

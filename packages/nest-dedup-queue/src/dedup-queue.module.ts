@@ -141,7 +141,8 @@ import { MessageSender } from './composition/message.sender';
     ScheduleService,
     InjectedQueuesExplorer,
   ],
-  // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
+  // NOTE: the database, config, enqueuer and versions monitor are exported for DedupQueueDashboardModule; index.ts keeps
+  // them private.
   exports: [
     QueueService,
     DedupQueueHealthIndicator,
@@ -149,6 +150,7 @@ import { MessageSender } from './composition/message.sender';
     QueueDatabase,
     DedupQueueConfig,
     WorkflowEnqueuer,
+    WorkflowVersionsMonitor,
   ],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {

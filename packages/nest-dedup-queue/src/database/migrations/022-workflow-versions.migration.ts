@@ -123,16 +123,6 @@ function enqueueWorkflowFunction(schema: string): string {
         RAISE EXCEPTION 'nest-dedup-queue: workflow_name must be a registered workflow name (Class.method)'
           USING ERRCODE = 'invalid_parameter_value';
       END IF;
-      IF NOT EXISTS (SELECT 1 FROM ${schema}.registered_workflows AS r
-                     WHERE r.workflow_name = enqueue_workflow.workflow_name)
-         AND NOT EXISTS (SELECT 1 FROM ${schema}.executors AS e WHERE e.workflows IS NULL) THEN
-        RAISE EXCEPTION 'nest-dedup-queue: no process has registered a workflow named "%"',
-          enqueue_workflow.workflow_name
-          USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Registered: ' || coalesce((SELECT string_agg(n, ', ' ORDER BY n) FROM (
-                         SELECT DISTINCT r.workflow_name AS n FROM ${schema}.registered_workflows AS r
-                         ORDER BY 1 LIMIT 50) AS names), 'none yet (boot a process that has the workflow)');
-      END IF;
       IF enqueue_workflow.workflow_version IS NOT NULL AND enqueue_workflow.workflow_version < 1 THEN
         RAISE EXCEPTION 'nest-dedup-queue: workflow_version must be 1 or more, got %', enqueue_workflow.workflow_version
           USING ERRCODE = 'invalid_parameter_value';
@@ -150,6 +140,16 @@ function enqueueWorkflowFunction(schema: string): string {
         RAISE EXCEPTION 'nest-dedup-queue: on_duplicate must be ''reject'' or ''replace'' in SQL, got %',
           enqueue_workflow.on_duplicate
           USING ERRCODE = 'invalid_parameter_value';
+      END IF;
+      IF NOT EXISTS (SELECT 1 FROM ${schema}.registered_workflows AS r
+                     WHERE r.workflow_name = enqueue_workflow.workflow_name)
+         AND NOT EXISTS (SELECT 1 FROM ${schema}.executors AS e WHERE e.workflows IS NULL) THEN
+        RAISE EXCEPTION 'nest-dedup-queue: no process has registered a workflow named "%"',
+          enqueue_workflow.workflow_name
+          USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Registered: ' || coalesce((SELECT string_agg(n, ', ' ORDER BY n) FROM (
+                         SELECT DISTINCT r.workflow_name AS n FROM ${schema}.registered_workflows AS r
+                         ORDER BY 1 LIMIT 50) AS names), 'none yet (boot a process that has the workflow)');
       END IF;
       run_version := coalesce(
         enqueue_workflow.workflow_version,
