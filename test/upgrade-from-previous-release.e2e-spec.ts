@@ -477,9 +477,8 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
     });
   }, 30_000);
 
-  (major ? it : it.skip)(
-    `refuses a process of ${release.version} on the migrated schema, which writes nothing`,
-    async () => {
+  if (major) {
+    it(`refuses a process of ${release.version} on the migrated schema, which writes nothing`, async () => {
       await app!.close();
       app = undefined;
       const contents = await contentsOf();
@@ -492,12 +491,11 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
       expect(refused.message).toContain(`Schema "${schema}" has migration 13 of a newer major version`);
       expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
       expect(await contentsOf()).toEqual(contents);
-    },
-  );
+    });
+  }
 
-  (major ? it.skip : it)(
-    `runs a process of ${release.version} on the migrated schema: one warning, its runs (version 1), and any version of its names`,
-    async () => {
+  if (!major) {
+    it(`runs a process of ${release.version} on the migrated schema: one warning, its runs (version 1), and any version of its names`, async () => {
       app ??= await startQueueApp(
         { schema, executorId, worker: false, queues: [{ name: 'upgrade' }, { name: 'parked' }] },
         [UpgradeTasks],
@@ -536,6 +534,6 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
       child.send({ type: 'stop' });
       await child.message('stopped');
       expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
-    },
-  );
+    });
+  }
 }
