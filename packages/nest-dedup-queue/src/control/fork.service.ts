@@ -101,11 +101,19 @@ export class ForkService {
     );
   }
 
-  /** One fork, under any duplicate policy, through the enqueuer in the transaction that copies its records. */
+  /**
+   * One fork, under any duplicate policy, through the enqueuer in the transaction that copies its records. A fork of
+   * the default ID is made once per source and start: the source is locked, and a fork found is returned.
+   */
   private async forkOne(plan: PlannedFork, onDuplicate: ValidForkOptions['onDuplicate']): Promise<Enqueued> {
     const { source, row } = plan;
     try {
       return await this.database.transaction(async (query) => {
+        if (!row.workflowIdGiven) {
+          await this.store.lockSources(query, source.queueName, [source.workflowId]);
+          const found = await this.store.existing(query, source.queueName, [row.workflowId]);
+          if (found.size > 0) throw new ForkExists({ workflowId: row.workflowId, created: false });
+        }
         if (source.holdsKey) await this.store.releaseKeys(query, source.queueName, [source.workflowId]);
         const result = await this.enqueuer.enqueue(row, { onDuplicate, whenRunning: 'reject' }, asTransaction(query));
         if (!result.created || result.workflowId !== row.workflowId) throw new ForkExists(result);
@@ -119,19 +127,29 @@ export class ForkService {
   }
 
   /**
-   * Forks of one queue under `'reject'`, in one transaction: the forks that exist already are left out, parked
-   * sources let go of their keys, the rest are inserted in one statement and get their records.
+   * Forks of one queue under `'reject'`, in one transaction: the sources are locked (see `forkOne`), the forks that
+   * exist already are left out, parked sources let go of their keys, the rest are inserted in one statement and get
+   * their records.
    */
   private async forkAll(queueName: string, plans: PlannedFork[]): Promise<ForkResult[]> {
     if (plans.length === 0) return [];
-    const existing = await this.store.existing(plans.map((plan) => plan.row.workflowId));
     const results: ForkResult[] = [];
-    const fresh = plans.filter((plan) => {
-      if (!existing.has(plan.row.workflowId)) return true;
-      results.push({ workflowId: plan.source.workflowId, outcome: 'existing', forkWorkflowId: plan.row.workflowId });
-      return false;
-    });
     const inserted = await this.database.transaction(async (query) => {
+      await this.store.lockSources(
+        query,
+        queueName,
+        plans.map((plan) => plan.source.workflowId),
+      );
+      const existing = await this.store.existing(
+        query,
+        queueName,
+        plans.map((plan) => plan.row.workflowId),
+      );
+      const fresh = plans.filter((plan) => {
+        if (!existing.has(plan.row.workflowId)) return true;
+        results.push({ workflowId: plan.source.workflowId, outcome: 'existing', forkWorkflowId: plan.row.workflowId });
+        return false;
+      });
       const parked = fresh.filter((plan) => plan.source.holdsKey).map((plan) => plan.source.workflowId);
       await this.store.releaseKeys(query, queueName, parked);
       const outcomes = await this.inserter.inTransaction(asTransaction(query)).insertMany(fresh.map((p) => p.row));
@@ -198,10 +216,14 @@ function planFork(source: ForkSource, options: ValidForkOptions): PlannedFork {
   return { source, fromStep, row: forkRow(source, options, fromStep) };
 }
 
+/**
+ * A fork's row. NOTE: a default ID is not "given": no workflow has it (the source is locked and its forks looked up
+ * first), so the insert leaves out the look-up of a given ID in every queue and day of the history.
+ */
 function forkRow(source: ForkSource, options: ValidForkOptions, fromStep: number): NewWorkflow {
   return {
     workflowId: options.workflowId ?? defaultForkId(source, fromStep),
-    workflowIdGiven: true,
+    workflowIdGiven: options.workflowId !== null,
     queueName: source.queueName,
     workflowName: source.workflowName,
     version: options.version ?? source.version,

@@ -100,14 +100,29 @@ export class ForkStore {
     return rows.map(toSource);
   }
 
-  /** Of `forkIds`, those that name a workflow already (a fork made by an earlier call), and their queue. */
-  async existing(forkIds: string[]): Promise<Map<string, string>> {
-    const rows = await this.database.query<{ workflow_id: string; queue_name: string }>(
-      `SELECT workflow_id, queue_name FROM ${this.tables.workflows} WHERE workflow_id = ANY($1::text[])`,
-      [forkIds],
-      { idempotent: true },
+  /**
+   * In the forks' transaction: locks the sources of a queue (`FOR UPDATE`, in the history or the active table), so
+   * that concurrent calls forking one source make its fork once: the second waits, then finds the fork (`existing`).
+   */
+  async lockSources(query: Query, queueName: string, sourceIds: string[]): Promise<void> {
+    for (const table of [this.tables.history, this.tables.active]) {
+      await query(
+        `SELECT 1 FROM ${table} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
+         ORDER BY workflow_id FOR UPDATE`,
+        [queueName, sourceIds],
+      );
+    }
+  }
+
+  /** In the forks' transaction, after `lockSources`: which of `forkIds` name a workflow of the queue already. */
+  async existing(query: Query, queueName: string, forkIds: string[]): Promise<Set<string>> {
+    const rows = await query<{ workflow_id: string }>(
+      `SELECT workflow_id FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
+       UNION ALL
+       SELECT workflow_id FROM ${this.tables.history} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`,
+      [queueName, forkIds],
     );
-    return new Map(rows.map((row) => [row.workflow_id, row.queue_name]));
+    return new Set(rows.map((row) => row.workflow_id));
   }
 
   /** In the forks' transaction: parked sources of a queue let go of their keys, for their forks to take them. */
