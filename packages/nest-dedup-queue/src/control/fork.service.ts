@@ -68,7 +68,7 @@ export class ForkService {
       throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
     }
     const valid = validForkOptions(options, FORK_OPTION_KEYS, ['reject', 'return-existing', 'supersede']);
-    const [source] = await this.store.byIds([workflowId]);
+    const source = await this.store.byId(workflowId);
     if (!source) throw new WorkflowNotFoundError(workflowId);
     assertQueueDeclared(this.config, source.queueName);
     if (!isForkable(source)) {

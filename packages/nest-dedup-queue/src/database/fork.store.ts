@@ -76,14 +76,14 @@ export class ForkStore {
     this.tables = workflowTables(database.schemaSql);
   }
 
-  /** The workflows with these IDs (any queue), as fork sources. */
-  async byIds(workflowIds: string[]): Promise<ForkSource[]> {
+  /** The workflow with this ID (in any queue), as a fork source. */
+  async byId(workflowId: string): Promise<ForkSource | undefined> {
     const rows = await this.database.query<SourceRow>(
-      `SELECT ${this.sourceColumnsSql()} FROM ${this.tables.workflows} AS w WHERE w.workflow_id = ANY($1::text[])`,
-      [workflowIds],
+      `SELECT ${this.sourceColumnsSql()} FROM ${this.tables.workflows} AS w WHERE w.workflow_id = $1 LIMIT 1`,
+      [workflowId],
       { idempotent: true },
     );
-    return rows.map(toSource);
+    return rows[0] && toSource(rows[0]);
   }
 
   /**
