@@ -8,8 +8,7 @@
 import { Injectable } from '@nestjs/common';
 import { Step, Workflow } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { QueueApp, useQueueApp } from './support/queue-app';
 
 @Injectable()
 class LongTasks {
@@ -53,21 +52,15 @@ async function writeFailedRuns(pool: Pool, schema: string, queue: string, count:
 }
 
 describe('the cost of forking', () => {
-  const schema = uniqueSchema('fork_cost');
+  const suite = useQueueApp('fork_cost', { queues: [{ name: 'long' }, { name: 'many' }], pollIntervalMs: 100 }, [
+    LongTasks,
+  ]);
   let pool: Pool;
   let app: QueueApp;
+  let schema: string;
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp({ schema, queues: [{ name: 'long' }, { name: 'many' }], pollIntervalMs: 100 }, [
-      LongTasks,
-    ]);
-  });
-
-  afterAll(async () => {
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
+  beforeAll(() => {
+    ({ pool, app, schema } = suite);
   });
 
   it('forks a run with 1,000 steps, and runs the fork, replaying 999 of them', async () => {

@@ -17,8 +17,7 @@ import {
   setEvent,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { QueueApp, useQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 @Injectable()
@@ -57,7 +56,7 @@ class Pipeline {
 }
 
 describe('fork and rerun', () => {
-  const schema = uniqueSchema('fork');
+  const suite = useQueueApp('fork', { pollIntervalMs: 100 }, [Pipeline], { tasks: Pipeline });
   let pool: Pool;
   let app: QueueApp;
   let pipeline: Pipeline;
@@ -65,14 +64,14 @@ describe('fork and rerun', () => {
   const stepNames = async (workflowId: string) =>
     (
       await pool.query<{ step_index: number; step_name: string }>(
-        `SELECT step_index, step_name FROM "${schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
+        `SELECT step_index, step_name FROM "${suite.schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
         [workflowId],
       )
     ).rows.map((row) => `${row.step_index} ${row.step_name}`);
   const childrenOf = async (workflowId: string) =>
     (
       await pool.query<{ workflow_id: string }>(
-        `SELECT workflow_id FROM "${schema}".workflows WHERE parent_workflow_id = $1 ORDER BY workflow_id`,
+        `SELECT workflow_id FROM "${suite.schema}".workflows WHERE parent_workflow_id = $1 ORDER BY workflow_id`,
         [workflowId],
       )
     ).rows.map((row) => row.workflow_id);
@@ -88,16 +87,8 @@ describe('fork and rerun', () => {
     pipeline.failing.delete(`${id}:2`);
   };
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp({ schema, pollIntervalMs: 100 }, [Pipeline]);
-    pipeline = app.get(Pipeline);
-  });
-
-  afterAll(async () => {
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
+  beforeAll(() => {
+    ({ pool, app, tasks: pipeline } = suite);
   });
 
   it('forks a failed run from its failed step: what it recorded before is copied, not run again', async () => {
@@ -168,7 +159,7 @@ describe('fork and rerun', () => {
     await app.queues.send('s2-fork-2', 'second input', { topic: 'input' });
     await waitFor(async () => (await statusOf('s2-fork-2')) === 'ERROR', { what: 'the fork to fail twice' });
     const failed = await pool.query(
-      `SELECT failed_attempts, attempts FROM "${schema}".workflows WHERE workflow_id = 's2-fork-2'`,
+      `SELECT failed_attempts, attempts FROM "${suite.schema}".workflows WHERE workflow_id = 's2-fork-2'`,
     );
     // Claimed three times (before its wait, after it, for its retry): both failures are its own budget's.
     expect(failed.rows[0]).toEqual({ failed_attempts: 2, attempts: 3 });
@@ -204,8 +195,8 @@ describe('fork and rerun', () => {
     await app.queues.enqueue('tasks', pipeline.part, ['dead'], { workflowId: 'dead', deduplicationId: 'key-dead' });
     await waitFor(async () => (await statusOf('dead')) === 'SUCCESS');
     await pool.query(
-      `WITH h AS (DELETE FROM "${schema}".workflow_history WHERE workflow_id = 'dead' RETURNING *)
-       INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, deduplication_id)
+      `WITH h AS (DELETE FROM "${suite.schema}".workflow_history WHERE workflow_id = 'dead' RETURNING *)
+       INSERT INTO "${suite.schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, deduplication_id)
        SELECT workflow_id, queue_name, workflow_name, 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', inputs, deduplication_id FROM h`,
     );
     const ofDead = await app.queues.fork('dead');
@@ -225,7 +216,7 @@ describe('fork and rerun', () => {
     const refused = await app.queues.fork('k').catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(QueueDeduplicatedError);
     expect(refused).toMatchObject({ existingWorkflowId: 'holder', deduplicationId: 'key-k' });
-    expect(await pool.query(`SELECT 1 FROM "${schema}".workflows WHERE workflow_id = 'k-fork-6'`)).toMatchObject({
+    expect(await pool.query(`SELECT 1 FROM "${suite.schema}".workflows WHERE workflow_id = 'k-fork-6'`)).toMatchObject({
       rowCount: 0,
     });
     expect(await app.queues.fork('k', { onDuplicate: 'return-existing' })).toMatchObject({

@@ -21,8 +21,7 @@ import {
   recv,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { QueueApp, startQueueApp } from './support/queue-app';
+import { QueueApp, useQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 type Deployed = 'original' | 'patched' | 'deprecated' | 'removed' | 'changed' | 'fixed';
@@ -89,7 +88,7 @@ class Shipping {
 }
 
 describe('patches and parked runs', () => {
-  const schema = uniqueSchema('patches');
+  const suite = useQueueApp('patches', { pollIntervalMs: 100 }, [Shipping], { tasks: Shipping });
   let pool: Pool;
   let app: QueueApp;
   let shipping: Shipping;
@@ -100,7 +99,7 @@ describe('patches and parked runs', () => {
   const stepNames = async (workflowId: string) =>
     (
       await pool.query<{ step_name: string }>(
-        `SELECT step_name FROM "${schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
+        `SELECT step_name FROM "${suite.schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
         [workflowId],
       )
     ).rows.map((row) => row.step_name);
@@ -115,26 +114,22 @@ describe('patches and parked runs', () => {
   const goOn = async (id: string, topic: 'go' | 'ship') => {
     await app.queues.send(id, true, { topic });
   };
+  /** Starts a run under the code deployed now and lets it print its label: it then waits for "ship". */
+  const startPastLabel = async (id: string, label = 'Shipping.label') => {
+    await start(id);
+    await goOn(id, 'go');
+    await waitFor(async () => (await stepNames(id)).includes(label) && (await status(id)) === 'WAITING', {
+      what: `${id} to print its label`,
+    });
+  };
 
-  beforeAll(async () => {
-    pool = testPool();
-    app = await startQueueApp({ schema, pollIntervalMs: 100 }, [Shipping]);
-    shipping = app.get(Shipping);
-  });
-
-  afterAll(async () => {
-    await app?.close();
-    await dropSchema(pool, schema);
-    await pool.end();
+  beforeAll(() => {
+    ({ pool, app, tasks: shipping } = suite);
   });
 
   it('lives a patch through: add it, deploy, old runs keep the old branch, deprecate, remove', async () => {
     deployed = 'original';
-    await start('old');
-    await goOn('old', 'go');
-    await waitFor(
-      async () => (await stepNames('old')).includes('Shipping.label') && (await status('old')) === 'WAITING',
-    );
+    await startPastLabel('old');
     await start('before');
 
     deployed = 'patched';
@@ -159,10 +154,10 @@ describe('patches and parked runs', () => {
     const withoutPatch = async () =>
       (
         await pool.query(
-          `SELECT count(*)::int AS n FROM "${schema}".workflows AS w
+          `SELECT count(*)::int AS n FROM "${suite.schema}".workflows AS w
            WHERE w.workflow_name = 'Shipping.send' AND w.status IN ('ENQUEUED', 'PENDING', 'WAITING')
-             AND EXISTS (SELECT 1 FROM "${schema}".steps s WHERE s.workflow_id = w.workflow_id AND s.step_index = 4)
-             AND NOT EXISTS (SELECT 1 FROM "${schema}".steps s
+             AND EXISTS (SELECT 1 FROM "${suite.schema}".steps s WHERE s.workflow_id = w.workflow_id AND s.step_index = 4)
+             AND NOT EXISTS (SELECT 1 FROM "${suite.schema}".steps s
                              WHERE s.workflow_id = w.workflow_id AND s.step_name = 'patch qr-labels')`,
         )
       ).rows[0].n;
@@ -186,11 +181,8 @@ describe('patches and parked runs', () => {
 
   it('parks a run that meets a changed operation: dead-lettered with the positions, key and child kept', async () => {
     deployed = 'original';
-    const parkedHandle = await start('parked');
-    await goOn('parked', 'go');
-    await waitFor(
-      async () => (await stepNames('parked')).includes('Shipping.label') && (await status('parked')) === 'WAITING',
-    );
+    await startPastLabel('parked');
+    const parkedHandle = await app.queues.retrieve<string>('parked');
 
     deployed = 'changed';
     await goOn('parked', 'ship');
@@ -234,11 +226,7 @@ describe('patches and parked runs', () => {
 
   it('continues parked runs with resumeMany, and ends one with cancel, freeing its key', async () => {
     deployed = 'original';
-    for (const id of ['bulk-1', 'bulk-2', 'dropped']) {
-      await start(id);
-      await goOn(id, 'go');
-      await waitFor(async () => (await stepNames(id)).includes('Shipping.label') && (await status(id)) === 'WAITING');
-    }
+    for (const id of ['bulk-1', 'bulk-2', 'dropped']) await startPastLabel(id);
     deployed = 'changed';
     for (const id of ['bulk-1', 'bulk-2', 'dropped']) await goOn(id, 'ship');
     for (const id of ['bulk-1', 'bulk-2', 'dropped']) {
@@ -264,11 +252,7 @@ describe('patches and parked runs', () => {
 
   it('forks a parked run from the position that mismatched: the fork takes its key and runs the new code', async () => {
     deployed = 'original';
-    await start('to-fork');
-    await goOn('to-fork', 'go');
-    await waitFor(
-      async () => (await stepNames('to-fork')).includes('Shipping.label') && (await status('to-fork')) === 'WAITING',
-    );
+    await startPastLabel('to-fork');
     deployed = 'changed';
     await goOn('to-fork', 'ship');
     await waitFor(async () => (await status('to-fork')) === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', { what: 'parked' });

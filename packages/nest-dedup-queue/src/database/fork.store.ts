@@ -1,29 +1,32 @@
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { NewWorkflow } from './new-workflow';
 import type { QueueDatabase } from './queue-database';
 import { SET_EVENT_STEP_PREFIX } from './workflow-event.store';
 import { DETERMINISM_ERROR, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
-/** A workflow to fork, as `ForkStore` reads it (from the active table or the history). */
-export interface ForkSource {
+/** A workflow to fork, as `ForkStore` reads it (from the active table or the history), with what its fork copies. */
+export interface ForkSource extends Pick<
+  NewWorkflow,
+  | 'queueName'
+  | 'workflowName'
+  | 'version'
+  | 'deduplicationId'
+  | 'inputsJson'
+  | 'timeoutMs'
+  | 'maxAttempts'
+  | 'maxRecoveryAttempts'
+  | 'partitionKey'
+  | 'priority'
+  | 'deduplicationWindowMs'
+  | 'releaseKeyOnError'
+> {
   workflowId: string;
   seq: string;
-  queueName: string;
-  workflowName: string;
-  version: number;
   /** As stored: `ENQUEUED` covers `DELAYED`. */
   status: WorkflowStatus;
-  deduplicationId: string | null;
   /** A dead letter parked by a code change, still holding its key: the fork takes the key from it. */
   holdsKey: boolean;
-  inputsJson: string;
-  timeoutMs: number | null;
-  maxAttempts: number;
-  maxRecoveryAttempts: number;
-  partitionKey: string | null;
-  priority: number;
-  deduplicationWindowMs: number | null;
-  releaseKeyOnError: boolean;
   /**
    * Where `fromStep: 'last-failure'` starts: the position a `WorkflowDeterminismError` names; else the last recorded
    * position if it recorded an error, or the one after it (every position the source completed is kept).
@@ -87,12 +90,12 @@ export class ForkStore {
   }
 
   /**
-   * One batch of a queue's workflows that match `where` (over `w`, with `$1` the queue and `$2` the `seq` cursor,
-   * and the caller's `params` from `$3`), in `seq` order.
+   * One batch of a queue's workflows that match `where` (over `w`, with `$1` the queue, which it must name, and `$2`
+   * the `seq` cursor, and the caller's `params` from `$3`), in `seq` order.
    */
   async matching(where: string, params: unknown[], limit: number): Promise<ForkSource[]> {
     const rows = await this.database.query<SourceRow>(
-      `SELECT ${this.sourceColumnsSql()} FROM ${this.tables.workflows} AS w
+      `SELECT ${this.sourceColumnsSql('$1')} FROM ${this.tables.workflows} AS w
        WHERE ${where} ORDER BY w.seq LIMIT $${params.length + 1}`,
       [...params, limit],
       { idempotent: true },
@@ -154,7 +157,8 @@ export class ForkStore {
     await query(
       `INSERT INTO ${steps} (workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name,
                              workflow_created_at)
-       SELECT f.fork_id, s.step_index, s.step_name, s.output, s.error, s.started_at, s.completed_at, $1, w.created_at
+       SELECT f.fork_id, s.step_index, s.step_name, s.output, s.error, s.started_at, s.completed_at, s.queue_name,
+              w.created_at
        FROM ${FORKS_SQL}
        JOIN ${active} AS w ON w.queue_name = $1 AND w.workflow_id = f.fork_id
        JOIN ${steps} AS s ON s.queue_name = $1 AND s.workflow_id = f.source_id AND s.step_index < f.from_step`,
@@ -163,18 +167,20 @@ export class ForkStore {
     const key = `substr(s.step_name, ${SET_EVENT_STEP_PREFIX.length + 1})`;
     await query(
       `INSERT INTO ${events} (queue_name, workflow_id, key, value, workflow_created_at)
-       SELECT DISTINCT ON (f.fork_id, ${key}) $1, f.fork_id, ${key}, coalesce(s.output, e.value), w.created_at
+       SELECT DISTINCT ON (s.queue_name, f.fork_id, ${key}) s.queue_name, f.fork_id, ${key}, coalesce(s.output, e.value),
+              w.created_at
        FROM ${FORKS_SQL}
        JOIN ${active} AS w ON w.queue_name = $1 AND w.workflow_id = f.fork_id
        JOIN ${steps} AS s ON s.queue_name = $1 AND s.workflow_id = f.source_id AND s.step_index < f.from_step
          AND s.error IS NULL AND left(s.step_name, ${SET_EVENT_STEP_PREFIX.length}) = '${SET_EVENT_STEP_PREFIX}'
        LEFT JOIN ${events} AS e ON e.queue_name = $1 AND e.workflow_id = f.source_id AND e.key = ${key}
-       ORDER BY f.fork_id, ${key}, s.step_index DESC`,
+       ORDER BY s.queue_name, f.fork_id, ${key}, s.step_index DESC`,
       params,
     );
   }
 
-  private sourceColumnsSql(): string {
+  /** The columns of a source `w`; `queue`: how its queue is named to its steps (on Citus, `$1`: one node). */
+  private sourceColumnsSql(queue = 'w.queue_name'): string {
     return `w.workflow_id, w.seq::text AS seq, w.queue_name, w.workflow_name, w.workflow_version, w.status,
       w.deduplication_id, (w.status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                            AND w.active_deduplication_id IS NOT NULL) AS holds_key,
@@ -184,7 +190,7 @@ export class ForkStore {
            THEN (w.error -> 'fields' ->> 'stepIndex')::int
            ELSE coalesce((SELECT CASE WHEN s.error IS NULL THEN s.step_index + 1 ELSE s.step_index END
                           FROM ${this.tables.steps} AS s
-                          WHERE s.queue_name = w.queue_name AND s.workflow_id = w.workflow_id
+                          WHERE s.queue_name = ${queue} AND s.workflow_id = w.workflow_id
                           ORDER BY s.step_index DESC LIMIT 1), 0)
       END AS last_failure`;
   }
