@@ -100,11 +100,7 @@ export function buildPreviousRelease(commit: string = PREVIOUS_RELEASE.commit): 
  * built (no git, the commit missing) the suite says so and skips, except under `REQUIRE_SYSTEM_TOOLS=1` (CI), where
  * it fails with the same message.
  */
-export function describeWithPreviousRelease(
-  name: string,
-  body: () => void,
-  release: Release = PREVIOUS_RELEASE,
-): void {
+export function describeWithPreviousRelease(name: string, body: () => void, release: Release = PREVIOUS_RELEASE): void {
   const unavailable = previousReleaseUnavailable(release.commit, release.version);
   if (!unavailable) {
     describe(name, body);
