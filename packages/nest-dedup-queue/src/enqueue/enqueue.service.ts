@@ -165,7 +165,7 @@ export class EnqueueService {
   ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
     assertQueueDeclared(this.config, queueName);
     const workflowName = this.registry.resolveName(workflow);
-    const inputsJson = serialiseArgs(args, argsField);
+    const inputsJson = serialiseArgs(args, argsField, this.config.inputLimits);
     const valid = validateEnqueueOptions(
       options,
       queueName,

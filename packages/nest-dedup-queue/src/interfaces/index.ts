@@ -21,5 +21,6 @@ export * from './dashboard-options.interface';
 export * from './cancel-options.interface';
 export * from './get-event-options.interface';
 export * from './message-options.interface';
+export * from './input-limits.interface';
 export * from './workflow-version.interface';
 export * from './fork-options.interface';

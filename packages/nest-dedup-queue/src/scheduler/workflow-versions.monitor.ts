@@ -1,8 +1,9 @@
-import { Injectable, Logger, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
+import { Injectable, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { LiveExecutor, UnfinishedRunCount, WorkflowVersionStore } from '../database/workflow-versions.store';
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 import { FailureLog } from '../utils/failure-log';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** What the versions of the workflows look like at `at`: per name and version, and the stranded runs. */
 export interface VersionReport {
@@ -25,7 +26,7 @@ const LIVE_EXECUTORS_MAX_AGE_MS = 1000;
  */
 @Injectable()
 export class WorkflowVersionsMonitor implements OnApplicationBootstrap, OnApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly failures = new FailureLog(this.logger);
   private last?: VersionReport;
   private reading?: Promise<VersionReport>;

@@ -1,12 +1,17 @@
 import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
+import {
+  DEFINER_FUNCTION,
+  ENQUEUE_WORKFLOW_ARGUMENTS,
+  grantExecuteSql,
+} from './019-enqueue-from-sql-secured.migration';
 import type { Migration } from './migration.interface';
 import { schemaLiteral } from './schema-literal';
 
 /** The statuses of the active table's branch of the view, as migration 018 left them. */
 const VIEW_ACTIVE_STATUSES = `('ENQUEUED', 'PENDING', 'WAITING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')`;
 
-/** `enqueue_workflow`'s parameters before this migration (its signature, to drop it). */
-const PREVIOUS_SIGNATURE = 'text, text, json, text, text, double precision, integer, text, text';
+/** `enqueue_workflow`'s argument types from this migration on, which name it in GRANT and REVOKE. */
+const ENQUEUE_WORKFLOW_VERSIONED_ARGUMENTS = `${ENQUEUE_WORKFLOW_ARGUMENTS}, integer`;
 
 /**
  * Code that changes under running workflows (1.1.0).
@@ -23,8 +28,9 @@ const PREVIOUS_SIGNATURE = 'text, text, json, text, text, double precision, inte
  *   would otherwise wait ENQUEUED forever), and takes a run's version from it when no live executor registers one.
  * - The view `workflows` gains `workflow_version` and `forked_from` at its end, after whatever columns it has.
  * - `enqueue_workflow` takes `workflow_version` (default: the highest a live executor registers for that name, else
- *   the highest ever registered, else 1) and refuses an unknown name. NOTE: a new parameter is a new signature, so
- *   the function is dropped and made again; the grants on it are carried over.
+ *   the highest ever registered, else 1) and refuses an unknown name; it keeps migration 019's checks, rights
+ *   (`SECURITY DEFINER`, the pinned `search_path`) and header. NOTE: a new parameter is a new signature, so the
+ *   function is dropped and made again; the roles allowed to execute it keep that right, and PUBLIC still has not.
  *
  * Backward compatible with 1.0: new columns with defaults or nullable (no rewrite), a new table, the view grows at
  * its end. A 1.0 process ignores versions: it claims the runs of the names it has whatever their version, and the
@@ -65,31 +71,23 @@ export const workflowVersions: Migration = {
     END
     $do$;
 
-    CREATE TEMPORARY TABLE enqueue_workflow_grants ON COMMIT DROP AS
-      SELECT a.grantee, a.privilege_type
-      FROM pg_proc AS p, aclexplode(p.proacl) AS a
-      WHERE p.oid = '${schema}.enqueue_workflow(${PREVIOUS_SIGNATURE})'::regprocedure;
-    DROP FUNCTION ${schema}.enqueue_workflow(${PREVIOUS_SIGNATURE});
+    CREATE TEMPORARY TABLE enqueue_workflow_grantees ON COMMIT DROP AS
+      SELECT a.grantee FROM pg_proc AS p, aclexplode(p.proacl) AS a
+      WHERE p.oid = '${schema}.enqueue_workflow(${ENQUEUE_WORKFLOW_ARGUMENTS})'::regprocedure
+        AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
+    DROP FUNCTION ${schema}.enqueue_workflow(${ENQUEUE_WORKFLOW_ARGUMENTS});
     ${enqueueWorkflowFunction(schema)}
-    DO $do$
-    DECLARE
-      grant_row record;
-    BEGIN
-      IF EXISTS (SELECT 1 FROM enqueue_workflow_grants) THEN
-        REVOKE EXECUTE ON FUNCTION ${schema}.enqueue_workflow FROM PUBLIC;
-      END IF;
-      FOR grant_row IN SELECT * FROM enqueue_workflow_grants WHERE privilege_type = 'EXECUTE' LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION ${schema}.enqueue_workflow TO %s',
-          CASE WHEN grant_row.grantee = 0 THEN 'PUBLIC' ELSE grant_row.grantee::regrole::text END);
-      END LOOP;
-    END
-    $do$;
+    REVOKE ALL ON FUNCTION ${schema}.enqueue_workflow(${ENQUEUE_WORKFLOW_VERSIONED_ARGUMENTS}) FROM PUBLIC;
+    ${grantExecuteSql(
+      `${schema}.enqueue_workflow(${ENQUEUE_WORKFLOW_VERSIONED_ARGUMENTS})`,
+      'SELECT grantee FROM enqueue_workflow_grantees',
+    )}
   `,
 };
 
 /**
- * `<schema>.enqueue_workflow(...)` as migration 014 made it, with a version and a check of the name: see that
- * migration for the rules it keeps.
+ * `<schema>.enqueue_workflow(...)` as migrations 014 and 019 made it, with a version and a check of the name: see
+ * those migrations for the rules it keeps.
  */
 function enqueueWorkflowFunction(schema: string): string {
   return `
@@ -105,7 +103,7 @@ function enqueueWorkflowFunction(schema: string): string {
       on_duplicate     text DEFAULT 'reject',
       workflow_version integer DEFAULT NULL
     ) RETURNS TABLE (workflow_id text, created boolean)
-    LANGUAGE plpgsql VOLATILE AS $fn$
+    LANGUAGE plpgsql VOLATILE ${DEFINER_FUNCTION} AS $fn$
     #variable_conflict use_column
     DECLARE
       new_id text := coalesce(enqueue_workflow.new_workflow_id, gen_random_uuid()::text);
@@ -114,38 +112,27 @@ function enqueueWorkflowFunction(schema: string): string {
       inserted text;
       other_queue text;
     BEGIN
-      IF NOT EXISTS (SELECT 1 FROM ${schema}.queues AS q WHERE q.queue_name = enqueue_workflow.queue_name) THEN
-        RAISE EXCEPTION 'nest-dedup-queue: unknown queue "%"', enqueue_workflow.queue_name
-          USING ERRCODE = 'invalid_parameter_value',
-                HINT = 'Declare it in DedupQueueModule.forRoot({ queues }) or registerQueue() and boot a process once.';
-      END IF;
-      IF coalesce(enqueue_workflow.workflow_name, '') = '' THEN
-        RAISE EXCEPTION 'nest-dedup-queue: workflow_name must be a registered workflow name (Class.method)'
-          USING ERRCODE = 'invalid_parameter_value';
-      END IF;
-      IF enqueue_workflow.workflow_version IS NOT NULL AND enqueue_workflow.workflow_version < 1 THEN
-        RAISE EXCEPTION 'nest-dedup-queue: workflow_version must be 1 or more, got %', enqueue_workflow.workflow_version
-          USING ERRCODE = 'invalid_parameter_value';
-      END IF;
-      IF enqueue_workflow.args IS NULL OR json_typeof(enqueue_workflow.args) <> 'array' THEN
-        RAISE EXCEPTION 'nest-dedup-queue: args must be a JSON array of the arguments, got %',
-          coalesce(json_typeof(enqueue_workflow.args), 'NULL')
-          USING ERRCODE = 'invalid_parameter_value';
-      END IF;
+      PERFORM ${schema}.assert_enqueue_input(enqueue_workflow.queue_name, enqueue_workflow.workflow_name,
+        enqueue_workflow.args, enqueue_workflow.deduplication_id, enqueue_workflow.new_workflow_id,
+        enqueue_workflow.partition_key);
       IF enqueue_workflow.delay_ms < 0 THEN
         RAISE EXCEPTION 'nest-dedup-queue: delay_ms must be 0 or more, got %', enqueue_workflow.delay_ms
           USING ERRCODE = 'invalid_parameter_value';
       END IF;
       IF enqueue_workflow.on_duplicate NOT IN ('reject', 'replace') THEN
         RAISE EXCEPTION 'nest-dedup-queue: on_duplicate must be ''reject'' or ''replace'' in SQL, got %',
-          enqueue_workflow.on_duplicate
+          left(enqueue_workflow.on_duplicate, 50)
+          USING ERRCODE = 'invalid_parameter_value';
+      END IF;
+      IF enqueue_workflow.workflow_version IS NOT NULL AND enqueue_workflow.workflow_version < 1 THEN
+        RAISE EXCEPTION 'nest-dedup-queue: workflow_version must be 1 or more, got %', enqueue_workflow.workflow_version
           USING ERRCODE = 'invalid_parameter_value';
       END IF;
       IF NOT EXISTS (SELECT 1 FROM ${schema}.registered_workflows AS r
                      WHERE r.workflow_name = enqueue_workflow.workflow_name)
          AND NOT EXISTS (SELECT 1 FROM ${schema}.executors AS e WHERE e.workflows IS NULL) THEN
         RAISE EXCEPTION 'nest-dedup-queue: no process has registered a workflow named "%"',
-          enqueue_workflow.workflow_name
+          left(enqueue_workflow.workflow_name, 200)
           USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'Registered: ' || coalesce((SELECT string_agg(n, ', ' ORDER BY n) FROM (
                          SELECT DISTINCT r.workflow_name AS n FROM ${schema}.registered_workflows AS r
