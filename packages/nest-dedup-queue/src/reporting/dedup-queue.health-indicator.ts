@@ -64,9 +64,12 @@ export class DedupQueueHealthIndicator {
     options: { timeoutMs?: number } = {},
   ): Promise<DedupQueueHealthResult<Key>> {
     const session = healthSession(key);
-    const checks: Partial<Record<CheckName, DedupQueueCheck>> = {
-      database: await this.checkDatabase(options.timeoutMs),
-    };
+    // NOTE: side by side, so that a database that does not answer costs one timeout, not two.
+    const [database, versions] = await Promise.all([
+      this.checkDatabase(options.timeoutMs),
+      this.versionsDetail(options.timeoutMs, this.versions.checkIntervalMs),
+    ]);
+    const checks: Partial<Record<CheckName, DedupQueueCheck>> = { database };
     const worker = this.scheduler.workerHealth();
     if (worker) {
       const leaseAgeMs = worker.lastHeartbeatAt ? Date.now() - worker.lastHeartbeatAt.getTime() : undefined;
@@ -81,7 +84,7 @@ export class DedupQueueHealthIndicator {
         error: 'the workers are not running (not started yet, or shutting down)',
       });
     }
-    checks.versions = await this.versionsDetail(options.timeoutMs, this.versions.checkIntervalMs);
+    checks.versions = versions;
     const failed = (Object.keys(checks) as CheckName[]).filter((name) => checks[name]?.status === 'down');
     const result = failed.length === 0 ? session.up({ ...checks }) : session.down({ failed, ...checks });
     return result;
