@@ -48,11 +48,12 @@ describe('an enqueue-only role', () => {
     await admin.end();
   });
 
-  const enqueue = (args: string, key: string) =>
+  /** `delayMs` keeps the workflow queued (its key held) for that long. */
+  const enqueue = (args: string, key: string, delayMs = 0) =>
     enqueuer.query<{ workflow_id: string; created: boolean }>(
       `SELECT * FROM "${suite.schema}".enqueue_workflow(queue_name => 'tasks', workflow_name => 'RecordingTasks.echo',
-         args => $1::json, deduplication_id => $2)`,
-      [args, key],
+         args => $1::json, deduplication_id => $2, delay_ms => $3)`,
+      [args, key, delayMs],
     );
   const refusal = (sql: string) =>
     enqueuer.query(sql).then(
@@ -66,7 +67,7 @@ describe('an enqueue-only role', () => {
     await expect((await suite.app.queues.retrieve(first[0].workflow_id)).getResult()).resolves.toBe(
       'from the enqueuer',
     );
-    const held = await enqueue('["held"]', 'held-key');
+    const held = await enqueue('["held"]', 'held-key', 60_000);
     const { rows: again } = await enqueue('["again"]', 'held-key');
     expect(again).toEqual([{ workflow_id: held.rows[0].workflow_id, created: false }]);
   });
