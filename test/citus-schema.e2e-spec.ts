@@ -113,6 +113,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_messages_before: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
+      registered_workflows: 'coordinator',
       schedules: 'coordinator',
       schema_migrations: 'coordinator',
       input_limits: 'coordinator',

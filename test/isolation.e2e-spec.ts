@@ -33,6 +33,15 @@ import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/datab
 import { startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
+/** Keeps each line's context too: the thread's lines must arrive with theirs. */
+class ContextCapturingLogger extends CapturingLogger {
+  readonly contexts: Array<{ message: string; context: unknown }> = [];
+  override log(message: unknown, context?: unknown): void {
+    super.log(message);
+    this.contexts.push({ message: String(message), context });
+  }
+}
+
 @Controller()
 class PingController {
   @Get('ping')
@@ -50,7 +59,7 @@ const ISOLATION = { threads: 2, execArgv: ISOLATION_EXEC_ARGV, resourceLimits: {
 
 describe('isolated workflows', () => {
   const schema = uniqueSchema('isolation');
-  const logger = new CapturingLogger();
+  const logger = new ContextCapturingLogger();
   logger.setLogLevels(['log', 'warn', 'error', 'fatal']);
   const files = mkdtempSync(join(tmpdir(), 'isolation-'));
   let pool: Pool;
@@ -237,8 +246,7 @@ describe('isolated workflows', () => {
       'recv',
       `getResult ${result.child as string}`,
     ]);
-    expect(logger.lines).toContainEqual({
-      level: 'log',
+    expect(logger.contexts).toContainEqual({
       message: `tour of ${tour.workflowId} enqueued ${result.child as string}`,
       context: 'IsolatedTasks',
     });
@@ -248,6 +256,12 @@ describe('isolated workflows', () => {
     expect((await statusOf(transactional)).error?.message).toMatch(
       /transactional, which an isolated body .* cannot run/,
     );
+  });
+
+  it('records a patch (patched, of issue 31) in an isolated body as in any other', async () => {
+    const handle = await queues.enqueue('tasks', tasks.patchedNap, []);
+    expect(await handle.getResult({ timeoutMs: 20_000 })).toEqual({ before: true, after: true });
+    expect(await stepsOf(handle.workflowId)).toEqual(['patch nap-v2', 'sleep', 'patch after-nap']);
   });
 
   it('passes arguments and results as JSON, as storage does', async () => {

@@ -2,6 +2,7 @@ import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import { QueueDatabase } from '../database/queue-database';
+import { WorkflowVersionStore } from '../database/workflow-versions.store';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
 import { IsolatedWorkflowCheck } from './isolated-workflow.check';
@@ -9,7 +10,8 @@ import { WorkflowRegistry } from './workflow.registry';
 
 /**
  * Finds the `@Workflow()` methods of the application's providers (class, factory and value providers) and registers
- * them, bound to their instance; then checks that worker threads can run the isolated ones.
+ * them, bound to their instance; then checks that worker threads can run the isolated ones, and records their names
+ * and versions in the database (`registered_workflows`).
  */
 @Injectable()
 export class WorkflowExplorer implements OnModuleInit {
@@ -18,6 +20,7 @@ export class WorkflowExplorer implements OnModuleInit {
     private readonly scanner: MetadataScanner,
     private readonly registry: WorkflowRegistry,
     private readonly database: QueueDatabase,
+    private readonly versions: WorkflowVersionStore,
     private readonly isolation: IsolatedWorkflowCheck,
   ) {}
 
@@ -44,6 +47,7 @@ export class WorkflowExplorer implements OnModuleInit {
         });
       }
       await this.isolation.verify(this.registry.isolated());
+      await this.versions.recordRegistrations(this.registry.registrations());
     } catch (error) {
       // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
       await this.database.close();

@@ -23,3 +23,5 @@ export * from './get-event-options.interface';
 export * from './message-options.interface';
 export * from './isolation-options.interface';
 export * from './input-limits.interface';
+export * from './workflow-version.interface';
+export * from './fork-options.interface';

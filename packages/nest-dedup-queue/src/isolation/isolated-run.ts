@@ -61,8 +61,8 @@ export class IsolatedRun implements ThreadUser {
     [this.thread, this.runId] = [thread, thread.runs];
     return new Promise((resolve, reject) => {
       this.settle = { resolve, reject };
-      const { workflowId, workflowName, queueName, attempt } = this.execution.context;
-      const context = { workflowId, workflowName, queueName, attempt };
+      const { workflowId, workflowName, version, queueName, attempt } = this.execution.context;
+      const context = { workflowId, workflowName, version, queueName, attempt };
       thread.post({ kind: 'run', runId: this.runId, target: this.target, context, inputsJson: this.inputsJson });
       if (this.signal.aborted) this.aborted();
       else this.signal.addEventListener('abort', this.aborted, { once: true });

@@ -10,6 +10,7 @@ export type CallOutcome = { value: unknown } | { error: WorkflowErrorInfo };
 export interface RunContextData {
   workflowId: string;
   workflowName: string;
+  version: number;
   queueName: string;
   attempt: number;
 }

@@ -51,13 +51,11 @@ export class BodyRunner {
   ): Promise<WorkflowOutcome | typeof SUSPENDED> {
     let suspended = false;
     const outcome = await this.tracer.process(queueName, claimed, async (trace) => {
-      const workflow = this.registry.find(claimed.workflowName);
+      const { workflowName, version } = claimed;
+      const workflow = this.registry.find(workflowName, version);
       if (!workflow) {
-        return failure(
-          queueName,
-          claimed,
-          new Error(`Workflow "${claimed.workflowName}" is not registered in this process`),
-        );
+        const notHere = new Error(`Workflow "${workflowName}" version ${version} is not registered in this process`);
+        return failure(queueName, claimed, notHere);
       }
       const result = await this.runRegistered(queueName, claimed, workflow, control, trace);
       if (result !== SUSPENDED) return result;
@@ -75,13 +73,15 @@ export class BodyRunner {
     control: RunControl,
     trace: RunTrace,
   ): Promise<WorkflowOutcome | typeof SUSPENDED> {
-    const { workflowId, attempts: attempt } = claimed;
-    const own = this.registry.runOptions(claimed.workflowName);
+    const { workflowId, workflowName, version, attempts: attempt } = claimed;
+    const own = this.registry.runOptions(workflowName, version);
     await this.recordRunOptions(queueName, claimed, own);
+    let execution: WorkflowExecution | undefined;
     try {
-      const recorded = attempt > 1 ? await this.steps.load(queueName, workflowId) : new Map();
-      const context = { workflowId, workflowName: claimed.workflowName, queueName, attempt, signal: control.signal };
-      const execution = new WorkflowExecution(
+      const replays = attempt > 1 || claimed.forked;
+      const recorded = replays ? await this.steps.load(queueName, workflowId) : new Map();
+      const context = { workflowId, workflowName, version, queueName, attempt, signal: control.signal };
+      execution = new WorkflowExecution(
         context,
         this.config.executorId,
         recorded,
@@ -90,16 +90,27 @@ export class BodyRunner {
         trace,
       );
       const result = await this.runBody(workflow, execution, claimed.inputsJson);
+      if (execution.mismatch) return this.parked(queueName, claimed, execution.mismatch);
       if (result === SUSPENDED) return SUSPENDED;
       const outputJson =
         result === undefined ? null : toStoredJson(result, 'The result', this.steps.database.inputLimits);
       return { workflowId, queueName, attempt, status: 'SUCCESS', outputJson, error: null };
     } catch (thrown) {
-      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;
-      if (!retryable) return failure(queueName, claimed, thrown);
+      const mismatch = execution?.mismatch ?? (thrown instanceof WorkflowDeterminismError ? thrown : undefined);
+      if (mismatch) return this.parked(queueName, claimed, mismatch);
+      if (claimed.failedAttempts + 1 >= own.maxAttempts) return failure(queueName, claimed, thrown);
       const retryDelayMs = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
       return { ...failure(queueName, claimed, thrown), status: 'RETRY', retryDelayMs };
     }
+  }
+
+  /** A run that met changed code: dead-lettered with the determinism error, keeping its key (see `WorkflowOutcome`). */
+  private parked(queueName: string, claimed: ClaimedWorkflow, mismatch: WorkflowDeterminismError): WorkflowOutcome {
+    this.logger.warn(
+      `Workflow ${claimed.workflowName} version ${claimed.version} (${claimed.workflowId}) is dead-lettered, keeping ` +
+        `its key: ${mismatch.message}`,
+    );
+    return { ...failure(queueName, claimed, mismatch), status: 'PARKED' };
   }
 
   /** Runs the body in the frame of `execution`, in this thread or in a worker thread (`isolate: 'thread'`). */

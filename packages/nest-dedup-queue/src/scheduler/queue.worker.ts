@@ -231,7 +231,7 @@ export class QueueWorker {
     if (limit <= 0) return undefined;
     const claim = this.claimStarted(limit);
     this.claimAgain = false;
-    const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
+    const request = { queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() };
     const attached = this.deps.claimer.attachable(request);
     return {
       ...attached,
@@ -258,7 +258,7 @@ export class QueueWorker {
         if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const claim = this.claimStarted(limit);
         const { workflows, retryInMs } = await this.deps.claimer
-          .claim({ queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() })
+          .claim({ queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() })
           .finally(claim.settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();

@@ -42,6 +42,10 @@ export class ThreadRun {
         throw notInThread('the next step position');
       },
       runStep: (name, fn, options) => this.call({ function: 'runStep' }, [name, fn, options]) as Promise<never>,
+      patch: (patchId) => this.call({ function: 'patched' }, [patchId]) as Promise<boolean>,
+      deprecatePatch: () => {
+        throw notInThread('deprecatePatch() on the execution');
+      },
     };
     this.frame = { execution, inStep: false, forward: (target, args) => this.call(target, args) };
   }
