@@ -10,6 +10,8 @@ import {
   DEFAULT_RETRY_DELAY_MS,
   DEFAULT_SCHEMA,
   DEFAULT_SHUTDOWN_GRACE_MS,
+  DEFAULT_STREAM_MAX_BYTES,
+  DEFAULT_STREAM_MAX_VALUES,
   DEFAULT_WORKER_CONCURRENCY,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
@@ -65,6 +67,8 @@ export class DedupQueueConfig {
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
   /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
   readonly distribution!: 'single' | 'citus';
+  /** The cap of each durable stream. */
+  readonly streams!: { maxValues: number; maxBytes: number };
 
   constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
@@ -100,6 +104,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'metrics',
   'externalWorkflows',
   'distribution',
+  'streams',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
 
@@ -166,6 +171,7 @@ export function resolveConfig(
   }
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
+    streams: resolveStreams(options.streams, fail),
     schema,
     endpoint,
     connectTimeoutMs:
@@ -234,6 +240,22 @@ function resolveQueues(
     declaredAt.set(name, place);
   }
   return queues;
+}
+
+function resolveStreams(
+  streams: DedupQueueModuleOptions['streams'],
+  fail: (message: string) => never,
+): { maxValues: number; maxBytes: number } {
+  if (streams !== undefined && (typeof streams !== 'object' || streams === null)) {
+    fail('`streams` must be an object: { maxValues?, maxBytes? }');
+  }
+  const unknownStreamOption = streams && unknownKey(streams, ['maxValues', 'maxBytes']);
+  if (unknownStreamOption) fail(`\`streams.${unknownStreamOption.key}\` ${unknownStreamOption.reason}`);
+  return {
+    maxValues:
+      positiveIntegerOrUndefined(streams?.maxValues, 'streams.maxValues', fail) ?? DEFAULT_STREAM_MAX_VALUES,
+    maxBytes: positiveIntegerOrUndefined(streams?.maxBytes, 'streams.maxBytes', fail) ?? DEFAULT_STREAM_MAX_BYTES,
+  };
 }
 
 function resolveExternalWorkflows(names: unknown, fail: (message: string) => never): ReadonlySet<string> {

@@ -16,6 +16,9 @@ export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+/** The default cap of one durable stream: how many values, and how many bytes of JSON. */
+export const DEFAULT_STREAM_MAX_VALUES = 100_000;
+export const DEFAULT_STREAM_MAX_BYTES = 16 * 1024 * 1024;
 /** Metadata key under which `@OnWorkflowEvent()` stores the events a method listens to. */
 export const WORKFLOW_EVENT_METADATA = 'dedup-queue:workflow-event';
 /** Metadata key under which `@Scheduled()` stores its cron and options on the decorated method. */

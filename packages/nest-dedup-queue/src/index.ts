@@ -13,6 +13,7 @@ export { runStep, stepManager, workflowContext } from './execution/workflow-cont
 export { setEvent } from './composition/workflow-events';
 export { sleep } from './composition/durable-sleep';
 export { DUPLICATE_TOPIC, recv } from './composition/workflow-messages';
+export { closeStream, writeStream } from './composition/workflow-streams';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,

@@ -10,3 +10,8 @@ export const WAKE_UP_CHANNEL_PREFIX = 'dedup_queue:';
 export const CONTROL_CHANNEL_PREFIX = 'dedup_queue_control:';
 /** Tells workers to interrupt a workflow; the payload is described by `interruptPayloadPrefix`. */
 export const CANCEL_CHANNEL_PREFIX = 'dedup_queue_cancel:';
+/**
+ * Tells the readers of a workflow's streams that one of them changed (a value, a close, the workflow's end); the
+ * payload is the workflow's ID. Only a hint: readers then read the table (any role may NOTIFY on any channel).
+ */
+export const STREAM_CHANNEL_PREFIX = 'dedup_queue_stream:';

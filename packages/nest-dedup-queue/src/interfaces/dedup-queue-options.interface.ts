@@ -1,6 +1,7 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
 import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
+import type { StreamOptions } from './stream-options.interface';
 
 /** TypeORM Postgres connection options, without `type` (always `'postgres'`). At least `url`, or host/port/... */
 export type DedupQueueConnectionOptions = Omit<
@@ -90,6 +91,12 @@ export interface DedupQueueModuleOptions {
    * Default 7 days.
    */
   retentionMs?: number | null;
+  /**
+   * The cap of each durable stream (`writeStream`): how many values and bytes of JSON one stream may hold; past it,
+   * `writeStream` throws `StreamLimitError` and appends nothing. Default `{ maxValues: 100000, maxBytes: 16 MiB }`.
+   * Streams go with their workflow at retention (see docs/streams.md).
+   */
+  streams?: StreamOptions;
   /**
    * Prometheus metrics through `prom-client` (an optional peer: install it). `true` registers them on prom-client's
    * default registry; `{ registry }` on the given one. Queue depths and the oldest wait are read from Postgres at
