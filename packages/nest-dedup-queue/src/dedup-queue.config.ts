@@ -252,8 +252,7 @@ function resolveStreams(
   const unknownStreamOption = streams && unknownKey(streams, ['maxValues', 'maxBytes']);
   if (unknownStreamOption) fail(`\`streams.${unknownStreamOption.key}\` ${unknownStreamOption.reason}`);
   return {
-    maxValues:
-      positiveIntegerOrUndefined(streams?.maxValues, 'streams.maxValues', fail) ?? DEFAULT_STREAM_MAX_VALUES,
+    maxValues: positiveIntegerOrUndefined(streams?.maxValues, 'streams.maxValues', fail) ?? DEFAULT_STREAM_MAX_VALUES,
     maxBytes: positiveIntegerOrUndefined(streams?.maxBytes, 'streams.maxBytes', fail) ?? DEFAULT_STREAM_MAX_BYTES,
   };
 }

@@ -5,11 +5,7 @@ import { QueueDatabase } from '../database/queue-database';
 import { type StreamLocation, type WorkflowStreamStore, workflowStreamStore } from '../database/workflow-stream.store';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
-import type {
-  ReadStreamOptions,
-  StreamEventsOptions,
-  StreamValue,
-} from '../interfaces/stream-options.interface';
+import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from '../interfaces/stream-options.interface';
 import { NotificationListener } from '../scheduler/notification.listener';
 import { fromStoredJson } from '../utils/stored-json';
 import { type FeedBatch, type FeedSource, StreamFeed } from './stream-feed';
@@ -56,7 +52,11 @@ export class StreamReaders implements BeforeApplicationShutdown {
   }
 
   /** See `QueueService.readStream`. */
-  readStream<T = unknown>(workflowId: string, key: string, options: ReadStreamOptions = {}): AsyncIterable<StreamValue<T>> {
+  readStream<T = unknown>(
+    workflowId: string,
+    key: string,
+    options: ReadStreamOptions = {},
+  ): AsyncIterable<StreamValue<T>> {
     assertWorkflowId(workflowId);
     assertStreamKey(key);
     const offset = options?.offset ?? 0;

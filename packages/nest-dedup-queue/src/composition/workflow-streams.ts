@@ -84,7 +84,8 @@ export async function closeStream(key: string): Promise<void> {
 
 function frameOf(call: string): ExecutionFrame {
   const frame = executionFrames.getStore();
-  if (!frame) throw new DedupQueueError(`${call}() is only available while a workflow runs (inside a @Workflow() method)`);
+  if (!frame)
+    throw new DedupQueueError(`${call}() is only available while a workflow runs (inside a @Workflow() method)`);
   return frame;
 }
 

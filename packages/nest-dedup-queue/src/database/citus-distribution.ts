@@ -20,7 +20,14 @@ export const DISTRIBUTION_COLUMN = 'queue_name';
  *   node that is down stops only the queues it holds.
  */
 export const CITUS_TABLES = {
-  distributed: ['workflow_queue', 'workflow_history', 'steps', 'workflow_events', 'workflow_messages', 'workflow_streams'],
+  distributed: [
+    'workflow_queue',
+    'workflow_history',
+    'steps',
+    'workflow_events',
+    'workflow_messages',
+    'workflow_streams',
+  ],
   reference: ['queues'],
   coordinator: ['executors', 'schedules', 'schema_migrations'],
 } as const;
