@@ -15,12 +15,16 @@ interface PageState {
 
 const stateOf = (page: Page): Promise<PageState> =>
   page.evaluate(() => {
-    const window = globalThis as unknown as { received: number[]; connections: number };
+    const page = globalThis as unknown as {
+      received: number[];
+      connections: number;
+      document: { getElementById(id: string): { textContent: string | null } | null };
+    };
     return {
-      received: [...window.received],
-      connections: window.connections,
-      state: document.getElementById('state')?.textContent ?? '',
-      answer: document.getElementById('answer')?.textContent ?? '',
+      received: [...page.received],
+      connections: page.connections,
+      state: page.document.getElementById('state')?.textContent ?? '',
+      answer: page.document.getElementById('answer')?.textContent ?? '',
     };
   });
 

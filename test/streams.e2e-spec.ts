@@ -9,6 +9,7 @@ import {
   writeStream,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
+import { QueueDatabase, workflowStreamStore } from 'nest-dedup-queue/testing';
 import { lastValueFrom, toArray } from 'rxjs';
 import { StreamTasks, streamTablesSql } from './fixtures/stream-tasks';
 import { databaseUrl } from './support/database';
@@ -25,8 +26,8 @@ async function collect<T>(stream: AsyncIterable<StreamValue<T>>): Promise<Array<
 
 /**
  * Durable streams (docs/streams.md): written by workflows in this process (queue `streams`) and in worker processes
- * (child-stream-worker.ts, queue `remote`), read here. The reading app polls only every 60 s: what arrives sooner
- * was pushed (a hint on the LISTEN connection, then a read of the table).
+ * (child-stream-worker.ts, queue `remote`), read here by an app of their own that polls only every 60 s: what
+ * arrives sooner was pushed (a hint on the LISTEN connection, then a read of the table).
  */
 describe('durable streams', () => {
   const suite = useWorkerSuite({
@@ -39,7 +40,10 @@ describe('durable streams', () => {
   const { schema, release, startWorker, sigkill } = suite;
   let pool: Pool;
   let app: QueueApp;
+  /** The app of the workflows (it drains `streams`) and the app of the readers (no worker, polling every minute). */
+  let readers: QueueApp;
   let queues: QueueService;
+  let reading: QueueService;
   let tasks: StreamTasks;
 
   const stored = async (workflowId: string, key: string) =>
@@ -58,20 +62,28 @@ describe('durable streams', () => {
     app = await startQueueApp(
       {
         schema,
-        connection: { url: databaseUrl(), applicationName: 'stream-readers', poolSize: 6 },
         queues: [{ name: 'streams', workerConcurrency: 20 }, { name: 'remote' }],
         worker: { queues: ['streams'] },
-        pollIntervalMs: 60_000,
+        pollIntervalMs: 200,
         streams: { maxValues: 100, maxBytes: 4096 },
       },
       [StreamTasks],
     );
+    readers = await startQueueApp({
+      schema,
+      connection: { url: databaseUrl(), applicationName: 'stream-readers', poolSize: 6 },
+      queues: [{ name: 'streams' }, { name: 'remote' }],
+      worker: false,
+      pollIntervalMs: 60_000,
+    });
     queues = app.queues;
+    reading = readers.queues;
     tasks = app.get(StreamTasks);
     tasks.useSchema(schema);
   });
 
   afterAll(async () => {
+    await readers?.close();
     await app?.close();
   });
 
@@ -79,13 +91,13 @@ describe('durable streams', () => {
     await startWorker('remote-tokens');
     const handle = await queues.enqueue('remote', 'StreamTasks.tokens', [['Hello', 'durable', 'world'], 'g1', 2]);
     const seen: Array<StreamValue<string>> = [];
-    const reading = (async () => {
-      for await (const value of queues.readStream<string>(handle.workflowId, 'tokens')) seen.push(value);
+    const following = (async () => {
+      for await (const value of reading.readStream<string>(handle.workflowId, 'tokens')) seen.push(value);
     })();
     await waitFor(() => seen.length === 2, { timeoutMs: 10_000, what: 'the first two tokens' });
     const released = Date.now();
     await release('g1');
-    await reading;
+    await following;
     expect(Date.now() - released).toBeLessThan(5_000);
     expect(seen).toEqual([
       { offset: 0, value: 'Hello' },
@@ -94,17 +106,17 @@ describe('durable streams', () => {
     ]);
     await expect(handle.getResult({ timeoutMs: 5_000 })).resolves.toBe('Hello durable world');
     // A finished workflow's stream is read whole, and from an offset.
-    await expect(collect(queues.readStream(handle.workflowId, 'tokens'))).resolves.toEqual(seen);
-    await expect(collect(queues.readStream(handle.workflowId, 'tokens', { offset: 2 }))).resolves.toEqual([
+    await expect(collect(reading.readStream(handle.workflowId, 'tokens'))).resolves.toEqual(seen);
+    await expect(collect(reading.readStream(handle.workflowId, 'tokens', { offset: 2 }))).resolves.toEqual([
       { offset: 2, value: 'world' },
     ]);
-    await expect(collect(queues.readStream(handle.workflowId, 'never-written'))).resolves.toEqual([]);
+    await expect(collect(reading.readStream(handle.workflowId, 'never-written'))).resolves.toEqual([]);
   });
 
   it('does not append again what a re-executed body wrote (a retry)', async () => {
     const handle = await queues.enqueue('streams', tasks.retried, []);
     await expect(handle.getResult({ timeoutMs: 10_000 })).resolves.toBe(2);
-    await expect(collect(queues.readStream(handle.workflowId, 'letters'))).resolves.toEqual([
+    await expect(collect(reading.readStream(handle.workflowId, 'letters'))).resolves.toEqual([
       { offset: 0, value: 'a' },
       { offset: 1, value: { b: true } },
       { offset: 2, value: 'c' },
@@ -120,26 +132,41 @@ describe('durable streams', () => {
     ]);
   });
 
-  it('finds the value a body appended when its checkpoint was lost (a crash between the two), and appends it once', async () => {
-    const handle = await queues.enqueue('streams', tasks.retried, ['g-lost']);
-    await waitFor(async () => (await valuesOf(handle.workflowId, 'letters')).length === 2, { what: 'a and b' });
-    // As if the process had died after each append and before its checkpoint: the re-executed body runs them again.
-    await pool.query(`DELETE FROM "${schema}".steps WHERE workflow_id = $1`, [handle.workflowId]);
-    await release('g-lost');
-    await expect(handle.getResult({ timeoutMs: 10_000 })).resolves.toBe(2);
-    expect(await valuesOf(handle.workflowId, 'letters')).toEqual(['a', { b: true }, 'c']);
+  it('appends nothing again when a body write is sent again (its answer lost): its position was recorded with it', async () => {
+    const handle = await queues.enqueue('streams', tasks.holds, ['g-resend']);
+    await waitFor(async () => (await valuesOf(handle.workflowId, 'held')).length === 1, { what: 'the first value' });
+    const { rows } = await pool.query(`SELECT attempts FROM "${schema}".workflow_queue WHERE workflow_id = $1`, [
+      handle.workflowId,
+    ]);
+    const resend = () =>
+      workflowStreamStore(app.get(QueueDatabase)).append(
+        { queueName: 'streams', workflowId: handle.workflowId, attempt: rows[0].attempts as number, flagged: true },
+        {
+          key: 'held',
+          items: [{ valueJson: '"first"', bytes: 7, stepIndex: 0 }],
+          stepName: 'writeStream held',
+          maxValues: 100,
+          maxBytes: 4096,
+        },
+      );
+    await expect(resend()).resolves.toEqual({ outcome: 'recorded', outputJson: '0' });
+    expect(await valuesOf(handle.workflowId, 'held')).toEqual(['first']);
+    await release('g-resend');
+    await handle.getResult({ timeoutMs: 10_000 });
+    expect(await valuesOf(handle.workflowId, 'held')).toEqual(['first', 'second']);
+    await expect(resend()).resolves.toEqual({ outcome: 'not-owned' });
   });
 
   it('keeps each value once when a SIGKILLed worker is recovered by another, and its reader follows to the end', async () => {
     const first = await startWorker('recovered-a');
     const handle = await queues.enqueue('remote', 'StreamTasks.tokens', [['one', 'two', 'three', 'four'], 'g2', 2]);
-    const reading = collect(queues.readStream<string>(handle.workflowId, 'tokens'));
+    const followed = collect(reading.readStream<string>(handle.workflowId, 'tokens'));
     await waitFor(async () => (await valuesOf(handle.workflowId, 'tokens')).length === 2, { what: 'two values' });
     await sigkill(first);
     await startWorker('recovered-b');
     await release('g2');
     await expect(handle.getResult({ timeoutMs: 20_000 })).resolves.toBe('one two three four');
-    expect((await reading).map((entry) => entry.value)).toEqual(['one', 'two', 'three', 'four']);
+    expect((await followed).map((entry) => entry.value)).toEqual(['one', 'two', 'three', 'four']);
     expect(await valuesOf(handle.workflowId, 'tokens')).toEqual(['one', 'two', 'three', 'four']);
   });
 
@@ -150,7 +177,7 @@ describe('durable streams', () => {
 
     const inTransaction = await queues.enqueue('streams', tasks.inTransaction, []);
     await inTransaction.getResult({ timeoutMs: 10_000 });
-    await expect(collect(queues.readStream(inTransaction.workflowId, 'tx'))).resolves.toEqual([
+    await expect(collect(reading.readStream(inTransaction.workflowId, 'tx'))).resolves.toEqual([
       { offset: 0, value: 'in step' },
       { offset: 1, value: 'after' },
     ]);
@@ -158,7 +185,7 @@ describe('durable streams', () => {
 
   it('closes every stream when its workflow ends: an error, a cancel, and a workflow that never wrote', async () => {
     const failed = await queues.enqueue('streams', tasks.failsAfterWriting, []);
-    await expect(collect(queues.readStream(failed.workflowId, 'doomed'))).resolves.toEqual([
+    await expect(collect(reading.readStream(failed.workflowId, 'doomed'))).resolves.toEqual([
       { offset: 0, value: 'last words' },
     ]);
     expect((await failed.getStatus()).status).toBe('ERROR');
@@ -166,7 +193,7 @@ describe('durable streams', () => {
     const held = await queues.enqueue('streams', tasks.holds, ['g-cancel']);
     const seen: unknown[] = [];
     const following = (async () => {
-      for await (const { value } of queues.readStream(held.workflowId, 'held')) seen.push(value);
+      for await (const { value } of reading.readStream(held.workflowId, 'held')) seen.push(value);
     })();
     await waitFor(() => seen.length === 1, { what: 'the first value' });
     await queues.cancel(held.workflowId);
@@ -174,7 +201,7 @@ describe('durable streams', () => {
     expect(seen).toEqual(['first']);
 
     const silent = await queues.enqueue('streams', tasks.silent, ['g-silent']);
-    const waiting = collect(queues.readStream(silent.workflowId, 'nothing'));
+    const waiting = collect(reading.readStream(silent.workflowId, 'nothing'));
     await waitFor(async () => (await silent.getStatus()).status === 'PENDING', { what: 'the silent workflow to run' });
     await release('g-silent');
     await expect(waiting).resolves.toEqual([]);
@@ -187,7 +214,7 @@ describe('durable streams', () => {
       { offset: 0, value: 1, closed: false },
       { offset: 1, value: null, closed: true },
     ]);
-    await expect(collect(queues.readStream(handle.workflowId, 'early'))).resolves.toEqual([{ offset: 0, value: 1 }]);
+    await expect(collect(reading.readStream(handle.workflowId, 'early'))).resolves.toEqual([{ offset: 0, value: 1 }]);
   });
 
   it('refuses a value past the cap in values or in bytes with StreamLimitError, appending nothing', async () => {
@@ -215,13 +242,13 @@ describe('durable streams', () => {
   it('lands values written without awaiting each in call order', async () => {
     const handle = await queues.enqueue('streams', tasks.burst, [50]);
     await handle.getResult({ timeoutMs: 10_000 });
-    const values = await collect(queues.readStream<number>(handle.workflowId, 'burst'));
+    const values = await collect(reading.readStream<number>(handle.workflowId, 'burst'));
     expect(values).toEqual(Array.from({ length: 50 }, (_, index) => ({ offset: index, value: index })));
   });
 
   it('serves many readers of one stream from one feed, on the pool and the one LISTEN connection', async () => {
     const handle = await queues.enqueue('streams', tasks.holds, ['g-many']);
-    const readers = Array.from({ length: 300 }, () => collect(queues.readStream(handle.workflowId, 'held')));
+    const readers = Array.from({ length: 300 }, () => collect(reading.readStream(handle.workflowId, 'held')));
     await waitFor(async () => (await valuesOf(handle.workflowId, 'held')).length === 1, { what: 'the first value' });
     const { rows } = await pool.query(
       `SELECT count(*)::int AS connections FROM pg_stat_activity WHERE application_name = 'stream-readers'`,
@@ -236,7 +263,7 @@ describe('durable streams', () => {
     const handle = await queues.enqueue('streams', tasks.tokens, [['a', 'b', 'c']]);
     await handle.getResult({ timeoutMs: 10_000 });
     const events = (lastEventId?: string) =>
-      lastValueFrom(queues.streamEvents(handle.workflowId, 'tokens', { lastEventId }).pipe(toArray()));
+      lastValueFrom(reading.streamEvents(handle.workflowId, 'tokens', { lastEventId }).pipe(toArray()));
     await expect(events()).resolves.toEqual<MessageEvent[]>([
       { id: '0', data: '"a"' },
       { id: '1', data: '"b"' },
@@ -260,10 +287,10 @@ describe('durable streams', () => {
     });
     try {
       const handle = await queues.enqueue('streams', tasks.tokens, [['x', 'y'], 'g-poll', 1]);
-      const reading = collect(polling.queues.readStream<string>(handle.workflowId, 'tokens'));
+      const polled = collect(polling.queues.readStream<string>(handle.workflowId, 'tokens'));
       await waitFor(async () => (await valuesOf(handle.workflowId, 'tokens')).length === 1, { what: 'x' });
       await release('g-poll');
-      expect((await reading).map((entry) => entry.value)).toEqual(['x', 'y']);
+      expect((await polled).map((entry) => entry.value)).toEqual(['x', 'y']);
     } finally {
       await polling.close();
     }
@@ -272,12 +299,12 @@ describe('durable streams', () => {
   it('refuses writes outside a workflow and bad arguments before reading; an unknown workflow on iteration', async () => {
     await expect(writeStream('k', 1)).rejects.toThrow(DedupQueueError);
     await expect(closeStream('k')).rejects.toThrow(/only available while a workflow runs/);
-    expect(() => queues.readStream('', 'k')).toThrow(InvalidArgumentError);
-    expect(() => queues.readStream('id', '')).toThrow(InvalidArgumentError);
-    expect(() => queues.readStream('id', 'k'.repeat(256))).toThrow(InvalidArgumentError);
-    expect(() => queues.readStream('id', 'k', { offset: -1 })).toThrow(InvalidArgumentError);
-    expect(() => queues.readStream('id', 'k', { offset: 1.5 })).toThrow(InvalidArgumentError);
-    expect(() => queues.streamEvents('id', 'k', { lastEventId: 'abc' })).toThrow(InvalidArgumentError);
-    await expect(collect(queues.readStream('no-such-workflow', 'k'))).rejects.toThrow(WorkflowNotFoundError);
+    expect(() => reading.readStream('', 'k')).toThrow(InvalidArgumentError);
+    expect(() => reading.readStream('id', '')).toThrow(InvalidArgumentError);
+    expect(() => reading.readStream('id', 'k'.repeat(256))).toThrow(InvalidArgumentError);
+    expect(() => reading.readStream('id', 'k', { offset: -1 })).toThrow(InvalidArgumentError);
+    expect(() => reading.readStream('id', 'k', { offset: 1.5 })).toThrow(InvalidArgumentError);
+    expect(() => reading.streamEvents('id', 'k', { lastEventId: 'abc' })).toThrow(InvalidArgumentError);
+    await expect(collect(reading.readStream('no-such-workflow', 'k'))).rejects.toThrow(WorkflowNotFoundError);
   });
 });

@@ -1,6 +1,8 @@
 import type { EntityManager } from 'typeorm';
 import type { QueueDatabase } from './queue-database';
-import { NOTIFY_SQL } from './wake-ups.sql';
+import { isUniqueViolationOn } from './sql-errors';
+import { STEP_COLUMNS } from './step.store';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
@@ -13,25 +15,36 @@ export interface StreamWriter {
   flagged: boolean;
 }
 
-/** One append: a value (JSON text), or the close (`valueJson` null). */
-export interface StreamAppend {
-  key: string;
+/** One value to append (JSON text), or the close (null); from the body at its position, or from a step (null). */
+export interface StreamItem {
   valueJson: string | null;
   /** The value's size in bytes (UTF-8), counted against the stream's cap. */
   bytes: number;
-  /** The body position that appends it (exactly once), or null from a step (at least once). */
+  /** The body position it is recorded at (exactly once), or null from a step (at least once). */
   stepIndex: number | null;
+}
+
+/** Values to append to one stream in one statement, in order (a close is appended alone). */
+export interface StreamAppend {
+  key: string;
+  items: StreamItem[];
+  /** The name of the checkpoints of the items appended from the body. */
+  stepName: string;
   maxValues: number;
   maxBytes: number;
 }
 
-/** What an append did, or why it did not. */
+/**
+ * What an append did: `appended` items from the first (at `firstOffset` on; those after them were refused by the
+ * cap), or why it did nothing.
+ */
 export type StreamAppendResult =
-  | { outcome: 'appended'; offset: number }
+  | { outcome: 'appended'; appended: number; firstOffset: number; values: number; bytes: number }
   | { outcome: 'not-owned' }
   | { outcome: 'closed' }
-  | { outcome: 'full'; values: number; bytes: number }
-  /** Another writer took the offset meanwhile (a run that lost its workflow, still running): try again. */
+  /** A position of the batch was recorded before (a body re-executed after a lost answer): its output. */
+  | { outcome: 'recorded'; outputJson: string }
+  /** Another writer took an offset meanwhile (a run that lost its workflow, still running): try again. */
   | { outcome: 'raced' };
 
 /** Where a workflow's streams are: its queue and creation time (as text, exact to the microsecond). */
@@ -89,39 +102,46 @@ export class WorkflowStreamStore {
   }
 
   /**
-   * Appends a value (or the close) to a stream of the writer's workflow, in the transaction of `manager` when given
-   * (a transactional step). A position's earlier append (a body re-executed after its answer or checkpoint was lost)
-   * is returned instead of appending again.
+   * Appends values (or the close) to a stream of the writer's workflow, and records those from the body at their
+   * positions, in one statement (in the transaction of `manager` when given: a transactional step). Values past the
+   * cap are not appended (those before them are). A batch of which a position was recorded before appends nothing.
    */
   async append(writer: StreamWriter, append: StreamAppend, manager?: EntityManager): Promise<StreamAppendResult> {
     const sql = writer.flagged ? this.appendSql.next : this.appendSql.first;
+    const { items } = append;
     const params = [
       writer.queueName,
       writer.workflowId,
       writer.attempt,
-      append.stepIndex,
       append.key,
-      append.valueJson,
-      append.valueJson === null,
-      append.bytes,
+      items.map((item) => item.valueJson),
+      items.map((item) => item.bytes),
+      items.map((item) => item.stepIndex),
+      items.length === 1 && items[0].valueJson === null,
       append.maxValues,
       append.maxBytes,
+      append.stepName,
       ...(this.database.citus ? [] : [this.channel]),
     ];
     const run = async (query: Query) => {
       const [row] = await query<AppendRow>(sql, params);
-      if (this.database.citus && row.appended !== null) await query(NOTIFY_SQL, [this.channel, [writer.workflowId]]);
+      if (this.database.citus && row.appended > 0) await query(NOTIFY_SQL, [this.channel, [writer.workflowId]]);
       return row;
     };
-    let row: AppendRow;
-    if (manager) {
-      row = await run((text, values) => manager.query(text, values));
-    } else if (this.database.citus) {
-      row = await this.database.transaction(run);
-    } else {
-      [row] = await this.database.query<AppendRow>(sql, params, { prepared: true, idempotent: true });
+    try {
+      let row: AppendRow;
+      if (manager) {
+        row = await run((text, values) => manager.query(text, values));
+      } else if (this.database.citus) {
+        row = await this.database.transaction(run);
+      } else {
+        [row] = await this.database.query<AppendRow>(sql, params, { prepared: true, idempotent: true });
+      }
+      return appendResult(row);
+    } catch (error) {
+      if (isUniqueViolationOn(error, STREAMS_KEY) || isUniqueViolationOn(error, STEPS_KEY)) return { outcome: 'raced' };
+      throw error;
     }
-    return appendResult(row, append);
   }
 
   /** The queue and creation time of a workflow, or undefined when no workflow has this ID. */
@@ -176,16 +196,23 @@ export class WorkflowStreamStore {
    * Makes the end of an unfinished workflow hint its streams' readers (`has_streams`), for a reader that waits on a
    * workflow that has not written yet. NOTE: the end's DELETE sees this update (it waits for its lock and takes the
    * row as updated), so a workflow that ends after it hints; one that ended before it is seen finished by the next
-   * read.
+   * read. A claim (or a wake-up of sleepers) that met the row locked by it passed over it: the queue's workers are
+   * woken again, and claim it (a waiting row is made due by the next round of its queue's waker, a heartbeat later).
    */
   async hintAtEnd(location: StreamLocation, workflowId: string): Promise<void> {
-    await this.database.query(
-      `UPDATE ${this.tables.active} SET has_streams = true
-       WHERE queue_name = $1 AND workflow_id = $2 AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
-         AND NOT has_streams`,
-      [location.queueName, workflowId],
+    const [row] = await this.database.query<{ woken: number }>(
+      `WITH flagged AS (
+         UPDATE ${this.tables.active} SET has_streams = true
+         WHERE queue_name = $1 AND workflow_id = $2 AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
+           AND NOT has_streams
+         RETURNING queue_name, status
+       ),
+       ${wakeUpCteSql(this.database.citus, 'woken', '$3', `flagged WHERE status <> ${STATUS_SQL.PENDING}`)}
+       SELECT (SELECT count(*) FROM woken)::int AS woken`,
+      [location.queueName, workflowId, this.database.wakeUpChannel],
       { idempotent: true },
     );
+    await sendWakeUpsLeftToCaller(this.database, row.woken > 0 ? [location.queueName] : []);
   }
 
   /** Every stream of a workflow: its key, how many values and bytes it holds, whether it is closed. */
@@ -219,46 +246,67 @@ export class WorkflowStreamStore {
 
   /**
    * The append statement: `owned` is the writer's workflow row, held against its end: a run's first write updates
-   * it (`has_streams`, which makes the end hint this stream's readers), the next ones lock it `FOR KEY SHARE`.
+   * it (`has_streams`, which makes the end hint this stream's readers), the next ones lock it `FOR KEY SHARE`. The
+   * batch (`$5` values, `$6` bytes, `$7` positions) takes the offsets after the stream's last row; the prefix that
+   * fits the cap is inserted, its body writes checkpointed (output: the offset), and the readers hinted on commit.
    */
   private buildAppendSql(first: boolean): string {
-    const { active, streams } = this.tables;
+    const { active, streams, steps } = this.tables;
     const run = `queue_name = $1 AND workflow_id = $2 AND status = ${STATUS_SQL.PENDING} AND attempts = $3`;
     const owned = first
       ? `UPDATE ${active} SET has_streams = true WHERE ${run} RETURNING created_at`
       : `SELECT created_at FROM ${active} WHERE ${run} FOR KEY SHARE`;
-    const hint = this.database.citus ? '' : `, hinted AS (SELECT pg_notify($11, $2)::text FROM appended)`;
+    const hint = this.database.citus
+      ? ''
+      : `, hinted AS (SELECT pg_notify($12, $2)::text WHERE EXISTS (SELECT 1 FROM appended))`;
     return `WITH owned AS (${owned}),
        head AS (
          SELECT stream_offset, total_bytes, closed FROM ${streams}
-         WHERE queue_name = $1 AND workflow_id = $2 AND stream_key = $5
+         WHERE queue_name = $1 AND workflow_id = $2 AND stream_key = $4
            AND workflow_created_at = (SELECT created_at FROM owned)
          ORDER BY stream_offset DESC LIMIT 1
        ),
+       earlier AS (
+         SELECT output::text AS output FROM ${steps}
+         WHERE queue_name = $1 AND workflow_id = $2 AND step_index = ANY($7::int[])
+           AND workflow_created_at = (SELECT created_at FROM owned)
+       ),
        state AS (
          SELECT o.created_at, coalesce(h.stream_offset + 1, 0) AS next_offset, coalesce(h.total_bytes, 0) AS bytes,
-                coalesce(h.closed, false) AS closed,
-                (SELECT e.stream_offset FROM ${streams} AS e
-                 WHERE e.queue_name = $1 AND e.workflow_id = $2 AND e.step_index = $4::int AND e.stream_key = $5
-                   AND e.workflow_created_at = o.created_at) AS earlier
+                coalesce(h.closed, false) AS closed, (SELECT count(*) FROM earlier) AS earlier
          FROM owned AS o LEFT JOIN head AS h ON true
+       ),
+       accepted AS (
+         SELECT * FROM (
+           SELECT b.value, b.step_index, s.created_at, s.next_offset + b.ord::int - 1 AS stream_offset,
+                  s.bytes + sum(b.bytes) OVER (ORDER BY b.ord) AS total_bytes
+           FROM unnest($5::json[], $6::bigint[], $7::int[]) WITH ORDINALITY AS b(value, bytes, step_index, ord)
+           CROSS JOIN state AS s
+           WHERE s.earlier = 0 AND NOT s.closed
+         ) AS planned
+         WHERE $8::boolean OR (stream_offset < $9::int AND total_bytes <= $10::bigint)
        ),
        appended AS (
          INSERT INTO ${streams} (queue_name, workflow_id, workflow_created_at, stream_key, stream_offset, value, closed,
-                                 total_bytes, step_index)
-         SELECT $1, $2, s.created_at, $5, s.next_offset, $6::json, $7::boolean, s.bytes + $8::bigint, $4::int
-         FROM state AS s
-         WHERE s.earlier IS NULL AND NOT s.closed
-           AND ($7::boolean OR (s.next_offset < $9::int AND s.bytes + $8::bigint <= $10::bigint))
-         ON CONFLICT DO NOTHING
+                                 total_bytes)
+         SELECT $1, $2, created_at, $4, stream_offset, value, $8::boolean, total_bytes FROM accepted
          RETURNING stream_offset
+       ),
+       recorded AS (
+         INSERT INTO ${steps} (${STEP_COLUMNS})
+         SELECT $2, step_index, $11, to_json(stream_offset), NULL, now(), now(), $1, created_at FROM accepted
+         WHERE step_index IS NOT NULL
        )${hint}
-       SELECT s.created_at IS NOT NULL AS owned, s.next_offset, s.bytes::text AS bytes, s.closed, s.earlier,
-              (SELECT stream_offset FROM appended) AS appended
+       SELECT s.created_at IS NOT NULL AS owned, s.next_offset, s.bytes::text AS bytes, s.closed, s.earlier::int,
+              (SELECT min(output) FROM earlier) AS earlier_output, (SELECT count(*) FROM appended)::int AS appended
               ${this.database.citus ? '' : ', (SELECT count(*) FROM hinted) AS hinted'}
        FROM (SELECT 1) AS one LEFT JOIN state AS s ON true`;
   }
 }
+
+/** The unique keys an append may collide on, when another writer appended or recorded meanwhile. */
+const STREAMS_KEY = 'workflow_streams_pkey';
+const STEPS_KEY = 'steps_key';
 
 interface AppendRow {
   owned: boolean;
@@ -266,20 +314,21 @@ interface AppendRow {
   bytes: string | null;
   closed: boolean | null;
   earlier: number | null;
-  appended: number | null;
+  earlier_output: string | null;
+  appended: number;
 }
 
-function appendResult(row: AppendRow, append: StreamAppend): StreamAppendResult {
+function appendResult(row: AppendRow): StreamAppendResult {
   if (!row.owned) return { outcome: 'not-owned' };
-  if (row.earlier !== null) return { outcome: 'appended', offset: row.earlier };
-  if (row.appended !== null) return { outcome: 'appended', offset: row.appended };
+  if (row.earlier_output !== null) return { outcome: 'recorded', outputJson: row.earlier_output };
   if (row.closed) return { outcome: 'closed' };
-  const values = row.next_offset ?? 0;
-  const bytes = Number(row.bytes ?? 0);
-  if (append.valueJson !== null && (values >= append.maxValues || bytes + append.bytes > append.maxBytes)) {
-    return { outcome: 'full', values, bytes };
-  }
-  return { outcome: 'raced' };
+  return {
+    outcome: 'appended',
+    appended: row.appended,
+    firstOffset: row.next_offset ?? 0,
+    values: row.next_offset ?? 0,
+    bytes: Number(row.bytes ?? 0),
+  };
 }
 
 const stores = new WeakMap<QueueDatabase, WorkflowStreamStore>();

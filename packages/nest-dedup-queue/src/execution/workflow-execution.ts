@@ -82,7 +82,12 @@ export class WorkflowExecution implements FramedExecution {
     }
   }
 
-  private replay<T>(index: number, name: string, recorded: RecordedStep): T {
+  /**
+   * What a re-executed operation returns at `index`: the recorded output (or the recorded error, thrown), once the
+   * recorded step's name is the operation's own (`WorkflowDeterminismError` otherwise). For the durable primitives
+   * that record their own checkpoints (`writeStream`), as `runStep` does for steps.
+   */
+  replay<T>(index: number, name: string, recorded: RecordedStep): T {
     if (recorded.name !== name) {
       throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
     }

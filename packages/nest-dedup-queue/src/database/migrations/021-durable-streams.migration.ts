@@ -6,11 +6,11 @@ import type { Migration } from './migration.interface';
  * per-workflow table and partitioned like the steps by the day the workflow was created (retention drops a day's
  * streams with its history). `total_bytes` is the size of the stream's values up to this one (the cap per stream
  * reads it from the last row); `closed` marks the row that `closeStream` appends (no value), after which nothing is
- * appended; `step_index` is the body position that appended the value (NULL from a step), which makes a body's write
- * exactly once: re-executed at that position, it finds its row instead of appending again.
+ * appended. A write from a workflow's body is recorded in `steps` (its offset) by the statement that appends it.
  *
- * `workflow_queue.has_streams` is set by a workflow's first write: the statement that ends a workflow sends its
- * readers a hint when it is set (a stream closes when its workflow finishes). The partitions of the days the steps
+ * `workflow_queue.has_streams` is set by a run's first write (and by a reader that waits on a workflow that has not
+ * written yet): the statement that ends a workflow sends its streams' readers a hint when it is set (a stream closes
+ * when its workflow finishes). The partitions of the days the steps
  * have are made here, as migration 016 did for the messages.
  *
  * Backward compatible with 1.0: a column with a constant default (no rewrite) and a new table.
@@ -30,12 +30,9 @@ export const durableStreams: Migration = {
       value               json,
       closed              boolean NOT NULL DEFAULT false,
       total_bytes         bigint NOT NULL,
-      step_index          integer,
       written_at          timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (queue_name, workflow_id, stream_key, stream_offset, workflow_created_at)
     ) PARTITION BY RANGE (workflow_created_at);
-    CREATE INDEX workflow_streams_step ON ${schema}.workflow_streams (queue_name, workflow_id, step_index)
-      WHERE step_index IS NOT NULL;
 
     DO $do$
     DECLARE
