@@ -1,4 +1,4 @@
-import type { StreamEntry, StreamLocation, StreamPage } from '../database/workflow-stream.store';
+import type { StreamLocation, StreamPage } from '../database/workflow-stream.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import { backoffDelayMs } from '../utils/backoff';
@@ -61,7 +61,7 @@ export class StreamFeed {
   ) {}
 
   /** Resolves with the values from `offset` on as soon as there are any, or when the stream ends. */
-  next(offset: number): { batch: Promise<FeedBatch>; cancel(): void } {
+  next(offset: number): { batch: Promise<FeedBatch>; cancel: () => void } {
     let waiter!: Waiter;
     const batch = new Promise<FeedBatch>((resolve, reject) => (waiter = { offset, resolve, reject }));
     if (this.stopped !== undefined) {
@@ -176,7 +176,7 @@ export class StreamFeed {
  */
 function batchFor(offset: number, page: StreamPage, full: boolean): FeedBatch | undefined {
   const values: FeedBatch['values'] = [];
-  for (const entry of page.entries as StreamEntry[]) {
+  for (const entry of page.entries) {
     if (entry.offset < offset) continue;
     if (entry.closed) return { values, ended: true };
     values.push({ offset: entry.offset, valueJson: entry.valueJson ?? 'null' });

@@ -72,13 +72,14 @@ export class StreamReaders implements BeforeApplicationShutdown {
     assertStreamKey(key);
     const offset = offsetAfter(options?.lastEventId);
     return new Observable<MessageEvent>((subscriber) => {
-      const reader = this.reader(workflowId, key, offset);
+      const reader = this.reader<unknown>(workflowId, key, offset);
       let last = offset - 1;
       void (async () => {
         try {
           for (;;) {
-            const { done, value } = await reader.next();
-            if (done) break;
+            const next = await reader.next();
+            if (next.done === true) break;
+            const value = next.value;
             last = value.offset;
             subscriber.next({ id: String(value.offset), data: eventData(value.value) });
           }
@@ -124,7 +125,7 @@ export class StreamReaders implements BeforeApplicationShutdown {
           feed ??= this.acquire(workflowId, key);
           await this.listen();
           const wait = feed.next(offset);
-          cancelWait = wait.cancel;
+          cancelWait = () => wait.cancel();
           const batch = await Promise.race([
             wait.batch,
             new Promise<undefined>((resolve) => (finish = () => resolve(undefined))),

@@ -126,7 +126,7 @@ const flaggedRuns = new WeakSet<WorkflowExecution>();
 
 function appenderOf(execution: WorkflowExecution, key: string): StreamAppender {
   let appenders = appendersOfRuns.get(execution);
-  if (!appenders) appendersOfRuns.set(execution, (appenders = new Map()));
+  if (!appenders) appendersOfRuns.set(execution, (appenders = new Map<string, StreamAppender>()));
   let appender = appenders.get(key);
   if (!appender) appenders.set(key, (appender = new StreamAppender(execution, key)));
   return appender;

@@ -1,4 +1,5 @@
 import type { EntityManager } from 'typeorm';
+import { onePerDatabase } from './one-per-database';
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
 import { STEP_COLUMNS } from './step.store';
@@ -331,17 +332,8 @@ function appendResult(row: AppendRow): StreamAppendResult {
   };
 }
 
-const stores = new WeakMap<QueueDatabase, WorkflowStreamStore>();
-
 /**
  * The stream store of a module's database: one per database, so that `writeStream` (called from a workflow's code,
  * which reaches the database through its execution) and the readers share its statements.
  */
-export function workflowStreamStore(database: QueueDatabase): WorkflowStreamStore {
-  let store = stores.get(database);
-  if (!store) {
-    store = new WorkflowStreamStore(database);
-    stores.set(database, store);
-  }
-  return store;
-}
+export const workflowStreamStore = onePerDatabase((database) => new WorkflowStreamStore(database));
