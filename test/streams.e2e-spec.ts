@@ -65,7 +65,7 @@ describe('durable streams', () => {
         queues: [{ name: 'streams', workerConcurrency: 20 }, { name: 'remote' }],
         worker: { queues: ['streams'] },
         pollIntervalMs: 200,
-        streams: { maxValues: 100, maxBytes: 4096 },
+        inputLimits: { maxStreamValues: 100, maxStreamBytes: 4096 },
       },
       [StreamTasks],
     );
@@ -222,7 +222,7 @@ describe('durable streams', () => {
     await expect(byCount.getResult({ timeoutMs: 10_000 })).resolves.toEqual({
       written: 100,
       refused: 'StreamLimitError',
-      limit: 'maxValues',
+      limit: 'maxStreamValues',
     });
     expect(await valuesOf(byCount.workflowId, 'capped')).toHaveLength(100);
     // 1,002 bytes of JSON each: four fit in 4,096.
@@ -230,7 +230,7 @@ describe('durable streams', () => {
     await expect(byBytes.getResult({ timeoutMs: 10_000 })).resolves.toEqual({
       written: 4,
       refused: 'StreamLimitError',
-      limit: 'maxBytes',
+      limit: 'maxStreamBytes',
     });
     const { rows } = await pool.query(
       `SELECT max(total_bytes)::int AS bytes FROM "${schema}".workflow_streams WHERE workflow_id = $1`,

@@ -49,7 +49,7 @@ async function boot(url, { worker, applicationName }) {
         queues: [{ name: QUEUE, workerConcurrency: 200 }],
         worker,
         externalWorkflows: worker ? [] : ['StreamBench.emit'],
-        streams: { maxValues: 1_000_000, maxBytes: 256 * 1024 * 1024 },
+        inputLimits: { maxStreamValues: 1_000_000, maxStreamBytes: 256 * 1024 * 1024 },
       }),
     ],
     providers: worker ? [StreamBench] : [],

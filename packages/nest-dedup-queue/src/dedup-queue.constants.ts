@@ -5,7 +5,19 @@ export const DEFAULT_SCHEMA = 'dedup_queue';
 export const DEFAULT_WORKER_CONCURRENCY = 10;
 export const DEFAULT_POLL_INTERVAL_MS = 1000;
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
+/**
+ * The longest key (workflow ID, deduplication ID, partition key, topic, idempotency or event key) in characters:
+ * what a cancel notification's payload and an index entry hold with room to spare, and what the module's own IDs
+ * need (a schedule's triggered run is up to 251).
+ */
 export const MAX_KEY_LENGTH = 255;
+/** The defaults of `forRoot({ inputLimits })`. */
+export const DEFAULT_INPUT_LIMITS = {
+  maxValueBytes: 4 * 1024 * 1024,
+  maxDepth: 64,
+  maxStreamValues: 100_000,
+  maxStreamBytes: 16 * 1024 * 1024,
+};
 /** A live peer recovers a dead process's work within leaseMs + heartbeatIntervalMs (8 s). */
 export const DEFAULT_LEASE_MS = 6_000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -16,9 +28,6 @@ export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
-/** The default cap of one durable stream: how many values, and how many bytes of JSON. */
-export const DEFAULT_STREAM_MAX_VALUES = 100_000;
-export const DEFAULT_STREAM_MAX_BYTES = 16 * 1024 * 1024;
 /** Metadata key under which `@OnWorkflowEvent()` stores the events a method listens to. */
 export const WORKFLOW_EVENT_METADATA = 'dedup-queue:workflow-event';
 /** Metadata key under which `@Scheduled()` stores its cron and options on the decorated method. */

@@ -9,7 +9,8 @@ import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from '../int
 import { NotificationListener } from '../scheduler/notification.listener';
 import { fromStoredJson } from '../utils/stored-json';
 import { type FeedBatch, type FeedSource, StreamFeed } from './stream-feed';
-import { assertStreamKey, attachStreams } from './workflow-streams';
+import { attachStreamReaders } from './workflow-streams';
+import { requiredKey } from '../utils/enqueue-options.validation';
 
 /** The error that ends the readers of a process that shuts down (`streamEvents` ends its events without `end`). */
 class ShuttingDownError extends DedupQueueError {
@@ -48,7 +49,7 @@ export class StreamReaders implements BeforeApplicationShutdown {
       },
       pollIntervalMs: config.pollIntervalMs,
     };
-    attachStreams(database, { ...config.streams, hint: (workflowId) => this.hint(workflowId) });
+    attachStreamReaders(database, (workflowId) => this.hint(workflowId));
   }
 
   /** See `QueueService.readStream`. */
@@ -57,8 +58,8 @@ export class StreamReaders implements BeforeApplicationShutdown {
     key: string,
     options: ReadStreamOptions = {},
   ): AsyncIterable<StreamValue<T>> {
-    assertWorkflowId(workflowId);
-    assertStreamKey(key);
+    requiredKey(workflowId, 'workflowId');
+    requiredKey(key, 'key');
     const offset = options?.offset ?? 0;
     if (!Number.isSafeInteger(offset) || offset < 0) {
       throw new InvalidArgumentError('options.offset', 'must be an integer, 0 or more');
@@ -68,8 +69,8 @@ export class StreamReaders implements BeforeApplicationShutdown {
 
   /** See `QueueService.streamEvents`. */
   streamEvents(workflowId: string, key: string, options: StreamEventsOptions = {}): Observable<MessageEvent> {
-    assertWorkflowId(workflowId);
-    assertStreamKey(key);
+    requiredKey(workflowId, 'workflowId');
+    requiredKey(key, 'key');
     const offset = offsetAfter(options?.lastEventId);
     return new Observable<MessageEvent>((subscriber) => {
       const reader = this.reader<unknown>(workflowId, key, offset);
@@ -195,12 +196,6 @@ export class StreamReaders implements BeforeApplicationShutdown {
  */
 function eventData(value: unknown): string | object {
   return typeof value === 'object' && value !== null ? value : JSON.stringify(value);
-}
-
-function assertWorkflowId(workflowId: unknown): asserts workflowId is string {
-  if (typeof workflowId !== 'string' || workflowId === '') {
-    throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
-  }
 }
 
 /** The offset after `Last-Event-ID` (the offset of the last event received; -1 for none): where events resume. */

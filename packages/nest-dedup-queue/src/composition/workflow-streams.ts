@@ -6,43 +6,26 @@ import {
   type StreamItem,
   workflowStreamStore,
 } from '../database/workflow-stream.store';
-import { DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_VALUES, MAX_KEY_LENGTH } from '../dedup-queue.constants';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
-import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { StreamClosedError } from '../errors/stream-closed.error';
 import { StreamLimitError } from '../errors/stream-limit.error';
 import { type ExecutionFrame, executionFrames } from '../execution/execution-frames';
 import { WorkflowExecution } from '../execution/workflow-execution';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
-import { exceedsCharacters } from '../utils/character-length';
-import { toStoredJson } from '../utils/stored-json';
+import { requiredKey, storedArgument } from '../utils/enqueue-options.validation';
 
 /** How an append waits for an unavailable database (as a step's checkpoint does). */
 const APPEND_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
 /** How often an append is tried again after another writer took its offset (a run that lost its workflow). */
 const MAX_RACED_APPENDS = 10;
 
-/** What the streams of a module's database need from the module: the caps, and this process's readers. */
-export interface StreamsOfDatabase {
-  maxValues: number;
-  maxBytes: number;
-  /** Tells this process's readers of the workflow's streams that one changed. */
-  hint(workflowId: string): void;
-}
+/** This process's readers of each database's streams: told when a write here changed a workflow's stream. */
+const readersOfDatabases = new WeakMap<QueueDatabase, (workflowId: string) => void>();
 
-const streamsOfDatabases = new WeakMap<QueueDatabase, StreamsOfDatabase>();
-
-/** Gives the streams of `database` their caps and this process's readers (the readers' service does, at boot). */
-export function attachStreams(database: QueueDatabase, streams: StreamsOfDatabase): void {
-  streamsOfDatabases.set(database, streams);
-}
-
-/** Checks a stream key given to `writeStream`, `closeStream`, `readStream` or `streamEvents`. */
-export function assertStreamKey(key: unknown, field = 'key'): asserts key is string {
-  if (typeof key !== 'string' || key.length === 0 || exceedsCharacters(key, MAX_KEY_LENGTH)) {
-    throw new InvalidArgumentError(field, `must be a non-empty string of at most ${MAX_KEY_LENGTH} characters`);
-  }
+/** Gives the streams of `database` this process's readers (the readers' service does, at boot). */
+export function attachStreamReaders(database: QueueDatabase, hint: (workflowId: string) => void): void {
+  readersOfDatabases.set(database, hint);
 }
 
 /**
@@ -57,20 +40,15 @@ export function assertStreamKey(key: unknown, field = 'key'): asserts key is str
  *
  * @throws DedupQueueError when called outside a running workflow (inside a `@Workflow()` method)
  * @throws InvalidArgumentError when `key` is not a non-empty string of at most 255 characters, or `value` cannot
- *   be stored as JSON
- * @throws StreamLimitError when the value would take the stream past its cap (`forRoot({ streams })`)
+ *   be stored as JSON or is over `inputLimits` (`maxValueBytes`, `maxDepth`)
+ * @throws StreamLimitError when the value would take the stream past its cap (`inputLimits.maxStreamValues`,
+ *   `maxStreamBytes`)
  * @throws StreamClosedError when `closeStream(key)` closed the stream
  */
 export async function writeStream(key: string, value: unknown): Promise<void> {
   const frame = frameOf('writeStream');
-  assertStreamKey(key);
-  let valueJson: string;
-  try {
-    valueJson = toStoredJson(value, 'value');
-  } catch (error) {
-    throw new InvalidArgumentError('value', (error as Error).message.replace(/^value /, ''));
-  }
-  await appendToStream(frame, key, valueJson);
+  requiredKey(key, 'key');
+  await appendToStream(frame, key, storedArgument(value, 'value', frame.execution.database.inputLimits));
 }
 
 /**
@@ -84,7 +62,7 @@ export async function writeStream(key: string, value: unknown): Promise<void> {
  */
 export async function closeStream(key: string): Promise<void> {
   const frame = frameOf('closeStream');
-  assertStreamKey(key);
+  requiredKey(key, 'key');
   await appendToStream(frame, key, null);
 }
 
@@ -190,29 +168,28 @@ class StreamAppender {
 
   private async write(batch: PendingItem[]): Promise<void> {
     const { context, database } = this.execution;
-    const streams = streamsOfDatabases.get(database);
     const closing = batch[0].valueJson === null;
     const manager = batch[0].manager;
     const append: StreamAppend = {
       key: this.key,
       items: batch,
       stepName: stepNameOf(this.key, closing),
-      maxValues: streams?.maxValues ?? DEFAULT_STREAM_MAX_VALUES,
-      maxBytes: streams?.maxBytes ?? DEFAULT_STREAM_MAX_BYTES,
+      maxValues: database.inputLimits.maxStreamValues,
+      maxBytes: database.inputLimits.maxStreamBytes,
     };
     const result = await this.appendWithRetries(append, manager);
     switch (result.outcome) {
       case 'appended': {
         // NOTE: a transactional step's append commits (or not) with the step: a later append sets the flag again.
         if (!manager) flaggedRuns.add(this.execution);
-        if (!manager && result.appended > 0) streams?.hint(context.workflowId);
+        if (!manager && result.appended > 0) readersOfDatabases.get(database)?.(context.workflowId);
         let { values, bytes } = result;
         for (const [index, item] of batch.entries()) {
           if (index >= result.appended) {
             item.reject(
               values >= append.maxValues
-                ? new StreamLimitError(context.workflowId, this.key, 'maxValues', append.maxValues, values)
-                : new StreamLimitError(context.workflowId, this.key, 'maxBytes', append.maxBytes, bytes),
+                ? new StreamLimitError(context.workflowId, this.key, 'maxStreamValues', append.maxValues, values)
+                : new StreamLimitError(context.workflowId, this.key, 'maxStreamBytes', append.maxBytes, bytes),
             );
             continue;
           }

@@ -26,6 +26,7 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
+import { nestsDeeperThan } from '../utils/json-depth';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -137,8 +138,8 @@ export class DashboardService {
     return {
       streams,
       ...toSummary(row),
-      inputs: row.inputs,
-      output: row.output ?? null,
+      inputs: this.shown(row.inputs),
+      output: this.shown(row.output ?? null),
       error: this.visibleError(row.error),
       failedAttempts: row.failed_attempts,
       maxAttempts: row.max_attempts,
@@ -152,7 +153,7 @@ export class DashboardService {
       steps: steps.map((step) => ({
         index: step.step_index,
         name: step.step_name,
-        output: step.output ?? null,
+        output: this.shown(step.output ?? null),
         error: this.visibleError(step.error),
         startedAt: isoOrNull(step.started_at),
         completedAt: step.completed_at.toISOString(),
@@ -294,6 +295,15 @@ export class DashboardService {
       createdFrom,
       createdTo,
     };
+  }
+
+  /**
+   * A stored value as the API gives it, or a note in its place when it is nested deeper than `inputLimits.maxDepth`
+   * (written through SQL before the limit, or by another tool): such a value would fail the whole answer.
+   */
+  private shown(value: unknown): unknown {
+    const { maxDepth } = this.config.inputLimits;
+    return nestsDeeperThan(value, maxDepth) ? `(not shown: nested deeper than ${maxDepth} levels)` : value;
   }
 
   private visibleError(error: WorkflowErrorInfo | null): WorkflowErrorInfo | null {

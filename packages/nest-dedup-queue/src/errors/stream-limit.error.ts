@@ -2,7 +2,7 @@ import { DedupQueueError } from './dedup-queue.error';
 
 /**
  * Thrown (and recorded, from a workflow body) by `writeStream` when the value would take the stream past its cap
- * (`forRoot({ streams: { maxValues, maxBytes } })`): nothing was appended. The stream stays open, so a value that
+ * (`forRoot({ inputLimits: { maxStreamValues, maxStreamBytes } })`): nothing was appended. The stream stays open, so a value that
  * fits the bytes left can still be written, and `closeStream` still closes it.
  */
 export class StreamLimitError extends DedupQueueError {
@@ -10,16 +10,16 @@ export class StreamLimitError extends DedupQueueError {
     readonly workflowId: string,
     readonly key: string,
     /** Which cap the value would exceed. */
-    readonly limit: 'maxValues' | 'maxBytes',
+    readonly limit: 'maxStreamValues' | 'maxStreamBytes',
     /** The cap. */
     readonly max: number,
-    /** What the stream holds already: values for `maxValues`, bytes for `maxBytes`. */
+    /** What the stream holds already: values for `maxStreamValues`, bytes for `maxStreamBytes`. */
     readonly current: number,
   ) {
     super(
-      limit === 'maxValues'
-        ? `Stream "${key}" of workflow "${workflowId}" holds ${current} values, its cap (streams.maxValues = ${max}): nothing was appended`
-        : `Stream "${key}" of workflow "${workflowId}" holds ${current} bytes; this value would take it past its cap (streams.maxBytes = ${max}): nothing was appended`,
+      limit === 'maxStreamValues'
+        ? `Stream "${key}" of workflow "${workflowId}" holds ${current} values, its cap (inputLimits.maxStreamValues = ${max}): nothing was appended`
+        : `Stream "${key}" of workflow "${workflowId}" holds ${current} bytes; this value would take it past its cap (inputLimits.maxStreamBytes = ${max}): nothing was appended`,
     );
   }
 }

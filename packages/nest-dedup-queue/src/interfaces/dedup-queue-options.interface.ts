@@ -1,7 +1,7 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { InputLimits } from './input-limits.interface';
 import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
-import type { StreamOptions } from './stream-options.interface';
 
 /** TypeORM Postgres connection options, without `type` (always `'postgres'`). At least `url`, or host/port/... */
 export type DedupQueueConnectionOptions = Omit<
@@ -92,12 +92,6 @@ export interface DedupQueueModuleOptions {
    */
   retentionMs?: number | null;
   /**
-   * The cap of each durable stream (`writeStream`): how many values and bytes of JSON one stream may hold; past it,
-   * `writeStream` throws `StreamLimitError` and appends nothing. Default `{ maxValues: 100000, maxBytes: 16 MiB }`.
-   * Streams go with their workflow at retention (see docs/streams.md).
-   */
-  streams?: StreamOptions;
-  /**
    * Prometheus metrics through `prom-client` (an optional peer: install it). `true` registers them on prom-client's
    * default registry; `{ registry }` on the given one. Queue depths and the oldest wait are read from Postgres at
    * scrape time (cluster-wide); counters and histograms count what this process did. See docs/operations.md, "Metrics".
@@ -121,4 +115,11 @@ export interface DedupQueueModuleOptions {
    * plain schema with `'citus'` distributes its tables in place, keeping their rows.
    */
   distribution?: 'single' | 'citus';
+  /**
+   * Limits on what callers store: the size and nesting depth of arguments, messages, event values and results
+   * (keys are at most 255 characters, a fixed limit). Enforced by the JavaScript API and by
+   * `<schema>.enqueue_workflow(...)` in SQL (which reads the limits the last process to boot wrote to the schema:
+   * give every process the same). Default `{ maxValueBytes: 4194304, maxDepth: 64 }`.
+   */
+  inputLimits?: InputLimits;
 }

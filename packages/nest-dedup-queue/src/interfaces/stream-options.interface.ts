@@ -1,11 +1,3 @@
-/** The cap of every durable stream (`forRoot({ streams })`): past it, `writeStream` throws `StreamLimitError`. */
-export interface StreamOptions {
-  /** How many values one stream may hold. Default 100000. */
-  maxValues?: number;
-  /** How many bytes of JSON (UTF-8) one stream's values may hold together. Default 16 MiB (16777216). */
-  maxBytes?: number;
-}
-
 /** Where `QueueService.readStream` starts. */
 export interface ReadStreamOptions {
   /** The first offset to yield (0, the default, is the stream's first value). */
