@@ -101,8 +101,9 @@ export class StreamReaders implements BeforeApplicationShutdown {
     if (!this.config.worker && this.listening) return this.listener.stop();
   }
 
+  /** A hint for a workflow's streams; for all of them when there is no ID (a reconnect, an ID too long to carry). */
   private hint(workflowId: string | undefined): void {
-    const feeds = workflowId === undefined ? this.feeds.values() : (this.feedsOfWorkflows.get(workflowId) ?? []);
+    const feeds = workflowId ? (this.feedsOfWorkflows.get(workflowId) ?? []) : this.feeds.values();
     for (const feed of [...feeds]) feed.hint();
   }
 

@@ -2,6 +2,7 @@ import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSq
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
+import { streamHintPayload, streamHintPayloadSql } from './notification-channels';
 import { NOTIFY_SQL, wakeUpCteSql } from './wake-ups.sql';
 
 /**
@@ -105,7 +106,9 @@ export function endWorkflowsSql(spec: EndSpec): string {
  * close as it ends). The `ended` row is the version the DELETE took, after any stream write that held it.
  */
 function streamEndsSql(tables: WorkflowTables): string {
-  return `stream_ends AS (SELECT pg_notify('${tables.streamChannel}', workflow_id)::text FROM ended WHERE has_streams)`;
+  return `stream_ends AS (
+       SELECT pg_notify('${tables.streamChannel}', ${streamHintPayloadSql('workflow_id')})::text FROM ended WHERE has_streams
+     )`;
 }
 
 /** A row that `endWorkflowsStatementsSql` ends, as its first statement locks it (with what `returning` adds). */
@@ -222,7 +225,7 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
     const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
     if (handed_over > 0) await run(statements.wakeUp);
   }
-  const withStreams = ending.filter((row) => row.has_streams).map((row) => row.workflow_id);
+  const withStreams = ending.filter((row) => row.has_streams).map((row) => streamHintPayload(row.workflow_id));
   if (withStreams.length > 0) await query(NOTIFY_SQL, [spec.tables.streamChannel, withStreams]);
   return ending;
 }

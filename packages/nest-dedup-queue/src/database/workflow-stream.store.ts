@@ -1,6 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import { onePerDatabase } from './one-per-database';
 import type { QueueDatabase } from './queue-database';
+import { streamHintPayload, streamHintPayloadSql } from './notification-channels';
 import { isUniqueViolationOn } from './sql-errors';
 import { STEP_COLUMNS } from './step.store';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
@@ -126,7 +127,9 @@ export class WorkflowStreamStore {
     ];
     const run = async (query: Query) => {
       const [row] = await query<AppendRow>(sql, params);
-      if (this.database.citus && row.appended > 0) await query(NOTIFY_SQL, [this.channel, [writer.workflowId]]);
+      if (this.database.citus && row.appended > 0) {
+        await query(NOTIFY_SQL, [this.channel, [streamHintPayload(writer.workflowId)]]);
+      }
       return row;
     };
     try {
@@ -259,7 +262,7 @@ export class WorkflowStreamStore {
       : `SELECT created_at FROM ${active} WHERE ${run} FOR KEY SHARE`;
     const hint = this.database.citus
       ? ''
-      : `, hinted AS (SELECT pg_notify($12, $2)::text WHERE EXISTS (SELECT 1 FROM appended))`;
+      : `, hinted AS (SELECT pg_notify($12, ${streamHintPayloadSql('$2::text')})::text WHERE EXISTS (SELECT 1 FROM appended))`;
     return `WITH owned AS (${owned}),
        head AS (
          SELECT stream_offset, total_bytes, closed FROM ${streams}
