@@ -215,5 +215,7 @@ export class NotificationListener {
       `Wake-ups by LISTEN/NOTIFY are off: ${reason}. Workers poll every ${this.config.pollIntervalMs} ms, so new ` +
         `work starts within about that long instead of within milliseconds`,
     );
+    // NOTE: those waiting for a notification since the connection was made look once more, then poll.
+    if (connection) this.handlers.forEach((handle) => handle(undefined));
   }
 }
