@@ -1,8 +1,8 @@
 import { DedupQueueError } from './dedup-queue.error';
 
 /**
- * Thrown (and recorded, from a workflow body) by `writeStream` on a stream that `closeStream` closed: nothing was
- * appended, and its readers had already been told it ended. Write to another key.
+ * Thrown by `writeStream` on a stream that `closeStream` closed: nothing was appended, and its readers had already
+ * been told it ended. Not recorded: a re-executed body meets the closed stream again. Write to another key.
  */
 export class StreamClosedError extends DedupQueueError {
   constructor(

@@ -1,9 +1,10 @@
 import { DedupQueueError } from './dedup-queue.error';
 
 /**
- * Thrown (and recorded, from a workflow body) by `writeStream` when the value would take the stream past its cap
- * (`forRoot({ inputLimits: { maxStreamValues, maxStreamBytes } })`): nothing was appended. The stream stays open, so a value that
- * fits the bytes left can still be written, and `closeStream` still closes it.
+ * Thrown by `writeStream` when the value would take the stream past its cap
+ * (`forRoot({ inputLimits: { maxStreamValues, maxStreamBytes } })`): nothing was appended. Not recorded: a re-executed
+ * body meets the same full stream again (unless the cap was raised). The stream stays open, so a value that fits the
+ * bytes left can still be written, and `closeStream` still closes it.
  */
 export class StreamLimitError extends DedupQueueError {
   constructor(
