@@ -115,6 +115,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_streams_before: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
+      registered_workflows: 'coordinator',
       schedules: 'coordinator',
       schema_migrations: 'coordinator',
       input_limits: 'coordinator',

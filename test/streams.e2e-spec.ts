@@ -207,6 +207,23 @@ describe('durable streams', () => {
     await expect(waiting).resolves.toEqual([]);
   });
 
+  it("gives a fork its source's stream up to its start, and appends after it", async () => {
+    const source = await queues.enqueue('streams', tasks.forkable, []);
+    await waitFor(async () => (await source.getStatus()).status === 'ERROR', { what: 'the source to fail' });
+    const fork = await queues.fork(source.workflowId);
+    await expect(fork.getResult({ timeoutMs: 10_000 })).resolves.toBe('forked');
+    await expect(collect(reading.readStream(fork.workflowId, 'letters'))).resolves.toEqual([
+      { offset: 0, value: 'a' },
+      { offset: 1, value: 'b' },
+      { offset: 2, value: 'c' },
+    ]);
+    expect(await valuesOf(source.workflowId, 'letters')).toEqual(['a', 'b']);
+    // From position 1 (the step that wrote b): only a is copied; the fork's run writes b and c again.
+    const early = await queues.fork(source.workflowId, { fromStep: 1, workflowId: `${source.workflowId}-fork-early` });
+    await expect(early.getResult({ timeoutMs: 10_000 })).resolves.toBe('forked');
+    expect(await valuesOf(early.workflowId, 'letters')).toEqual(['a', 'b', 'c']);
+  });
+
   it('closeStream ends its readers; a write after it is refused with StreamClosedError; a second close does nothing', async () => {
     const handle = await queues.enqueue('streams', tasks.closesEarly, []);
     await expect(handle.getResult({ timeoutMs: 10_000 })).resolves.toBe('StreamClosedError');

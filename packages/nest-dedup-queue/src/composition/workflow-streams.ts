@@ -1,6 +1,8 @@
 import type { QueueDatabase } from '../database/queue-database';
 import type { EntityManager } from 'typeorm';
 import {
+  CLOSE_STREAM_STEP_PREFIX,
+  WRITE_STREAM_STEP_PREFIX,
   type StreamAppend,
   type StreamAppendResult,
   type StreamItem,
@@ -86,7 +88,8 @@ async function appendToStream(frame: ExecutionFrame, key: string, valueJson: str
   if (frame.inStep) return appenderOf(execution, key).append({ valueJson, bytes, stepIndex: null }, frame.manager);
   const { index, recorded } = execution.takePosition();
   if (recorded) {
-    execution.replay(index, stepNameOf(key, valueJson === null), recorded);
+    const name = stepNameOf(key, valueJson === null);
+    if (recorded.name !== name) throw execution.mismatchAt(index, recorded.name, name);
     return;
   }
   return appenderOf(execution, key).append({ valueJson, bytes, stepIndex: index });
@@ -94,7 +97,7 @@ async function appendToStream(frame: ExecutionFrame, key: string, valueJson: str
 
 /** The name a body's write (or close) is recorded under at its position. */
 function stepNameOf(key: string, closing: boolean): string {
-  return `${closing ? 'closeStream' : 'writeStream'} ${key}`;
+  return `${closing ? CLOSE_STREAM_STEP_PREFIX : WRITE_STREAM_STEP_PREFIX}${key}`;
 }
 
 /** The appenders of each run, by stream key. */

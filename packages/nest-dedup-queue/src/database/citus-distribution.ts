@@ -29,7 +29,7 @@ export const CITUS_TABLES = {
     'workflow_streams',
   ],
   reference: ['queues'],
-  coordinator: ['executors', 'schedules', 'schema_migrations', 'input_limits'],
+  coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],
 } as const;
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;

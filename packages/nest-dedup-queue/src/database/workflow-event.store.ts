@@ -3,6 +3,13 @@ import type { QueueDatabase } from './queue-database';
 import { STATUS_SQL } from './workflow-status.sql';
 import { workflowTables } from './workflow-tables';
 
+/** What `setEvent` records at its position: the step `setEvent <key>`, whose output is the value (since 1.1). */
+export const SET_EVENT_STEP_PREFIX = 'setEvent ';
+
+export function setEventStepName(key: string): string {
+  return `${SET_EVENT_STEP_PREFIX}${key}`;
+}
+
 /**
  * The SQL of workflow events (`setEvent` / `getEvent`): the last value of each key a workflow published, keyed by
  * queue, workflow and key; and the waiters of this process, woken at once when a workflow of this process sets a

@@ -1,5 +1,5 @@
 import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
 import { streamHintPayload, streamHintPayloadSql } from './notification-channels';
@@ -268,11 +268,12 @@ export function handOverStrandedSql(active: string, citus: boolean): string {
        WHERE f.queue_name = $2 AND f.next_deduplication_id IS NOT NULL AND f.status = ${STATUS_SQL.ENQUEUED}
          AND NOT EXISTS (SELECT 1 FROM ${active} AS h
                          WHERE h.queue_name = $2 AND h.active_deduplication_id = f.next_deduplication_id
-                           AND h.status IN ${ACTIVE_STATUSES_SQL})`;
+                           AND h.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL})`;
   return `WITH stranded AS (${strandedKeys}),
      released AS (
        DELETE FROM ${active} AS r USING stranded AS s
-       WHERE r.queue_name = $2 AND r.active_deduplication_id = s.key AND r.status NOT IN ${ACTIVE_STATUSES_SQL}
+       WHERE r.queue_name = $2 AND r.active_deduplication_id = s.key
+         AND r.status NOT IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
        RETURNING r.workflow_id
      ),
      ${handOverSql(

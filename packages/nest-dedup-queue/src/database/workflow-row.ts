@@ -7,6 +7,7 @@ export interface WorkflowRow {
   workflow_id: string;
   queue_name: string;
   workflow_name: string;
+  workflow_version: number;
   status: WorkflowStatus;
   deduplication_id: string | null;
   executor_id: string | null;
@@ -21,6 +22,7 @@ export interface WorkflowRow {
   parent_workflow_id: string | null;
   superseded_by: string | null;
   supersedes: string | null;
+  forked_from: string | null;
 }
 
 /**
@@ -30,10 +32,10 @@ export interface WorkflowRow {
 export const REPORTED_STATUS_SQL = `(CASE WHEN ${DELAYED_SQL} THEN 'DELAYED' ELSE status END)`;
 
 /** The columns `WorkflowRow` is read from. */
-export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,
-  deduplication_id, executor_id,
+export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, workflow_version,
+  ${REPORTED_STATUS_SQL} AS status, deduplication_id, executor_id,
   attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, parent_workflow_id,
-  superseded_by, supersedes`;
+  superseded_by, supersedes, forked_from`;
 
 /** A row as a status, without the result (which only `getStatus()` reads, apart). */
 export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
@@ -42,6 +44,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     status: row.status,
     queueName: row.queue_name,
     workflowName: row.workflow_name,
+    version: row.workflow_version,
     deduplicationId: row.deduplication_id,
     executorId: row.executor_id,
     attempts: row.attempts,
@@ -55,5 +58,6 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     parentWorkflowId: row.parent_workflow_id,
     ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
     ...(row.supersedes !== null ? { supersedes: row.supersedes } : {}),
+    ...(row.forked_from !== null ? { forkedFrom: row.forked_from } : {}),
   };
 }

@@ -8,6 +8,13 @@ import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sq
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
+/**
+ * The names a body's write and close are recorded under at their positions: the prefix and the stream's key
+ * (`writeStream tokens`); the output is the offset.
+ */
+export const WRITE_STREAM_STEP_PREFIX = 'writeStream ';
+export const CLOSE_STREAM_STEP_PREFIX = 'closeStream ';
+
 /** The run that writes: only while its workflow is PENDING in this run (its claim count) may it append. */
 export interface StreamWriter {
   queueName: string;

@@ -12,6 +12,10 @@ export interface FramedExecution {
   /** The position the next `runStep` call takes (a child workflow's ID is derived from it). */
   readonly nextStep: number;
   runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T>;
+  /** `patched(patchId)` at the next position (see `WorkflowExecution.patch`). */
+  patch(patchId: string): Promise<boolean>;
+  /** `deprecatePatch(patchId)` at the next position (see `WorkflowExecution.deprecatePatch`). */
+  deprecatePatch(patchId: string): true;
 }
 
 /** What the code running at a given moment belongs to: a workflow, maybe a step of it, maybe its transaction. */
