@@ -111,6 +111,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_events: 'distributed, co-located',
       workflow_messages: 'distributed, co-located',
       workflow_messages_before: 'distributed, co-located',
+      workflow_streams: 'distributed, co-located',
+      workflow_streams_before: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
       registered_workflows: 'coordinator',

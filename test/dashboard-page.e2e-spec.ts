@@ -118,6 +118,23 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     await open.queues.cancel(holder.workflowId);
   });
 
+  it("shows a workflow's streams: each key with its size, state and last values", async () => {
+    const streaming = await open.queues.enqueue('work', 'DashboardTasks.streaming', [3]);
+    await streaming.getResult({ timeoutMs: 10_000 });
+    await page.goto(`${openUrl}/queues#/workflow/${streaming.workflowId}`);
+    const streams = page.getByRole('table', { name: 'Streams (writeStream), by key' });
+    const tokens = streams.getByRole('row', { name: /^tokens/ });
+    await tokens.waitFor();
+    expect(await tokens.getByRole('cell').allTextContents()).toEqual([
+      '3',
+      '12',
+      'closed',
+      expect.any(String),
+      '0: "t0"\n1: "t1"\n2: "t2"',
+    ]);
+    await streams.getByRole('rowheader', { name: 'status' }).waitFor();
+  });
+
   it('retries a failed workflow from its failed step, one or all matching, and shows the versions in flight', async () => {
     const failed = await open.queues.enqueue('work', 'DashboardTasks.broken', ['page-fork']);
     await waitFor(async () => (await statusInDb(failed.workflowId)) === 'ERROR', { what: 'the workflow to fail' });

@@ -95,7 +95,7 @@ function scansOf(node: PlanNode, relation: string | RegExp, joins: string[] = []
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
   const capture = captureStatements(
-    /workflow_queue|\.workflows\b|workflow_events|workflow_messages|synchronous_commit/,
+    /workflow_queue|\.workflows\b|workflow_events|workflow_messages|workflow_streams|synchronous_commit/,
   );
   let pool: Pool;
   let app: QueueApp;

@@ -1,4 +1,5 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, MessageEvent } from '@nestjs/common';
+import type { Observable } from 'rxjs';
 import { ChildWorkflows } from './child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
 import { BulkControlService } from './control/bulk-control.service';
@@ -22,6 +23,8 @@ import type { WorkflowFunction } from './interfaces/workflow-function.interface'
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { MessageSender } from './composition/message.sender';
+import { StreamReaders } from './composition/stream-readers';
+import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from './interfaces/stream-options.interface';
 import type { SendOptions } from './interfaces/message-options.interface';
 
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
@@ -41,6 +44,7 @@ export class QueueService {
     private readonly messages: MessageSender,
     private readonly bulk: BulkControlService,
     private readonly forks: ForkService,
+    private readonly streams: StreamReaders,
   ) {}
 
   /**
@@ -301,5 +305,36 @@ export class QueueService {
   /** Lists workflows, newest first. */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
     return this.lookup.list(filter);
+  }
+
+  /**
+   * Reads the stream `key` of a workflow (the values its `writeStream(key, value)` appended), from any process: an
+   * async iterable that yields `{ offset, value }` in order from `options.offset` (default 0), including the values
+   * written later, pushed as they are written (the module's LISTEN connection carries a hint, and the value is read
+   * from the table), and ends when the stream is closed (`closeStream`, or the workflow finished, whatever its
+   * outcome). Reading a finished workflow's stream yields it whole and ends. Break out of the loop to stop reading.
+   *
+   * @throws InvalidArgumentError (at once) for an empty workflow ID, a key that is not a non-empty string of at most
+   *   255 characters, or an offset that is not an integer, 0 or more
+   * @throws WorkflowNotFoundError (from the first iteration) when no workflow has this ID
+   */
+  readStream<T = unknown>(workflowId: string, key: string, options?: ReadStreamOptions): AsyncIterable<StreamValue<T>> {
+    return this.streams.readStream<T>(workflowId, key, options);
+  }
+
+  /**
+   * The stream `key` of a workflow as server-sent events, for an `@Sse()` route: each value is a `MessageEvent` whose
+   * `id` is its offset and whose `data` is the value (JSON on the wire). Pass the request's `Last-Event-ID` header as
+   * `lastEventId`: a browser's `EventSource` that reconnects (a dropped connection, a server restart) resumes after
+   * the last event it received, missing and repeating nothing. When the stream ends, a last event of type `end`
+   * (`data: { offset }`, the stream's length) is sent and the observable completes: close the `EventSource` on it,
+   * or it reconnects. While the application shuts down, the observable completes without `end` (the browser
+   * reconnects, to another instance or the restarted one).
+   *
+   * @throws InvalidArgumentError (at once) for an empty workflow ID, an invalid key, or a `lastEventId` that is not
+   *   an integer, -1 or more
+   */
+  streamEvents(workflowId: string, key: string, options?: StreamEventsOptions): Observable<MessageEvent> {
+    return this.streams.streamEvents(workflowId, key, options);
   }
 }

@@ -91,6 +91,37 @@ export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
    * enqueues: a holder it only joined (`return-existing`) or that refused it is not one of them.
    */
   children: DashboardChild[];
+  /** Its durable streams (`writeStream`), by key, each with its last values. */
+  streams: DashboardStream[];
+}
+
+/** A durable stream of a workflow, as its workflow page lists it. */
+export interface DashboardStream {
+  key: string;
+  /** How many values it holds, and their size in bytes (JSON, UTF-8). */
+  values: number;
+  bytes: number;
+  /** Closed by `closeStream` or by the end of its workflow. */
+  closed: boolean;
+  lastWrittenAt: string;
+  /** Its last values (up to 10), oldest first. */
+  recent: DashboardStreamValue[];
+}
+
+/** A value of a stream at its offset. */
+export interface DashboardStreamValue {
+  offset: number;
+  value: unknown;
+}
+
+/** `GET <path>/api/workflows/:id/streams/:key?offset=&limit=`: a page of a stream's values, from `offset`. */
+export interface DashboardStreamPage {
+  key: string;
+  values: DashboardStreamValue[];
+  /** The offset after the last value given (where the next page starts). */
+  nextOffset: number;
+  /** Whether the stream ends after these values (closed, and nothing is left to read). */
+  ended: boolean;
 }
 
 /** A child workflow, as its parent recorded it. */

@@ -13,12 +13,16 @@ import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-contr
 import { QueueService } from '../queue.service';
 import type { ForkManyOptions, ForkOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
+import { workflowStreamStore, type WorkflowStreamStore } from '../database/workflow-stream.store';
+import { fromStoredJson } from '../utils/stored-json';
 import type {
   DashboardCount,
   DashboardFork,
   DashboardVersions,
   DashboardQueue,
   DashboardChild,
+  DashboardStream,
+  DashboardStreamPage,
   DashboardWorkflowDetail,
   DashboardWorkflowPage,
   DashboardWorkflowSummary,
@@ -34,6 +38,8 @@ export const LIST_COUNT_LIMIT = 10_000;
 export const STATUS_COUNT_LIMIT = 1_000;
 const DEFAULT_PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 500;
+/** How many of a stream's last values its workflow page shows. */
+const RECENT_STREAM_VALUES = 10;
 const CURSOR = /^(\d{1,19})\.(\d{1,19})$/;
 const LIST_PARAMETERS = [
   'queue',
@@ -56,6 +62,7 @@ const VERSIONS_MAX_AGE_MS = 10_000;
 @Injectable()
 export class DashboardService {
   private readonly store: DashboardStore;
+  private readonly streams: WorkflowStreamStore;
 
   constructor(
     private readonly queues: QueueService,
@@ -66,6 +73,7 @@ export class DashboardService {
     private readonly versionReports: WorkflowVersionsMonitor,
   ) {
     this.store = new DashboardStore(database);
+    this.streams = workflowStreamStore(database);
   }
 
   /** Every declared queue with its settings, counts per status and recent throughput. */
@@ -128,9 +136,14 @@ export class DashboardService {
 
   /** One workflow with its inputs, outcome and steps. @throws WorkflowNotFoundError */
   async getWorkflow(workflowId: string): Promise<DashboardWorkflowDetail> {
-    const [row, steps] = await Promise.all([this.store.findDetail(workflowId), this.store.findSteps(workflowId)]);
+    const [row, steps, streams] = await Promise.all([
+      this.store.findDetail(workflowId),
+      this.store.findSteps(workflowId),
+      this.streamsOf(workflowId),
+    ]);
     if (!row) throw new WorkflowNotFoundError(workflowId);
     return {
+      streams,
       ...toSummary(row),
       inputs: this.shown(row.inputs),
       output: this.shown(row.output ?? null),
@@ -154,6 +167,47 @@ export class DashboardService {
         durationMs: step.duration_ms === null ? null : Math.round(step.duration_ms * 1000) / 1000,
       })),
     };
+  }
+
+  /** A page of a stream's values from `offset` (`offset`, `limit` query parameters). @throws WorkflowNotFoundError */
+  async getStream(workflowId: string, key: string, query: Record<string, unknown>): Promise<DashboardStreamPage> {
+    const offset = integerParameter(query.offset, 'offset', 0, 2 ** 31 - 1) ?? 0;
+    const limit = integerParameter(query.limit, 'limit', 1, MAX_PAGE_SIZE) ?? DEFAULT_PAGE_SIZE;
+    const location = await this.streams.locate(workflowId);
+    if (!location) throw new WorkflowNotFoundError(workflowId);
+    const page = await this.streams.read(location, workflowId, key, offset, limit);
+    const values = page.entries.filter((entry) => !entry.closed);
+    const last = values.at(-1);
+    const closedHere = page.entries.some((entry) => entry.closed);
+    return {
+      key,
+      values: values.map((entry) => ({ offset: entry.offset, value: fromStoredJson(entry.valueJson ?? 'null') })),
+      nextOffset: last ? last.offset + 1 : offset,
+      ended: closedHere || (page.finished && page.entries.length < limit),
+    };
+  }
+
+  /** A workflow's streams, each with its last values. */
+  private async streamsOf(workflowId: string): Promise<DashboardStream[]> {
+    const location = await this.streams.locate(workflowId);
+    if (!location) return [];
+    const summaries = await this.streams.summaries(location, workflowId);
+    return Promise.all(
+      summaries.map(async (stream) => {
+        const from = Math.max(stream.values - RECENT_STREAM_VALUES, 0);
+        const page = await this.streams.read(location, workflowId, stream.key, from, RECENT_STREAM_VALUES);
+        return {
+          key: stream.key,
+          values: stream.values,
+          bytes: stream.bytes,
+          closed: stream.closed,
+          lastWrittenAt: stream.lastWrittenAt.toISOString(),
+          recent: page.entries
+            .filter((entry) => !entry.closed)
+            .map((entry) => ({ offset: entry.offset, value: fromStoredJson(entry.valueJson ?? 'null') })),
+        };
+      }),
+    );
   }
 
   async cancel(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {

@@ -1,6 +1,6 @@
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
-import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
+import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
 import { NOTIFY_SQL } from './wake-ups.sql';
 import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
@@ -93,7 +93,7 @@ export class BulkControlStore {
          ),
          ${endWorkflowsSql(this.cancelSpec(false))}
          SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts, e.workflow_name,
-                ${END_WAKE_UPS_SQL} AS handed_over
+                ${ENDED_WAKE_UPS_SQL} AS handed_over
          FROM matched AS m LEFT JOIN ended AS e ON e.workflow_id = m.workflow_id
          ORDER BY m.seq`,
             params,

@@ -33,7 +33,8 @@ function checkpointValuesSql(citus: boolean): string {
   return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
 }
 
-const STEP_COLUMNS =
+/** The columns of a checkpoint, as an INSERT lists them. */
+export const STEP_COLUMNS =
   'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
 
 /**

@@ -1,3 +1,4 @@
+import { onePerDatabase } from './one-per-database';
 import type { QueueDatabase } from './queue-database';
 import { STATUS_SQL } from './workflow-status.sql';
 import { workflowTables } from './workflow-tables';
@@ -87,17 +88,8 @@ export class WorkflowEventStore {
   }
 }
 
-const stores = new WeakMap<QueueDatabase, WorkflowEventStore>();
-
 /**
  * The event store of a module's database: one per database, so that `setEvent` (called from a workflow's code,
  * which reaches the database through its execution) and `QueueService.getEvent` share the waiters of this process.
  */
-export function workflowEventStore(database: QueueDatabase): WorkflowEventStore {
-  let store = stores.get(database);
-  if (!store) {
-    store = new WorkflowEventStore(database);
-    stores.set(database, store);
-  }
-  return store;
-}
+export const workflowEventStore = onePerDatabase((database) => new WorkflowEventStore(database));

@@ -2,7 +2,8 @@ import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSq
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
-import { wakeUpCteSql } from './wake-ups.sql';
+import { streamHintPayload, streamHintPayloadSql } from './notification-channels';
+import { NOTIFY_SQL, wakeUpCteSql } from './wake-ups.sql';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -69,8 +70,9 @@ function finishedColumnsSql(spec: EndSpec): string {
 
 /**
  * The CTEs (without the leading WITH) that end workflows: `ended` returns the rows as they were before (`w.*`) with
- * `end_status` and whatever `returning` adds. The statement must read `END_WAKE_UPS_SQL` in its final SELECT, so that
- * the follow-ups' wake-ups are sent. On Citus, see `endWorkflowsStatementsSql`.
+ * `end_status` and whatever `returning` adds. The statement must read `ENDED_WAKE_UPS_SQL` in its final SELECT, so
+ * that the follow-ups' wake-ups and the hints to stream readers (`stream_ends`) are sent. On Citus, see
+ * `endWorkflowsStatementsSql`.
  */
 export function endWorkflowsSql(spec: EndSpec): string {
   const { active, history } = spec.tables;
@@ -95,7 +97,18 @@ export function endWorkflowsSql(spec: EndSpec): string {
        spec.channelParam,
        spec.queueParam,
        spec.citus,
-     )}`;
+     )},
+     ${streamEndsSql(spec.tables)}`;
+}
+
+/**
+ * The CTE `stream_ends`: a hint to the readers of the streams of each ended workflow that wrote one (its streams
+ * close as it ends). The `ended` row is the version the DELETE took, after any stream write that held it.
+ */
+function streamEndsSql(tables: WorkflowTables): string {
+  return `stream_ends AS (
+       SELECT pg_notify('${tables.streamChannel}', ${streamHintPayloadSql('workflow_id')})::text FROM ended WHERE has_streams
+     )`;
 }
 
 /** A row that `endWorkflowsStatementsSql` ends, as its first statement locks it (with what `returning` adds). */
@@ -106,6 +119,8 @@ export interface EndingRow {
   attempts: number;
   /** Whether it had been sent messages (`messages_sent > 0`). */
   sent_messages: boolean;
+  /** Whether it wrote to a stream: its readers are told it ended. */
+  has_streams: boolean;
   /** Whether it keeps its key for its deduplication window (a key record stays in the active table). */
   keeps_key: boolean;
   /** The key it holds, and whether a `queue-next` follow-up waits for it. */
@@ -152,6 +167,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
        WHERE ${spec.where} AND w.queue_name = ${queue} AND w.workflow_id = ANY(${ids})`;
   return {
     lock: `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+         w.has_streams,
          (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id,
          EXISTS (SELECT 1 FROM ${active} AS f
                  WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
@@ -209,6 +225,8 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
     const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
     if (handed_over > 0) await run(statements.wakeUp);
   }
+  const withStreams = ending.filter((row) => row.has_streams).map((row) => streamHintPayload(row.workflow_id));
+  if (withStreams.length > 0) await query(NOTIFY_SQL, [spec.tables.streamChannel, withStreams]);
   return ending;
 }
 
@@ -270,6 +288,9 @@ export function handOverStrandedSql(active: string, citus: boolean): string {
 
 /** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */
 export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';
+
+/** In a statement of `endWorkflowsSql`: reads the hand-over's wake-ups and the stream readers' hints, so that they are sent. */
+export const ENDED_WAKE_UPS_SQL = `(${END_WAKE_UPS_SQL} + (SELECT count(*) FROM stream_ends))`;
 
 /**
  * Whether a workflow that ends with `outcome` (an SQL expression: `'SUCCESS'` or `'ERROR'`) keeps its key for its

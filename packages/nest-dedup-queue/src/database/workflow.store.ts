@@ -3,7 +3,7 @@ import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import {
-  END_WAKE_UPS_SQL,
+  ENDED_WAKE_UPS_SQL,
   EndSpec,
   EndingRow,
   endWorkflowsSql,
@@ -217,7 +217,7 @@ export class WorkflowStore {
        )
        ${claim ? `, ${claim.ctes(11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
-              ${END_WAKE_UPS_SQL} AS handed_over, sent_messages
+              ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
        ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
       this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
@@ -398,7 +398,7 @@ export class WorkflowStore {
       : await this.database.query<WorkflowRefRow & { attempts: number }>(
           `WITH ${endWorkflowsSql(spec)}
        SELECT attempts, workflow_id, queue_name, workflow_name,
-              pg_notify($3, ${interruptPayloadSql('$4')}), ${END_WAKE_UPS_SQL} AS handed_over
+              pg_notify($3, ${interruptPayloadSql('$4')}), ${ENDED_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
           params,
           { idempotent: true },
@@ -449,7 +449,7 @@ export class WorkflowStore {
        ),
        ${endWorkflowsSql(spec)}
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, ${interruptPayloadSql('$2')}),
-              ${END_WAKE_UPS_SQL} AS handed_over
+              ${ENDED_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
       params,
       { idempotent: true },

@@ -24,3 +24,4 @@ export * from './message-options.interface';
 export * from './input-limits.interface';
 export * from './workflow-version.interface';
 export * from './fork-options.interface';
+export * from './stream-options.interface';

@@ -585,6 +585,50 @@
     );
   }
 
+  function streamsTable(workflow) {
+    if (!workflow.streams.length) return h('p', {}, 'No streams written.');
+    return h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        { class: 'streams' },
+        h('caption', {}, 'Streams (writeStream), by key'),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['Key', 'Values', 'Bytes', 'State', 'Last written', 'Last values'].map((label) =>
+              h('th', { scope: 'col' }, label),
+            ),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          workflow.streams.map((stream) =>
+            h(
+              'tr',
+              {},
+              h('th', { scope: 'row', class: 'mono' }, stream.key),
+              h('td', { class: 'num' }, stream.values),
+              h('td', { class: 'num' }, stream.bytes),
+              h('td', {}, stream.closed ? 'closed' : 'open'),
+              h('td', {}, formatTime(stream.lastWrittenAt)),
+              h(
+                'td',
+                {},
+                h('pre', {}, stream.recent.map((entry) => `${entry.offset}: ${json(entry.value)}`).join('\n')),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
   /** NOTE: the CSP allows no inline style attributes; bar geometry is set through the CSSOM instead. */
   function placeBars(root) {
     for (const bar of root.querySelectorAll('.bar')) {
@@ -758,6 +802,8 @@
       ),
       h('h2', {}, 'Steps'),
       stepsTable(workflow),
+      h('h2', {}, 'Streams'),
+      streamsTable(workflow),
     );
     placeBars(element);
     return element;
