@@ -84,6 +84,8 @@ interface Violations {
   doubleHeld: number;
   doubleNext: number;
   orphans: number;
+  /** A `queue-next` follow-up waiting while no unfinished workflow holds its key. */
+  stranded: number;
 }
 
 /** Samples the invariants over the keys every few milliseconds until stopped. */
@@ -93,7 +95,7 @@ async function monitor(): Promise<() => Promise<{ samples: number; violations: V
   await client.connect();
   let running = true;
   let samples = 0;
-  const violations: Violations = { doubleHeld: 0, doubleNext: 0, orphans: 0 };
+  const violations: Violations = { doubleHeld: 0, doubleNext: 0, orphans: 0, stranded: 0 };
   const loop = (async () => {
     while (running) {
       const { rows } = await client.query(
@@ -107,7 +109,12 @@ async function monitor(): Promise<() => Promise<{ samples: number; violations: V
               GROUP BY next_deduplication_id HAVING count(*) > 1) AS n) AS "doubleNext",
            (SELECT count(*)::int FROM "${schema}".workflow_queue
               WHERE queue_name = 'live' AND deduplication_id = ANY($1) AND status IN ('ENQUEUED', 'PENDING', 'WAITING')
-                AND active_deduplication_id IS NULL AND next_deduplication_id IS NULL) AS orphans`,
+                AND active_deduplication_id IS NULL AND next_deduplication_id IS NULL) AS orphans,
+           (SELECT count(*)::int FROM "${schema}".workflow_queue AS f
+              WHERE f.queue_name = 'live' AND f.status = 'ENQUEUED' AND f.next_deduplication_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM "${schema}".workflow_queue AS h
+                                WHERE h.queue_name = 'live' AND h.active_deduplication_id = f.next_deduplication_id
+                                  AND h.status IN ('ENQUEUED', 'PENDING', 'WAITING'))) AS stranded`,
         [KEYS],
       );
       samples += 1;
@@ -218,7 +225,7 @@ it(`${ENQUEUERS.length} enqueuing processes and a worker, ${ROUNDS} rounds of ${
   );
   expect(calls).toBe(ENQUEUERS.length * ROUNDS * CALLS);
   expect(unexpected).toEqual([]);
-  expect(violations).toEqual({ doubleHeld: 0, doubleNext: 0, orphans: 0 });
+  expect(violations).toEqual({ doubleHeld: 0, doubleNext: 0, orphans: 0, stranded: 0 });
   expect(samples).toBeGreaterThan(10);
   expect(misnamed.slice(0, 5)).toEqual([]);
   expect(statuses.CANCELLED).toBeGreaterThan(0);

@@ -3,7 +3,8 @@
  * PENDING), dead letters waiting for `resume`, and the key records of finished workflows whose deduplication window
  * is open; keyed by `(workflow_id, queue_name)`. `history`: finished workflows, partitioned by day of creation.
  * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history. `events`: the
- * values workflows published with `setEvent` (since migration 015).
+ * values workflows published with `setEvent` (since migration 015). `handOverKeys`: the function that hands freed
+ * keys to their `queue-next` follow-ups in the transaction that freed them (since migration 020).
  */
 export interface WorkflowTables {
   active: string;
@@ -11,6 +12,7 @@ export interface WorkflowTables {
   workflows: string;
   steps: string;
   events: string;
+  handOverKeys: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -20,6 +22,7 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     workflows: `${schemaSql}.workflows`,
     steps: `${schemaSql}.steps`,
     events: `${schemaSql}.workflow_events`,
+    handOverKeys: `${schemaSql}.hand_over_keys`,
   };
 }
 

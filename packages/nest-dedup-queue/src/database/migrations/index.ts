@@ -16,6 +16,7 @@ import { childWorkflowsAndEvents } from './015-child-workflows-and-events.migrat
 import { waitingAndMessages } from './016-waiting-and-messages.migration';
 import { keysWithTheQueue } from './017-keys-with-the-queue.migration';
 import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
+import { wholeRecord } from './020-the-whole-record.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -38,6 +39,7 @@ export const MIGRATIONS: readonly Migration[] = [
   waitingAndMessages,
   keysWithTheQueue,
   moreDuplicatePolicies,
+  wholeRecord,
 ];
 
 export type { Migration } from './migration.interface';
