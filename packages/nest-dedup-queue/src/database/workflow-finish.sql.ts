@@ -202,7 +202,9 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
   const statements = endWorkflowsStatementsSql(spec, params.length);
   const ending = await query<R>(...usedParameters(statements.lock, params));
   if (ending.length === 0) return ending;
-  const freedKeys = ending.flatMap((row) => (row.active_deduplication_id === null ? [] : [row.active_deduplication_id]));
+  const freedKeys = ending.flatMap((row) =>
+    row.active_deduplication_id === null ? [] : [row.active_deduplication_id],
+  );
   const values = [
     ...params,
     ending.map((row) => row.workflow_id),
@@ -225,7 +227,12 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
  * (`handOverKeysSql`), in the transaction that freed them, after the statements that freed them; returns
  * `handed_over`. Its wake-ups are the caller's (`NOTIFY_SQL`).
  */
-export function handOverKeysStatementSql(active: string, keysParam: string, channel: string, queueParam: string): string {
+export function handOverKeysStatementSql(
+  active: string,
+  keysParam: string,
+  channel: string,
+  queueParam: string,
+): string {
   return `WITH ${handOverKeysSql(
     active,
     `SELECT ${queueParam}::text AS queue_name, key FROM unnest(${keysParam}) AS key`,

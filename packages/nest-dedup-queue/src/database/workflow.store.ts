@@ -592,6 +592,7 @@ export class WorkflowStore {
     if (filter.queueName !== undefined) where('queue_name', filter.queueName);
     if (filter.workflowName !== undefined) where('workflow_name', filter.workflowName);
     if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
+    if (filter.parentWorkflowId !== undefined) where('parent_workflow_id', filter.parentWorkflowId);
     if (filter.status !== undefined) {
       const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
       params.push(

@@ -1,4 +1,6 @@
+import type { EntityManager } from 'typeorm';
 import type { QueueDatabase } from '../database/queue-database';
+import { isDeadlock } from '../database/sql-errors';
 import type { RecordedStep, StepCheckpoint, StepStore } from '../database/step.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
@@ -10,6 +12,7 @@ import { abortableDelay, backoffDelayMs } from '../utils/backoff';
 import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { FramedExecution, executionFrames } from './execution-frames';
+import { RecordedTransaction, recordedTransaction } from './recorded-transaction';
 
 /** How a checkpoint write waits for an unavailable database. */
 const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
@@ -28,6 +31,7 @@ export class WorkflowExecution implements FramedExecution {
     private readonly steps: StepStore,
     private readonly interrupt: (reason: 'ownership-lost') => void,
     private readonly trace: RunTrace = { step: (_name, body) => body() },
+    readonly deadlineAt: Date | null = null,
   ) {}
 
   get database(): QueueDatabase {
@@ -50,6 +54,22 @@ export class WorkflowExecution implements FramedExecution {
       return this.replay<T>(index, name, recorded);
     }
     return this.trace.step(name, () => this.runNewStep(index, name, fn, options));
+  }
+
+  /**
+   * Runs `operation`, something the body does with other workflows (`send`, a child enqueue), as a recorded operation
+   * at the next position: in one transaction that locks the workflow's row while this run owns it (`FOR SHARE`: a
+   * cancel or a recovery waits for the commit), with the outcome recorded in it, so the operation's writes and its
+   * record commit together, or neither does. Re-executed, it returns (or throws) what was recorded without running
+   * `operation`. An error `operation` throws is recorded and thrown; while the database is unavailable (or the
+   * transaction is a deadlock's victim) it waits and tries again, first looking for the record of a commit whose
+   * answer was lost. Effects `operation` registers with `afterCommit` run once it committed.
+   */
+  async runRecorded<T>(name: string, operation: (transaction: RecordedTransaction) => Promise<T>): Promise<T> {
+    const index = this.nextStepIndex++;
+    const recorded = this.recorded.get(index);
+    if (recorded) return this.replay<T>(index, name, recorded);
+    return this.trace.step(name, () => this.runNewRecorded(index, name, operation));
   }
 
   /**
@@ -82,6 +102,52 @@ export class WorkflowExecution implements FramedExecution {
     }
   }
 
+  private async runNewRecorded<T>(
+    index: number,
+    name: string,
+    operation: (transaction: RecordedTransaction) => Promise<T>,
+  ): Promise<T> {
+    const startedAt = performance.now();
+    for (let attempt = 1; ; attempt++) {
+      this.throwIfInterrupted();
+      const effects: Array<() => void> = [];
+      try {
+        const earlier =
+          attempt > 1 ? await this.steps.find(this.context.queueName, this.context.workflowId, index) : undefined;
+        if (earlier) return this.replay<T>(index, name, earlier);
+        const result = await this.steps.transaction(async (manager) => {
+          if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
+          const transaction = recordedTransaction(manager, effects);
+          const value = await executionFrames.run({ execution: this, inStep: true, manager }, () =>
+            operation(transaction),
+          );
+          await this.steps.insert(
+            manager,
+            this.checkpoint(index, name, value, null, startedAt),
+            this.executorId,
+            this.context.attempt,
+          );
+          return value;
+        });
+        for (const effect of effects) effect();
+        return result;
+      } catch (error) {
+        if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
+        if (error instanceof DatabaseUnavailableError || isDeadlock(error)) {
+          await abortableDelay(backoffDelayMs(attempt, CHECKPOINT_RETRY), this.context.signal);
+          continue;
+        }
+        await this.record(this.checkpoint(index, name, null, error, startedAt));
+        throw error;
+      }
+    }
+  }
+
+  private lockIfOwned(manager: EntityManager): Promise<boolean> {
+    const { queueName, workflowId, attempt } = this.context;
+    return this.steps.lockIfOwned(manager, queueName, workflowId, this.executorId, attempt);
+  }
+
   private replay<T>(index: number, name: string, recorded: RecordedStep): T {
     if (recorded.name !== name) {
       throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
@@ -98,17 +164,7 @@ export class WorkflowExecution implements FramedExecution {
 
   private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (
-        !(await this.steps.lockIfOwned(
-          manager,
-          this.context.queueName,
-          this.context.workflowId,
-          this.executorId,
-          this.context.attempt,
-        ))
-      ) {
-        throw this.ownershipLost();
-      }
+      if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
       await this.steps.insert(
         manager,

@@ -527,6 +527,7 @@ export class QueueWorker {
         this.deps.steps,
         (reason) => abort(run, reason),
         trace,
+        claimed.deadlineAt,
       );
       const result = await this.deps.waits.run(execution, () =>
         execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),

@@ -2,14 +2,25 @@ import { handOverFunctionSql } from '../workflow-finish.sql';
 import type { Migration } from './migration.interface';
 
 /**
- * The whole record (1.1.0). `hand_over_keys`: the function with which a statement that ends workflows hands their
- * freed keys to the `queue-next` follow-ups waiting for them, in its own transaction (see `handOverFunctionSql`).
+ * The whole record (1.1.0).
+ *
+ * - `hand_over_keys`: the function with which a statement that ends workflows hands their freed keys to the
+ *   `queue-next` follow-ups waiting for them, in its own transaction (see `handOverFunctionSql`).
+ * - `workflow_queue_by_parent`, `workflow_history_by_parent`: the children of a workflow, in any queue, for
+ *   `list({ parentWorkflowId })`, the dashboard's filter and `cancel(id, { cancelChildren: true })`, which walks
+ *   finished children too (their own children may run). Partial: only children are indexed.
  *
  * Backward compatible with 1.0: a new function, which the previous release never calls (its ending statements hand
- * keys over in a CTE, and its heartbeat repairs what they miss, as before).
+ * keys over in a CTE, and its heartbeat repairs what they miss, as before), and new indexes.
  */
 export const wholeRecord: Migration = {
   version: 20,
   name: 'the-whole-record',
-  up: (schema) => handOverFunctionSql(schema),
+  up: (schema) => `
+    ${handOverFunctionSql(schema)}
+    CREATE INDEX workflow_queue_by_parent ON ${schema}.workflow_queue (parent_workflow_id)
+      WHERE parent_workflow_id IS NOT NULL;
+    CREATE INDEX workflow_history_by_parent ON ${schema}.workflow_history (parent_workflow_id)
+      WHERE parent_workflow_id IS NOT NULL;
+  `,
 };
