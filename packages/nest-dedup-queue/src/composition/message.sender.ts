@@ -4,11 +4,18 @@ import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { SendOptions } from '../interfaces/message-options.interface';
 import { UnstorableValueError, toStoredJson } from '../utils/stored-json';
+import { executionFrames } from '../execution/execution-frames';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import { topicOf } from './workflow-messages';
+
+/** The step name a `send` from a workflow body records at its position. */
+export const SEND_STEP = 'send';
 
 /**
  * Sends messages to workflows (`QueueService.send`): finds the workflow's queue by its ID, stores the message (once
- * per idempotency key), and wakes the workflow if it waits in `recv` on that topic.
+ * per idempotency key), and wakes the workflow if it waits in `recv` on that topic. Called from a workflow body
+ * (outside a step), the send is recorded at the body's position, in the transaction that stores the message
+ * (`WorkflowExecution.runRecorded`): re-executed, it sends nothing again.
  */
 @Injectable()
 export class MessageSender {
@@ -20,8 +27,8 @@ export class MessageSender {
     if (typeof workflowId !== 'string' || workflowId.length === 0) {
       throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
     }
-    const topic = topicOf(options.topic, 'options.topic');
-    const key = options.idempotencyKey;
+    const topic = topicOf(options?.topic, 'options.topic');
+    const key = options?.idempotencyKey;
     if (key !== undefined && (typeof key !== 'string' || key.length === 0)) {
       throw new InvalidArgumentError('options.idempotencyKey', 'must be a non-empty string, or left out');
     }
@@ -32,11 +39,26 @@ export class MessageSender {
       if (error instanceof UnstorableValueError) throw new InvalidArgumentError(error.path, error.reason);
       throw error;
     }
-    const target = await this.messages.findTarget(workflowId);
+    const frame = executionFrames.getStore();
+    const store = (transaction?: TransactionSql) =>
+      this.store(workflowId, topic, messageJson, key ?? null, transaction);
+    if (!frame || frame.inStep) return store();
+    await frame.execution.runRecorded(SEND_STEP, store);
+  }
+
+  private async store(
+    workflowId: string,
+    topic: string,
+    messageJson: string,
+    idempotencyKey: string | null,
+    transaction?: TransactionSql,
+  ): Promise<undefined> {
+    const target = await this.messages.findTarget(workflowId, transaction);
     if (!target) throw new WorkflowNotFoundError(workflowId);
-    await this.messages.insert(target, workflowId, topic, messageJson, key ?? null);
-    if (await this.messages.countAndWake(target.queueName, workflowId, topic)) {
+    await this.messages.insert(target, workflowId, topic, messageJson, idempotencyKey, transaction);
+    if (await this.messages.countAndWake(target.queueName, workflowId, topic, transaction)) {
       this.logger.debug(`Workflow ${workflowId} woke up for a message`);
     }
+    return undefined;
   }
 }

@@ -7,6 +7,7 @@ import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { executionFrames } from '../execution/execution-frames';
 import type { GetEventOptions } from '../interfaces/get-event-options.interface';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
+import { runWaitsOf } from './run-waits';
 
 const FIRST_POLL_MS = 10;
 const MAX_POLL_MS = 500;
@@ -59,6 +60,9 @@ export class WorkflowEvents {
     if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
       throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more');
     }
+    const frame = executionFrames.getStore();
+    const waits = frame && !frame.inStep ? runWaitsOf(frame.execution) : undefined;
+    if (waits) return waits.getEvent<T>(workflowId, key, timeoutMs);
     const store = workflowEventStore(this.database);
     const deadline = Date.now() + timeoutMs;
     let queueName: string | undefined;

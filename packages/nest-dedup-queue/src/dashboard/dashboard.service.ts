@@ -279,7 +279,7 @@ function toSummary(row: SummaryRow, values: RowValues): DashboardWorkflowSummary
     createdAt: values.requiredDate('createdAt', row.created_at).toISOString(),
     startedAt: isoOrNull(values.date('startedAt', row.started_at)),
     completedAt: isoOrNull(values.date('completedAt', row.completed_at)),
-    notBefore: isoOrNull(values.date('notBefore', row.not_before, status === 'WAITING')),
+    notBefore: isoOrNull(values.date('notBefore', row.not_before, true)),
     parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
     ...values.report(),
   };

@@ -20,7 +20,7 @@ export const DISTRIBUTION_COLUMN = 'queue_name';
  *   node that is down stops only the queues it holds.
  */
 export const CITUS_TABLES = {
-  distributed: ['workflow_queue', 'workflow_history', 'steps', 'workflow_events', 'workflow_messages'],
+  distributed: ['workflow_queue', 'workflow_history', 'steps', 'workflow_events', 'workflow_messages', 'event_waits'],
   reference: ['queues'],
   coordinator: ['executors', 'schedules', 'schema_migrations'],
 } as const;

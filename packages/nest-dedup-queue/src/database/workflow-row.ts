@@ -39,7 +39,8 @@ export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${R
 /**
  * A row as a status, without the result (which only `getStatus()` reads, apart). Never throws: a value that is not
  * of its documented type is replaced and reported in `unexpectedValues` (see `RowValues`). An infinite `not_before`
- * of a WAITING row is a wait without a timeout (what 1.0 stored for one): `notBefore` null.
+ * is no start time (a `queue-next` follow-up waiting for its key; a wait without a timeout, as 1.0 stored it):
+ * `notBefore` null.
  */
 export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
   const values = new RowValues();
@@ -59,7 +60,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     error: error && withoutStack(error),
     partitionKey: values.text('partitionKey', row.partition_key),
     priority: values.number('priority', row.priority),
-    notBefore: values.date('notBefore', row.not_before, status === 'WAITING'),
+    notBefore: values.date('notBefore', row.not_before, true),
     parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
     ...(typeof row.superseded_by === 'string' ? { supersededBy: row.superseded_by } : {}),
     ...(typeof row.supersedes === 'string' ? { supersedes: row.supersedes } : {}),

@@ -4,7 +4,8 @@
  * is open; keyed by `(workflow_id, queue_name)`. `history`: finished workflows, partitioned by day of creation.
  * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history. `events`: the
  * values workflows published with `setEvent` (since migration 015). `handOverKeys`: the function that hands freed
- * keys to their `queue-next` follow-ups in the transaction that freed them (since migration 020).
+ * keys to their `queue-next` follow-ups in the transaction that freed them; `eventWaits`: the workflows suspended in
+ * a `getEvent`, by the event they wait for (both since migration 020).
  */
 export interface WorkflowTables {
   active: string;
@@ -13,6 +14,7 @@ export interface WorkflowTables {
   steps: string;
   events: string;
   handOverKeys: string;
+  eventWaits: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -23,6 +25,7 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     steps: `${schemaSql}.steps`,
     events: `${schemaSql}.workflow_events`,
     handOverKeys: `${schemaSql}.hand_over_keys`,
+    eventWaits: `${schemaSql}.event_waits`,
   };
 }
 

@@ -75,9 +75,9 @@ export interface WorkflowStatusInfo<R = unknown> {
   partitionKey: string | null;
   priority: number;
   /**
-   * While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. While
-   * WAITING: when it wakes (the end of its `sleep()`, or the timeout of its `recv()` or `getEvent()`); null when it
-   * waits with no timeout.
+   * While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead (a
+   * `queue-next` follow-up waiting for its key is DELAYED with null). While WAITING: when it wakes (the end of its
+   * `sleep()`, or the timeout of its `recv()` or `getEvent()`); null when it waits with no timeout.
    */
   notBefore: Date | null;
   /**
