@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import type * as PromClient from 'prom-client';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
@@ -50,7 +50,7 @@ interface Metrics {
  * past `scrapeTimeoutMs` the gauges are left out, and the failure is logged once until a read succeeds again.
  */
 @Injectable()
-export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
+export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('DedupQueue');
   private readonly stats: QueueStatsStore;
   private registry?: MetricsRegistry;
@@ -122,7 +122,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     this.unlisten = this.lifecycle.listen((event) => this.count(event));
   }
 
-  onModuleDestroy(): void {
+  /** NOTE: after `beforeApplicationShutdown`, so that the workflows finishing during a graceful shutdown count. */
+  onApplicationShutdown(): void {
     this.unlisten?.();
     if (!this.metrics || !this.registry) return;
     const metrics = Object.values(this.metrics) as Metrics[keyof Metrics][];
