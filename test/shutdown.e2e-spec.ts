@@ -179,10 +179,10 @@ describe('graceful shutdown', () => {
 
   it('delivers the lifecycle event of a workflow that finishes during a graceful shutdown, once', async () => {
     const applicationName = `events-${schema}`;
-    const app = await startApp(
-      { connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'drain' }] },
-      [RecordingTasks, EventLog],
-    );
+    const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'drain' }] }, [
+      RecordingTasks,
+      EventLog,
+    ]);
     const tasks = app.get(RecordingTasks);
     const running = await app.queues.enqueue('drain', tasks.blocked, ['events-last']);
     await waitFor(async () => (await statusOf(running.workflowId)) === 'PENDING', { what: 'the workflow to run' });
