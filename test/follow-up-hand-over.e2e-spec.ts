@@ -73,9 +73,9 @@ it.each([
       const holder = await queues.enqueue('held', tasks.hold, ['holder'], { deduplicationId: key });
       await tasks.running(holder.workflowId);
       // The end and the follow-up's insert leave together, one turn of the event loop apart at most.
-      const end = () =>
+      const end = (): unknown =>
         how === 'outcome' ? tasks.release(holder.workflowId) : void queues.cancel(holder.workflowId);
-      const followUp = () =>
+      const followUp = (): unknown =>
         queues.enqueue('held', tasks.hold, ['follow-up'], {
           deduplicationId: key,
           onDuplicate: 'replace',
