@@ -39,11 +39,12 @@ interface RecordedEnqueue {
 }
 
 /**
- * Enqueues made inside a running workflow (outside its steps): each is recorded at the parent's position, like a
- * step, so that a re-executed parent gets the same child (or the same `QueueDeduplicatedError`) and writes nothing.
- * A child's ID is derived from its parent's (`<parent>-<position>`, or `<parent>-<position>-<item>` in a batch)
- * unless the caller gives one, so an enqueue repeated after a crash between the insert and its record finds the same
- * row. Elsewhere (outside a workflow, inside a step, in a caller's transaction) enqueues pass straight through.
+ * Enqueues made inside a running workflow (outside its steps): each is recorded at the parent's position, in the
+ * transaction that inserts the child and holds the parent's row (`WorkflowExecution.runRecorded`), so that a
+ * re-executed parent gets the same child (or the same `QueueDeduplicatedError`) and writes nothing, and a parent
+ * cancelled or recovered meanwhile inserts no child. A child's ID is derived from its parent's (`<parent>-<position>`,
+ * or `<parent>-<position>-<item>` in a batch) unless the caller gives one. Elsewhere (outside a workflow, inside a
+ * step, in a caller's transaction) enqueues pass straight through. Cancels of a tree go through here too.
  */
 @Injectable()
 export class ChildWorkflows {
