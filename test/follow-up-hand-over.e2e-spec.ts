@@ -82,7 +82,10 @@ it.each([
           whenRunning: 'queue-next',
         });
       const [first, second] = round % 2 === 0 ? [end, followUp] : [followUp, end];
-      await Promise.all([Promise.resolve().then(first), new Promise((resolve) => setImmediate(() => resolve(second())))]);
+      await Promise.all([
+        Promise.resolve().then(first),
+        new Promise((resolve) => setImmediate(() => resolve(second()))),
+      ]);
       await waitFor(
         async () => {
           const row = await suite.pool.query(

@@ -1,8 +1,4 @@
-import type { WorkflowHandle } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
-import type { WaitingTasks } from './fixtures/waiting-tasks';
 import { useWaitingSuite } from './fixtures/waiting-suite';
-import type { QueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 
 /**
@@ -14,34 +10,14 @@ import { waitFor } from './support/wait-for';
  */
 describe('the whole record', () => {
   const suite = useWaitingSuite('record');
-  const { schema, startWorker } = suite;
-  let pool: Pool;
-  let app: QueueApp;
-  let tasks: WaitingTasks;
-
-  beforeAll(() => {
-    pool = suite.pool();
-    app = suite.app();
-    tasks = suite.tasks();
-  });
-
-  const waitForStatus = (handle: WorkflowHandle, status: string) =>
-    waitFor(async () => (await handle.getStatus()).status === status, {
-      timeoutMs: 20_000,
-      what: `${handle.workflowId} ${status}`,
-    });
-
-  const eventsOf = async (workflowId: string) =>
-    (
-      await pool.query<{ kind: string; data: unknown }>(
-        `SELECT kind, data FROM "${schema}".events WHERE workflow_id = $1 ORDER BY seq`,
-        [workflowId],
-      )
-    ).rows;
+  const { schema, startWorker, waitForStatus, eventsOf } = suite;
+  const pool = () => suite.pool();
+  const app = () => suite.app();
+  const tasks = () => suite.tasks();
 
   const stepsOf = async (workflowId: string) =>
     (
-      await pool.query<{ step_index: number; step_name: string; output: unknown }>(
+      await pool().query<{ step_index: number; step_name: string; output: unknown }>(
         `SELECT step_index, step_name, output FROM "${schema}".steps WHERE workflow_id = $1 ORDER BY step_index`,
         [workflowId],
       )
@@ -49,7 +25,7 @@ describe('the whole record', () => {
 
   const rowOf = async (workflowId: string) =>
     (
-      await pool.query(
+      await pool().query(
         `SELECT status, deadline_at, not_before, executor_id, error FROM "${schema}".workflows WHERE workflow_id = $1`,
         [workflowId],
       )
@@ -57,14 +33,14 @@ describe('the whole record', () => {
 
   /** A finished workflow of `inbox`, to send messages to (a workflow in any status takes them). */
   const finishedTarget = async () => {
-    const target = await app.queues.enqueue('inbox', tasks.receive, [null, 0, 0]);
+    const target = await app().queues.enqueue('inbox', tasks().receive, [null, 0, 0]);
     await target.getResult({ timeoutMs: 15_000 });
     return target.workflowId;
   };
 
   const mailOf = async (workflowId: string) =>
     (
-      await pool.query(
+      await pool().query(
         `SELECT message FROM "${schema}".workflow_messages WHERE workflow_id = $1 AND topic = 'mail' ORDER BY seq`,
         [workflowId],
       )
@@ -74,7 +50,7 @@ describe('the whole record', () => {
     it('is recorded at its position: a retried attempt sends nothing again (no idempotency key)', async () => {
       await startWorker('record-send-retry');
       const target = await finishedTarget();
-      const sender = await app.queues.enqueue('inbox', tasks.sendAndNap, [target, 'once', 0, true]);
+      const sender = await app().queues.enqueue('inbox', tasks().sendAndNap, [target, 'once', 0, true]);
       await expect(sender.getResult({ timeoutMs: 15_000 })).resolves.toBeUndefined();
       expect((await sender.getStatus()).attempts).toBe(2);
       expect(await eventsOf(sender.workflowId)).toEqual([
@@ -88,7 +64,7 @@ describe('the whole record', () => {
     it('sends nothing again when the body runs again after a suspension, or after a SIGKILL', async () => {
       const first = await startWorker('record-send-killed');
       const target = await finishedTarget();
-      const sender = await app.queues.enqueue('inbox', tasks.sendAndNap, [target, 'napped', 3000, false]);
+      const sender = await app().queues.enqueue('inbox', tasks().sendAndNap, [target, 'napped', 3000, false]);
       await waitForStatus(sender, 'WAITING');
       first.child.kill('SIGKILL');
       await first.ended;
@@ -100,7 +76,7 @@ describe('the whole record', () => {
 
     it('records a refusal: re-executed, it throws the same error without looking again', async () => {
       await startWorker('record-send-refused');
-      const sender = await app.queues.enqueue('inbox', tasks.sendAndNap, ['no-such-workflow', 'x', 0, false]);
+      const sender = await app().queues.enqueue('inbox', tasks().sendAndNap, ['no-such-workflow', 'x', 0, false]);
       await expect(sender.getResult({ timeoutMs: 15_000 })).rejects.toMatchObject({
         recordedError: expect.objectContaining({ name: 'WorkflowNotFoundError' }),
       });
@@ -111,14 +87,14 @@ describe('the whole record', () => {
   describe('getEvent from a workflow body', () => {
     it('records what it returned: re-executed, it returns the same though the value changed since', async () => {
       await startWorker('record-get-replay');
-      const publisher = await app.queues.enqueue('inbox', tasks.publish, ['k', [1, 2]]);
-      await app.queues.send(publisher.workflowId, 'go', { topic: 'next' });
-      await expect(app.queues.getEvent(publisher.workflowId, 'k', { timeoutMs: 10_000 })).resolves.toBe(1);
-      const reader = await app.queues.enqueue('naps', tasks.readEvent, [publisher.workflowId, 'k', 10_000, 1500]);
+      const publisher = await app().queues.enqueue('inbox', tasks().publish, ['k', [1, 2]]);
+      await app().queues.send(publisher.workflowId, 'go', { topic: 'next' });
+      await expect(app().queues.getEvent(publisher.workflowId, 'k', { timeoutMs: 10_000 })).resolves.toBe(1);
+      const reader = await app().queues.enqueue('naps', tasks().readEvent, [publisher.workflowId, 'k', 10_000, 1500]);
       await waitForStatus(reader, 'WAITING');
-      await app.queues.send(publisher.workflowId, 'go', { topic: 'next' });
+      await app().queues.send(publisher.workflowId, 'go', { topic: 'next' });
       await publisher.getResult({ timeoutMs: 15_000 });
-      await expect(app.queues.getEvent(publisher.workflowId, 'k', { timeoutMs: 0 })).resolves.toBe(2);
+      await expect(app().queues.getEvent(publisher.workflowId, 'k', { timeoutMs: 0 })).resolves.toBe(2);
 
       await expect(reader.getResult({ timeoutMs: 15_000 })).resolves.toBe(1);
       expect((await eventsOf(reader.workflowId)).filter((event) => event.kind === 'read')).toEqual([
@@ -133,8 +109,8 @@ describe('the whole record', () => {
 
     it('waits suspended (key kept, no slot), and the setEvent wakes it at once', async () => {
       await startWorker('record-get-suspended');
-      const publisher = await app.queues.enqueue('inbox', tasks.publish, ['ready', ['yes']]);
-      const reader = await app.queues.enqueue('naps', tasks.readEvent, [publisher.workflowId, 'ready', 60_000, 0], {
+      const publisher = await app().queues.enqueue('inbox', tasks().publish, ['ready', ['yes']]);
+      const reader = await app().queues.enqueue('naps', tasks().readEvent, [publisher.workflowId, 'ready', 60_000, 0], {
         deduplicationId: 'the-reader',
       });
       await waitForStatus(reader, 'WAITING');
@@ -144,25 +120,25 @@ describe('the whole record', () => {
       expect(waiting.notBefore!.getTime()).toBeGreaterThan(Date.now() + 50_000);
       // It holds its key, but no slot of the concurrency-1 queue: another workflow of the queue runs meanwhile.
       await expect(
-        app.queues.enqueue('naps', tasks.quick, ['dup'], { deduplicationId: 'the-reader' }),
+        app().queues.enqueue('naps', tasks().quick, ['dup'], { deduplicationId: 'the-reader' }),
       ).rejects.toMatchObject({ name: 'QueueDeduplicatedError', existingWorkflowId: reader.workflowId });
-      await expect((await app.queues.enqueue('naps', tasks.quick, ['meanwhile'])).getResult()).resolves.toBe(
+      await expect((await app().queues.enqueue('naps', tasks().quick, ['meanwhile'])).getResult()).resolves.toBe(
         'meanwhile',
       );
 
       const sentAt = Date.now();
-      await app.queues.send(publisher.workflowId, 'go', { topic: 'next' });
+      await app().queues.send(publisher.workflowId, 'go', { topic: 'next' });
       await expect(reader.getResult({ timeoutMs: 15_000 })).resolves.toBe('yes');
       expect(Date.now() - sentAt).toBeLessThan(5000);
       expect((await reader.getStatus()).attempts).toBe(2);
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".event_waits`);
+      const { rows } = await pool().query(`SELECT count(*)::int AS n FROM "${schema}".event_waits`);
       expect(rows[0].n).toBe(0);
     });
 
     it('times out durably: a worker SIGKILLed while it waits leaves it to wake at the recorded deadline', async () => {
       const first = await startWorker('record-get-killed');
-      const publisher = await app.queues.enqueue('inbox', tasks.publish, ['never', ['x']]);
-      const reader = await app.queues.enqueue('naps', tasks.readEvent, [publisher.workflowId, 'never', 3000, 0]);
+      const publisher = await app().queues.enqueue('inbox', tasks().publish, ['never', ['x']]);
+      const reader = await app().queues.enqueue('naps', tasks().readEvent, [publisher.workflowId, 'never', 3000, 0]);
       await waitForStatus(reader, 'WAITING');
       first.child.kill('SIGKILL');
       await first.ended;
@@ -180,26 +156,26 @@ describe('the whole record', () => {
 
     it('reports a wait without a timeout with notBefore null (recv and getEvent alike)', async () => {
       await startWorker('record-no-timeout');
-      const publisher = await app.queues.enqueue('inbox', tasks.publish, ['forever', ['x']]);
-      const reader = await app.queues.enqueue('naps', tasks.readEvent, [publisher.workflowId, 'forever', null, 0]);
-      const receiver = await app.queues.enqueue('inbox', tasks.receive, ['forever', 1, null]);
+      const publisher = await app().queues.enqueue('inbox', tasks().publish, ['forever', ['x']]);
+      const reader = await app().queues.enqueue('naps', tasks().readEvent, [publisher.workflowId, 'forever', null, 0]);
+      const receiver = await app().queues.enqueue('inbox', tasks().receive, ['forever', 1, null]);
       await waitForStatus(reader, 'WAITING');
       await waitForStatus(receiver, 'WAITING');
       for (const handle of [reader, receiver]) {
         expect(await handle.getStatus()).toMatchObject({ status: 'WAITING', notBefore: null });
         expect((await rowOf(handle.workflowId)).not_before).toBeNull();
       }
-      const listed = await app.queues.list({ status: 'WAITING', limit: 1000 });
+      const listed = await app().queues.list({ status: 'WAITING', limit: 1000 });
       expect(listed.filter((status) => status.notBefore !== null && !(status.notBefore instanceof Date))).toEqual([]);
-      await app.queues.cancel(reader.workflowId);
-      await app.queues.cancel(receiver.workflowId);
-      await app.queues.cancel(publisher.workflowId);
+      await app().queues.cancel(reader.workflowId);
+      await app().queues.cancel(receiver.workflowId);
+      await app().queues.cancel(publisher.workflowId);
     });
   });
 
   it('gives a child its parent deadline unless it has a timeout of its own (null: none)', async () => {
     await startWorker('record-deadline');
-    const parent = await app.queues.enqueue('inbox', tasks.parentWithDeadline, [], { timeoutMs: 4000 });
+    const parent = await app().queues.enqueue('inbox', tasks().parentWithDeadline, [], { timeoutMs: 4000 });
     const spawned = await waitFor(
       async () => (await eventsOf(parent.workflowId)).find((event) => event.kind === 'spawned')?.data as string[],
       { what: 'the children to be enqueued' },
@@ -224,13 +200,13 @@ describe('the whole record', () => {
     expect((await rowOf(inheriting)).error).toMatchObject({ name: 'WorkflowTimeoutError' });
     expect((await rowOf(own)).status).toBe('WAITING');
     expect((await rowOf(detached)).status).toBe('WAITING');
-    await app.queues.cancel(own);
-    await app.queues.cancel(detached);
+    await app().queues.cancel(own);
+    await app().queues.cancel(detached);
   });
 
   it('cancels every unfinished descendant with cancelChildren, whatever its state, in one call', async () => {
     await startWorker('record-tree');
-    const root = await app.queues.enqueue('inbox', tasks.tree, []);
+    const root = await app().queues.enqueue('inbox', tasks().tree, []);
     const [delayed, waiting, running, finished] = await waitFor(
       async () => (await eventsOf(root.workflowId)).find((event) => event.kind === 'spawned')?.data as string[],
       { what: 'the children to be enqueued' },
@@ -249,17 +225,17 @@ describe('the whole record', () => {
       { what: 'every descendant in its state' },
     );
     // A dead letter below the waiting child (as recovery leaves one: no key, waiting for resume).
-    await pool.query(
+    await pool().query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, attempts,
          recovery_attempts, parent_workflow_id)
        VALUES ('dead-letter', 'inbox', 'WaitingTasks.quick', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', '["x"]', 3, 3, $1)`,
       [waiting],
     );
     expect(
-      (await app.queues.list({ parentWorkflowId: root.workflowId })).map((child) => child.workflowId).sort(),
+      (await app().queues.list({ parentWorkflowId: root.workflowId })).map((child) => child.workflowId).sort(),
     ).toEqual([delayed, waiting, running, finished].sort());
 
-    await expect(app.queues.cancel(root.workflowId, { cancelChildren: true })).resolves.toBe('CANCELLED');
+    await expect(app().queues.cancel(root.workflowId, { cancelChildren: true })).resolves.toBe('CANCELLED');
     for (const workflowId of [delayed, waiting, running, leaf, 'dead-letter']) {
       expect({ workflowId, status: (await rowOf(workflowId)).status }).toEqual({ workflowId, status: 'CANCELLED' });
     }
@@ -272,23 +248,23 @@ describe('the whole record', () => {
   it('cancels a tree of 10,000 descendants in one call', async () => {
     // Built in SQL (no worker runs it): a root, 100 children (half finished, in the history), 99 grandchildren each
     // (ENQUEUED for an hour from now, WAITING, or dead letters).
-    await pool.query(
+    await pool().query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, not_before)
        VALUES ('big-root', 'inbox', 'WaitingTasks.tree', 'WAITING', '[]', NULL)`,
     );
-    await pool.query(
+    await pool().query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, not_before,
          parent_workflow_id)
        SELECT 'big-c' || c, 'inbox', 'WaitingTasks.branch', 'ENQUEUED', '[]', now() + interval '1 hour', 'big-root'
        FROM generate_series(1, 50) AS c`,
     );
-    await pool.query(
+    await pool().query(
       `INSERT INTO "${schema}".workflow_history (workflow_id, queue_name, workflow_name, status, inputs, attempts,
          completed_at, parent_workflow_id)
        SELECT 'big-c' || c, 'inbox', 'WaitingTasks.branch', 'SUCCESS', '[]', 1, now(), 'big-root'
        FROM generate_series(51, 100) AS c`,
     );
-    await pool.query(
+    await pool().query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, not_before,
          parent_workflow_id)
        SELECT 'big-g' || c || '-' || g, CASE WHEN g % 2 = 0 THEN 'naps' ELSE 'inbox' END, 'WaitingTasks.quick',
@@ -297,9 +273,9 @@ describe('the whole record', () => {
        FROM generate_series(1, 100) AS c, generate_series(1, 99) AS g`,
     );
     const startedAt = performance.now();
-    await expect(app.queues.cancel('big-root', { cancelChildren: true })).resolves.toBe('CANCELLED');
+    await expect(app().queues.cancel('big-root', { cancelChildren: true })).resolves.toBe('CANCELLED');
     const elapsedMs = performance.now() - startedAt;
-    const { rows } = await pool.query(
+    const { rows } = await pool().query(
       `SELECT status, count(*)::int AS n FROM "${schema}".workflows WHERE workflow_id LIKE 'big-%' GROUP BY status
        ORDER BY status`,
     );

@@ -38,7 +38,7 @@ export class RowValues {
   text(field: string, value: unknown): string | null {
     if (value === null || value === undefined || typeof value === 'string') return value ?? null;
     this.note(field, value);
-    return String(value);
+    return describe(value);
   }
 
   requiredText(field: string, value: unknown): string {
@@ -59,7 +59,7 @@ export class RowValues {
   status(field: string, value: unknown): WorkflowStatus {
     if (WORKFLOW_STATUSES.includes(value as WorkflowStatus)) return value as WorkflowStatus;
     this.note(field, value);
-    return String(value) as WorkflowStatus;
+    return (typeof value === 'string' ? value : describe(value)) as WorkflowStatus;
   }
 
   /** A recorded error: `{ name, message }` with its other fields as stored; null when there is none or it is not one. */
@@ -83,11 +83,13 @@ export class RowValues {
   }
 }
 
+/** A stored value as text, for `unexpectedValues`. */
 function describe(value: unknown): string {
   if (value === undefined) return 'undefined';
-  if (typeof value === 'number' || value instanceof Date) return String(value);
+  if (typeof value === 'number' || typeof value === 'bigint') return value.toString();
+  if (value instanceof Date) return value.toString();
   try {
-    return JSON.stringify(value) ?? String(value);
+    return JSON.stringify(value) ?? Object.prototype.toString.call(value);
   } catch {
     return Object.prototype.toString.call(value);
   }

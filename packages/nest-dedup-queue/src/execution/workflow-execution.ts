@@ -89,7 +89,7 @@ export class WorkflowExecution implements FramedExecution {
       this.throwIfInterrupted();
       try {
         return options.transactional
-          ? await this.runInTransaction(index, name, fn, startedAt)
+          ? await this.runInTransaction(index, name, () => fn(), startedAt)
           : await this.runThenRecord(index, name, fn, startedAt);
       } catch (error) {
         if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
@@ -115,20 +115,12 @@ export class WorkflowExecution implements FramedExecution {
         const earlier =
           attempt > 1 ? await this.steps.find(this.context.queueName, this.context.workflowId, index) : undefined;
         if (earlier) return this.replay<T>(index, name, earlier);
-        const result = await this.steps.transaction(async (manager) => {
-          if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
-          const transaction = recordedTransaction(manager, effects);
-          const value = await executionFrames.run({ execution: this, inStep: true, manager }, () =>
-            operation(transaction),
-          );
-          await this.steps.insert(
-            manager,
-            this.checkpoint(index, name, value, null, startedAt),
-            this.executorId,
-            this.context.attempt,
-          );
-          return value;
-        });
+        const result = await this.runInTransaction(
+          index,
+          name,
+          (manager) => operation(recordedTransaction(manager, effects)),
+          startedAt,
+        );
         for (const effect of effects) effect();
         return result;
       } catch (error) {
@@ -162,10 +154,19 @@ export class WorkflowExecution implements FramedExecution {
     return result;
   }
 
-  private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
+  /**
+   * Runs `fn` in a transaction that holds the workflow's row while this run owns it, and checkpoints its result in
+   * it (a transactional step, a recorded operation).
+   */
+  private runInTransaction<T>(
+    index: number,
+    name: string,
+    fn: (manager: EntityManager) => Promise<T> | T,
+    startedAt: number,
+  ): Promise<T> {
     return this.steps.transaction(async (manager) => {
       if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
-      const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
+      const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn(manager));
       await this.steps.insert(
         manager,
         this.checkpoint(index, name, result, null, startedAt),
