@@ -111,6 +111,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_events: 'distributed, co-located',
       workflow_messages: 'distributed, co-located',
       workflow_messages_before: 'distributed, co-located',
+      event_waits: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
       schedules: 'coordinator',

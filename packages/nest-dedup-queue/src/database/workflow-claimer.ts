@@ -60,7 +60,10 @@ interface ClaimedRow {
   max_attempts: number;
   max_recovery_attempts: number;
   remaining_ms: number | null;
-  /** The deadline in milliseconds since the epoch (a number, as the attached claim's JSON carries it). */
+  /**
+   * The deadline in milliseconds since the epoch (a number, as the attached claim's JSON carries it). NOTE: from an
+   * interval, whose `extract` is IMMUTABLE, as Citus wants in a RETURNING (a timestamp's is only STABLE).
+   */
   deadline_ms: number | null;
   trace_context: string | null;
   wait_seconds: number | null;
@@ -274,7 +277,7 @@ export class WorkflowClaimer {
       RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
                 w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
                 (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms,
-                (extract(epoch FROM w.deadline_at) * 1000)::float8 AS deadline_ms, w.trace_context,
+                (extract(epoch FROM w.deadline_at - timestamptz 'epoch') * 1000)::float8 AS deadline_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
                   AS wait_seconds`;
