@@ -106,7 +106,7 @@ export class WaitingStore {
        RETURNING queue_name, workflow_id, created_at`;
     const register = (waiter: string) => `INSERT INTO ${this.eventWaits}
          (queue_name, workflow_id, key, waiter_queue, waiter_id, waiter_created_at)
-       SELECT $6, $7, $8, waiter.queue_name, waiter.workflow_id, waiter.created_at FROM ${waiter} AS waiter
+       ${waiter}
        ON CONFLICT DO NOTHING`;
     const params = [
       run.queueName,
@@ -120,7 +120,8 @@ export class WaitingStore {
     ];
     if (!this.database.citus) {
       const rows = await this.database.query(
-        `WITH suspended AS (${suspend}), registered AS (${register('suspended')})
+        `WITH suspended AS (${suspend}),
+         registered AS (${register('SELECT $6, $7, $8, queue_name, workflow_id, created_at FROM suspended')})
          SELECT workflow_id FROM suspended`,
         params,
       );
@@ -132,12 +133,7 @@ export class WaitingStore {
         params.slice(0, 4),
       );
       if (rows.length === 0) return false;
-      await query(
-        ...usedParameters(
-          register('(SELECT $1::text AS queue_name, $2::text AS workflow_id, $9::timestamptz AS created_at)'),
-          [...params, rows[0].created_at],
-        ),
-      );
+      await query(...usedParameters(register('VALUES ($6, $7, $8, $1, $2, $9)'), [...params, rows[0].created_at]));
       return (await query(suspend, params.slice(0, 5))).length === 1;
     });
   }
