@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 'use strict';
 /*
- * Where nest-dedup-queue spends its time: `node bench/profile-nest.js [w1|w2|w3|w4|all]`.
+ * Where nest-dedup-queue spends its time: `node bench/profile-nest.js [w1|w2|w3|w4|all] [--allocations]`.
  *
  * Runs the workload in this one process against bench_profile_nest (dropped and recreated) and prints:
  *  - every SQL statement the library sent, grouped by its first words: count, per call/job, rows, errors, mean time,
  *    and how many connections were opened (pg's Client.prototype.query/connect, wrapped);
- *  - a CPU profile of the process (node:inspector), by package and by function;
+ *  - a CPU profile of the process (node:inspector), by package and by function, and (W2) the library's functions by
+ *    total time; with --allocations, W2 once more under the sampling heap profiler (bytes allocated per job by
+ *    function: what the garbage collector's share of the profile reclaims);
  *  - W3: the enqueue-to-start timeline per job (insert round trip, NOTIFY delivery, claim, dispatch to the body).
  * A diagnostic for the library's developers, not part of `npm run bench`. Producer and worker share this process, so
  * absolute times differ from the benchmark's; the counts do not.
@@ -110,6 +112,89 @@ async function profile(work) {
   const { profile: cpu } = await post('Profiler.stop');
   return { result, cpu };
 }
+/** Where a frame is from: the library, a package, node core, the harness. */
+function packageOf(frame) {
+  const url = frame.url || '';
+  if (url.includes('/packages/nest-dedup-queue/')) return 'nest-dedup-queue';
+  if (url.includes('node_modules/')) {
+    const rest = url.split('node_modules/').pop().split('/');
+    return rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
+  }
+  if (url.startsWith('node:')) return 'node core';
+  if (url.includes('/bench/')) return 'bench harness';
+  return frame.functionName ? `(${frame.functionName})` : '(native)';
+}
+
+function frameName(frame) {
+  const url = (frame.url || '')
+    .replace(/^.*node_modules\//, '')
+    .replace(/^.*\/packages\//, '')
+    .replace('file://', '');
+  return `${frame.functionName || '(anonymous)'} ${url}:${frame.lineNumber + 1}`;
+}
+
+/**
+ * The library's functions by total time (their own and their callees', counted once per sample), as a share of the
+ * busy (non-idle) time: which of its steps a job's CPU goes to.
+ */
+function printInclusive(cpu) {
+  const byId = new Map(cpu.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const node of cpu.nodes) for (const child of node.children || []) parent.set(child, node.id);
+  const total = new Map();
+  let busy = 0;
+  for (let i = 0; i < cpu.samples.length; i++) {
+    const leaf = byId.get(cpu.samples[i]);
+    const us = cpu.timeDeltas[i] || 0;
+    if (leaf.callFrame.functionName === '(idle)') continue;
+    busy += us;
+    const seen = new Set();
+    for (let id = cpu.samples[i]; id !== undefined; id = parent.get(id)) {
+      const frame = byId.get(id).callFrame;
+      if (packageOf(frame) !== 'nest-dedup-queue') continue;
+      const name = frameName(frame);
+      if (seen.has(name)) continue;
+      seen.add(name);
+      total.set(name, (total.get(name) || 0) + us);
+    }
+  }
+  console.log(
+    `  the library's functions by total time (with their callees), share of ${(busy / 1000).toFixed(0)} ms busy:`,
+  );
+  [...total]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 25)
+    .forEach(([name, us]) => console.log(`  ${((100 * us) / busy).toFixed(1).padStart(5)}%  ${name}`));
+}
+
+/** Allocation sampling (the heap profiler): which functions allocate what the garbage collector then reclaims. */
+async function allocations(work) {
+  await post('HeapProfiler.enable');
+  await post('HeapProfiler.startSampling', {
+    samplingInterval: 4096,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  const result = await work();
+  const { profile: heap } = await post('HeapProfiler.stopSampling');
+  const bySite = new Map();
+  let totalBytes = 0;
+  const walk = (node, stack) => {
+    const frame = node.callFrame;
+    const here = frameName(frame);
+    const library = packageOf(frame) === 'nest-dedup-queue' ? here : stack;
+    const bytes = node.selfSize;
+    totalBytes += bytes;
+    if (bytes > 0) {
+      const key = `${here}${library && library !== here ? `  <- ${library}` : ''}`;
+      bySite.set(key, (bySite.get(key) || 0) + bytes);
+    }
+    for (const child of node.children) walk(child, library);
+  };
+  walk(heap.head, undefined);
+  return { result, bySite, totalBytes };
+}
+
 function printProfile(cpu) {
   const byId = new Map(cpu.nodes.map((n) => [n.id, n]));
   const self = new Map();
@@ -199,6 +284,33 @@ async function w2(ctx, { seeded = false } = {}) {
   );
   printStatements(jobs, 'job');
   printProfile(cpu);
+  printInclusive(cpu);
+  if (process.argv.includes('--allocations')) await w2Allocations(ctx, jobs);
+}
+
+/** W2 again under the sampling heap profiler: the bytes allocated per job, by allocating function. */
+async function w2Allocations(ctx, jobs) {
+  await nest.reset(ctx);
+  await nest.prefill(ctx, jobs);
+  let count = 0;
+  let resolveDone;
+  const allRan = new Promise((resolve) => (resolveDone = resolve));
+  const { bySite, totalBytes } = await allocations(async () => {
+    const worker = await nest.worker(ctx, {
+      concurrency: config.w2.concurrency,
+      onJob: () => ++count === jobs && resolveDone(),
+    });
+    await allRan;
+    while ((await nest.pending(ctx)) > 0) await sleep(2);
+    worker.closing = worker.close();
+  });
+  console.log(
+    `  allocations (sampled), ${Math.round(totalBytes / jobs)} bytes per job in all; by function (and the library's caller):`,
+  );
+  [...bySite]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 25)
+    .forEach(([site, bytes]) => console.log(`  ${String(Math.round(bytes / jobs)).padStart(6)} B/job  ${site}`));
 }
 
 async function w3(ctx) {

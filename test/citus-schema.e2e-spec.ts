@@ -116,6 +116,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       executors: 'coordinator',
       schedules: 'coordinator',
       schema_migrations: 'coordinator',
+      input_limits: 'coordinator',
     });
     const { rows: columns } = await pool.query(
       `SELECT DISTINCT column_to_column_name(logicalrelid, partkey) AS column FROM pg_dist_partition

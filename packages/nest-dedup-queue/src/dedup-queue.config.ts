@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
   DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_INPUT_LIMITS,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_RECOVERY_ATTEMPTS,
   DEFAULT_POLL_INTERVAL_MS,
@@ -14,7 +15,14 @@ import {
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
-import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from './utils/database-endpoint';
+import type { InputLimits } from './interfaces/input-limits.interface';
+import {
+  DatabaseEndpoint,
+  EndpointSettings,
+  describeEndpoint,
+  maskedUrl,
+  postgresUrlProblem,
+} from './utils/database-endpoint';
 import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
@@ -65,6 +73,8 @@ export class DedupQueueConfig {
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
   /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
   readonly distribution!: 'single' | 'citus';
+  /** What callers may store, with the defaults applied. */
+  readonly inputLimits!: Required<InputLimits>;
 
   constructor(values: Omit<DedupQueueConfig, 'worker'>) {
     Object.assign(this, values);
@@ -100,6 +110,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'metrics',
   'externalWorkflows',
   'distribution',
+  'inputLimits',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
 
@@ -131,6 +142,8 @@ export function resolveConfig(
         'database, username and password instead of `url`, or an existing TypeORM `dataSource`',
     );
   }
+  assertPostgresUrl('connection.url', options.connection?.url, fail);
+  assertPostgresUrl('dataSource.options.url', (options.dataSource?.options as EndpointSettings | undefined)?.url, fail);
   const schema = options.schema ?? DEFAULT_SCHEMA;
   if (!SCHEMA_NAME.test(schema)) {
     fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);
@@ -166,6 +179,7 @@ export function resolveConfig(
   }
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
+    inputLimits: resolveInputLimits(options.inputLimits, fail),
     schema,
     endpoint,
     connectTimeoutMs:
@@ -264,7 +278,42 @@ function resolveListen(
   if (typeof listen !== 'object' || typeof listen.url !== 'string' || listen.url.length === 0) {
     fail('`listen` must be true, false or { url: a direct postgres:// URL to the server, past any pooler }');
   }
+  assertPostgresUrl('listen.url', listen.url, fail);
   return { mode: 'direct', url: listen.url };
+}
+
+/** Bounds that keep a check's own recursion far from the stack's end, and a value within what Postgres stores. */
+const INPUT_LIMIT_RANGES: Record<keyof InputLimits, readonly [number, number]> = {
+  maxValueBytes: [1, 1024 * 1024 * 1024 - 1],
+  maxDepth: [1, 1000],
+};
+
+function resolveInputLimits(limits: InputLimits | undefined, fail: (message: string) => never): Required<InputLimits> {
+  if (limits === undefined) return DEFAULT_INPUT_LIMITS;
+  if (limits === null || typeof limits !== 'object') fail('`inputLimits` must be { maxValueBytes?, maxDepth? }');
+  const unknown = unknownKey(limits, Object.keys(INPUT_LIMIT_RANGES));
+  if (unknown) fail(`\`inputLimits.${unknown.key}\` ${unknown.reason}`);
+  const resolved = { ...DEFAULT_INPUT_LIMITS };
+  for (const [name, [min, max]] of Object.entries(INPUT_LIMIT_RANGES) as Array<[keyof InputLimits, [number, number]]>) {
+    const value = limits[name];
+    if (value === undefined) continue;
+    if (!Number.isInteger(value) || value < min || value > max) {
+      fail(`\`inputLimits.${name}\` must be an integer from ${min} to ${max}`);
+    }
+    resolved[name] = value;
+  }
+  return resolved;
+}
+
+/**
+ * Refuses a connection URL that is not a Postgres URL (see `postgresUrlProblem`) before any connection is tried,
+ * saying what is wrong, with the URL's password masked.
+ */
+function assertPostgresUrl(field: string, url: unknown, fail: (message: string) => never): void {
+  if (url === undefined || url === null || url === '') return;
+  if (typeof url !== 'string') fail(`\`${field}\` must be a string, got ${typeof url}`);
+  const problem = postgresUrlProblem(url);
+  if (problem) fail(`\`${field}\` ${problem}; got "${maskedUrl(url)}"`);
 }
 
 /** Validates a queue's limits (declared, or changed at run time) and applies the defaults. */

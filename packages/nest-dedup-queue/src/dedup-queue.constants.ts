@@ -5,7 +5,14 @@ export const DEFAULT_SCHEMA = 'dedup_queue';
 export const DEFAULT_WORKER_CONCURRENCY = 10;
 export const DEFAULT_POLL_INTERVAL_MS = 1000;
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
+/**
+ * The longest key (workflow ID, deduplication ID, partition key, topic, idempotency or event key) in characters:
+ * what a cancel notification's payload and an index entry hold with room to spare, and what the module's own IDs
+ * need (a schedule's triggered run is up to 251).
+ */
 export const MAX_KEY_LENGTH = 255;
+/** The defaults of `forRoot({ inputLimits })`. */
+export const DEFAULT_INPUT_LIMITS = { maxValueBytes: 4 * 1024 * 1024, maxDepth: 64 };
 /** A live peer recovers a dead process's work within leaseMs + heartbeatIntervalMs (8 s). */
 export const DEFAULT_LEASE_MS = 6_000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;

@@ -1,12 +1,14 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { MessageStore } from '../database/message.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { SendOptions } from '../interfaces/message-options.interface';
-import { UnstorableValueError, toStoredJson } from '../utils/stored-json';
+import { DedupQueueConfig } from '../dedup-queue.config';
+import { optionalKey, storedArgument } from '../utils/enqueue-options.validation';
 import { executionFrames } from '../execution/execution-frames';
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import { topicOf } from './workflow-messages';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** The step name a `send` from a workflow body records at its position. */
 export const SEND_STEP = 'send';
@@ -19,29 +21,22 @@ export const SEND_STEP = 'send';
  */
 @Injectable()
 export class MessageSender {
-  private readonly logger = new Logger('DedupQueueModule');
+  private readonly logger = new ModuleLogger('DedupQueueModule');
 
-  constructor(private readonly messages: MessageStore) {}
+  constructor(
+    private readonly messages: MessageStore,
+    private readonly config: DedupQueueConfig,
+  ) {}
 
   async send(workflowId: string, message: unknown, options: SendOptions = {}): Promise<void> {
     if (typeof workflowId !== 'string' || workflowId.length === 0) {
       throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
     }
     const topic = topicOf(options?.topic, 'options.topic');
-    const key = options?.idempotencyKey;
-    if (key !== undefined && (typeof key !== 'string' || key.length === 0)) {
-      throw new InvalidArgumentError('options.idempotencyKey', 'must be a non-empty string, or left out');
-    }
-    let messageJson: string;
-    try {
-      messageJson = toStoredJson(message, 'message');
-    } catch (error) {
-      if (error instanceof UnstorableValueError) throw new InvalidArgumentError(error.path, error.reason);
-      throw error;
-    }
+    const key = optionalKey(options?.idempotencyKey, 'options.idempotencyKey');
+    const messageJson = storedArgument(message, 'message', this.config.inputLimits);
     const frame = executionFrames.getStore();
-    const store = (transaction?: TransactionSql) =>
-      this.store(workflowId, topic, messageJson, key ?? null, transaction);
+    const store = (transaction?: TransactionSql) => this.store(workflowId, topic, messageJson, key, transaction);
     if (!frame || frame.inStep) return store();
     await frame.execution.runRecorded(SEND_STEP, store);
   }

@@ -1,7 +1,8 @@
-import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { WaitingStore } from '../database/waiting.store';
 import { FailureLog } from '../utils/failure-log';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** How many waiting workflows one statement makes due at most. */
 const PROMOTE_BATCH = 1000;
@@ -20,7 +21,7 @@ interface WakeUpTimer {
  */
 @Injectable()
 export class WaitingWaker implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly failures = new FailureLog(this.logger);
   private readonly timers = new Map<string, WakeUpTimer>();
   private readonly promoting = new Map<string, Promise<void>>();

@@ -6,7 +6,8 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { executionFrames } from '../execution/execution-frames';
 import type { GetEventOptions } from '../interfaces/get-event-options.interface';
-import { fromStoredJson, toStoredJson } from '../utils/stored-json';
+import { fromStoredJson } from '../utils/stored-json';
+import { requiredKey, storedArgument } from '../utils/enqueue-options.validation';
 import { runWaitsOf } from './run-waits';
 
 const FIRST_POLL_MS = 10;
@@ -28,14 +29,9 @@ export async function setEvent(key: string, value: unknown): Promise<void> {
   if (!frame) {
     throw new DedupQueueError('setEvent() is only available while a workflow runs (inside a @Workflow() method)');
   }
-  if (typeof key !== 'string' || key === '') throw new InvalidArgumentError('key', 'must be a non-empty string');
-  let valueJson: string;
-  try {
-    valueJson = toStoredJson(value, 'value');
-  } catch (error) {
-    throw new InvalidArgumentError('value', (error as Error).message.replace(/^value /, ''));
-  }
+  requiredKey(key, 'key');
   const { execution } = frame;
+  const valueJson = storedArgument(value, 'value', execution.database.inputLimits);
   const { queueName, workflowId } = execution.context;
   const store = workflowEventStore(execution.database);
   const publish = async () => {
@@ -55,7 +51,7 @@ export class WorkflowEvents {
     if (typeof workflowId !== 'string' || workflowId === '') {
       throw new InvalidArgumentError('workflowId', 'must be a non-empty string');
     }
-    if (typeof key !== 'string' || key === '') throw new InvalidArgumentError('key', 'must be a non-empty string');
+    requiredKey(key, 'key');
     const timeoutMs = options?.timeoutMs ?? DEFAULT_GET_EVENT_TIMEOUT_MS;
     if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
       throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more');

@@ -1,5 +1,6 @@
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { optionalKey } from '../utils/enqueue-options.validation';
 import { executionFrames } from '../execution/execution-frames';
 import type { RecvOptions } from '../interfaces/message-options.interface';
 import { runWaitsOf } from './run-waits';
@@ -12,13 +13,9 @@ export const DEFAULT_RECV_TIMEOUT_MS = 60_000;
 /** The stored topic of messages sent without one. */
 export const DEFAULT_TOPIC = '';
 
-/** Checks a topic given to `send` or `recv`; returns the stored topic. */
+/** Checks a topic given to `send` or `recv` (a key: see `optionalKey`); returns the stored topic. */
 export function topicOf(topic: unknown, field: string): string {
-  if (topic === undefined || topic === null) return DEFAULT_TOPIC;
-  if (typeof topic !== 'string' || topic.length === 0 || topic.length > 255) {
-    throw new InvalidArgumentError(field, 'must be a non-empty string of at most 255 characters, or left out');
-  }
-  return topic;
+  return optionalKey(topic, field) ?? DEFAULT_TOPIC;
 }
 
 /**

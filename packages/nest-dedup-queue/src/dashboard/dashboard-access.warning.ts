@@ -1,8 +1,9 @@
-import { Logger, OnModuleInit } from '@nestjs/common';
+import { OnModuleInit } from '@nestjs/common';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** Warns once at boot when the dashboard has no guard: anyone who can reach the application could then act on it. */
 export class DashboardAccessWarning implements OnModuleInit {
-  private readonly logger = new Logger('DedupQueueDashboardModule');
+  private readonly logger = new ModuleLogger('DedupQueueDashboardModule');
 
   constructor(
     private readonly path: string,

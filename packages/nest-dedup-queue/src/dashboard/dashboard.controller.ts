@@ -11,10 +11,10 @@ import {
   Post,
   Query,
   Type,
-  UnsupportedMediaTypeException,
   UseFilters,
   UseGuards,
 } from '@nestjs/common';
+import { ActionHeaders, assertDashboardAction } from './dashboard-action.check';
 import type { DashboardPage } from './dashboard-page';
 import { DashboardExceptionFilter } from './dashboard-exception.filter';
 import { DashboardSchedulesService } from './dashboard-schedules.service';
@@ -22,12 +22,14 @@ import { DashboardService } from './dashboard.service';
 
 /**
  * Makes the dashboard's controller for one `forRoot()` call: a class of its own, so that its path and guards are
- * metadata of that class alone (several apps, or dashboards, in one process never share them).
+ * metadata of that class alone (several apps, or dashboards, in one process never share them). Every action checks
+ * where it comes from (`assertDashboardAction`).
  */
 export function createDashboardController(
   path: string,
   guards: Type<CanActivate>[],
   page: DashboardPage,
+  allowedOrigins: ReadonlySet<string>,
 ): Type<unknown> {
   @Controller(path)
   @UseGuards(...guards)
@@ -55,21 +57,21 @@ export function createDashboardController(
 
     @Post('api/queues/:name/pause')
     @HttpCode(200)
-    pause(@Param('name') name: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    pause(@Param('name') name: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.setPaused(name, true);
     }
 
     @Post('api/queues/:name/resume')
     @HttpCode(200)
-    resumeQueue(@Param('name') name: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    resumeQueue(@Param('name') name: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.setPaused(name, false);
     }
 
     @Patch('api/queues/:name/limits')
-    limits(@Param('name') name: string, @Body() body: unknown, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    limits(@Param('name') name: string, @Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.setLimits(name, body);
     }
 
@@ -81,21 +83,21 @@ export function createDashboardController(
 
     @Post('api/schedules/:name/pause')
     @HttpCode(200)
-    pauseSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    pauseSchedule(@Param('name') name: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.schedules.setPaused(name, true);
     }
 
     @Post('api/schedules/:name/resume')
     @HttpCode(200)
-    resumeSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    resumeSchedule(@Param('name') name: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.schedules.setPaused(name, false);
     }
 
     @Post('api/schedules/:name/trigger')
-    triggerSchedule(@Param('name') name: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    triggerSchedule(@Param('name') name: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.schedules.trigger(name);
     }
 
@@ -113,56 +115,44 @@ export function createDashboardController(
 
     @Post('api/workflows/cancel-matching')
     @HttpCode(200)
-    cancelMatching(@Body() body: unknown, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    cancelMatching(@Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.cancelMatching(body);
     }
 
     @Post('api/workflows/resume-matching')
     @HttpCode(200)
-    resumeMatching(@Body() body: unknown, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    resumeMatching(@Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.resumeMatching(body);
     }
 
     @Post('api/workflows/:id/cancel')
     @HttpCode(200)
-    cancel(@Param('id') id: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    cancel(@Param('id') id: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.cancel(id);
     }
 
     @Post('api/workflows/:id/resume')
     @HttpCode(200)
-    resume(@Param('id') id: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    resume(@Param('id') id: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.resume(id);
     }
 
     @Post('api/workflows/:id/rerun')
-    rerun(@Param('id') id: string, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    rerun(@Param('id') id: string, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.rerun(id);
     }
 
     @Post('api/workflows/:id/reschedule')
     @HttpCode(200)
-    reschedule(@Param('id') id: string, @Body() body: unknown, @Headers('content-type') contentType?: string) {
-      assertJson(contentType);
+    reschedule(@Param('id') id: string, @Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
       return this.dashboard.reschedule(id, body);
     }
   }
   return DedupQueueDashboardController;
-}
-
-/**
- * NOTE: actions accept only `application/json`, which a cross-site form cannot send without a CORS preflight the
- * app does not grant: a page elsewhere cannot make a logged-in operator's browser cancel workflows.
- */
-function assertJson(contentType: string | undefined): void {
-  if (!contentType?.toLowerCase().startsWith('application/json')) {
-    throw new UnsupportedMediaTypeException(
-      'dashboard actions take Content-Type: application/json (a JSON body, {} when empty)',
-    );
-  }
 }

@@ -23,6 +23,7 @@ import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
 import { RowValues } from '../database/row-values';
+import { nestsDeeperThan } from '../utils/json-depth';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -127,8 +128,8 @@ export class DashboardService {
     const values = new RowValues();
     const detail: DashboardWorkflowDetail = {
       ...toSummary(row, values),
-      inputs: row.inputs,
-      output: row.output ?? null,
+      inputs: this.shown(row.inputs),
+      output: this.shown(row.output ?? null),
       error: this.visibleError(values.error('error', row.error)),
       failedAttempts: values.number('failedAttempts', row.failed_attempts),
       maxAttempts: values.number('maxAttempts', row.max_attempts),
@@ -142,7 +143,7 @@ export class DashboardService {
       steps: steps.map((step) => ({
         index: values.number(`steps[${step.step_index}].index`, step.step_index),
         name: values.requiredText(`steps[${step.step_index}].name`, step.step_name),
-        output: step.output ?? null,
+        output: this.shown(step.output ?? null),
         error: this.visibleError(values.error(`steps[${step.step_index}].error`, step.error)),
         startedAt: isoOrNull(values.date(`steps[${step.step_index}].startedAt`, step.started_at)),
         completedAt: values.requiredDate(`steps[${step.step_index}].completedAt`, step.completed_at).toISOString(),
@@ -253,6 +254,15 @@ export class DashboardService {
       createdTo,
       parentWorkflowId: textParameter(query.parentWorkflowId, 'parentWorkflowId'),
     };
+  }
+
+  /**
+   * A stored value as the API gives it, or a note in its place when it is nested deeper than `inputLimits.maxDepth`
+   * (written through SQL before the limit, or by another tool): such a value would fail the whole answer.
+   */
+  private shown(value: unknown): unknown {
+    const { maxDepth } = this.config.inputLimits;
+    return nestsDeeperThan(value, maxDepth) ? `(not shown: nested deeper than ${maxDepth} levels)` : value;
   }
 
   private visibleError(error: WorkflowErrorInfo | null): WorkflowErrorInfo | null {

@@ -48,7 +48,7 @@ export class DedupQueueDashboardModule {
     return {
       module: DedupQueueDashboardModule,
       imports: options.imports ?? [],
-      controllers: [createDashboardController(path, guards, page)],
+      controllers: [createDashboardController(path, guards, page, validOrigins(options.allowedOrigins ?? []))],
       providers: [
         { provide: DEDUP_QUEUE_DASHBOARD_OPTIONS, useValue: options },
         DashboardService,
@@ -68,4 +68,37 @@ function validPath(path: string): string {
     );
   }
   return path.replace(/\/+$/, '') || '/';
+}
+
+/** The origins (`scheme://host[:port]`) whose pages may act, as browsers send them in `Origin`. */
+function validOrigins(origins: unknown): ReadonlySet<string> {
+  if (!Array.isArray(origins)) {
+    throw new DedupQueueConfigurationError(
+      "DedupQueueDashboardModule: `allowedOrigins` must be an array of origins such as 'https://admin.example.com'",
+    );
+  }
+  return new Set(
+    origins.map((origin: unknown) => {
+      const url = typeof origin === 'string' ? parsedOrigin(origin) : undefined;
+      if (!url) {
+        throw new DedupQueueConfigurationError(
+          `DedupQueueDashboardModule: \`allowedOrigins\` holds ${JSON.stringify(origin)}; give an origin, ` +
+            "scheme://host[:port] without a path, such as 'https://admin.example.com'",
+        );
+      }
+      return url;
+    }),
+  );
+}
+
+function parsedOrigin(text: string): string | undefined {
+  try {
+    const url = new URL(text);
+    const origin = url.origin;
+    return origin !== 'null' && text.replace(/\/$/, '').toLowerCase() === origin.toLowerCase()
+      ? origin.toLowerCase()
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }

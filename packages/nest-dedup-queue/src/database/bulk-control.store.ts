@@ -4,7 +4,7 @@ import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './
 import { NOTIFY_SQL } from './wake-ups.sql';
 import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
-import { RESUMED_COLUMNS, WorkflowStore, interruptPayloadPrefix } from './workflow.store';
+import { RESUMED_COLUMNS, WorkflowStore, interruptPayload } from './workflow.store';
 import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
@@ -105,7 +105,7 @@ export class BulkControlStore {
       const cancelled = rows.filter((row) => row.cancelled);
       if (cancelled.length > 0) {
         await this.notify(query, this.database.cancelChannel, [
-          ...cancelled.map((row) => `${interruptPayloadPrefix('cancelled')}${row.attempts}:${row.workflow_id}`),
+          ...cancelled.map((row) => interruptPayload('cancelled', row.attempts as number, row.workflow_id)),
         ]);
       }
       return {

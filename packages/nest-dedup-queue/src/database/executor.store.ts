@@ -14,6 +14,22 @@ export interface RecoveredWorkflow extends WorkflowRef {
   status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
 }
 
+/** A workflow this process holds (runs, buffers, or may be taking in a claim in flight) and its queue. */
+export interface HeldRun {
+  workflowId: string;
+  queueName: string;
+}
+
+/** What `notOwned` reads of each held workflow, from the active table or the history. */
+interface RunStateRow {
+  queue_name: string;
+  workflow_id: string;
+  status: WorkflowStatus;
+  error_name: string | null;
+  attempts: number;
+  executor_id: string | null;
+}
+
 /** A workflow this executor runs but no longer owns, and why (the run it was, for a cancel). */
 export interface NotOwnedWorkflow {
   workflowId: string;
@@ -70,38 +86,42 @@ export class ExecutorStore {
   }
 
   /**
-   * Why this executor should stop running some of `workflowIds`: those no longer PENDING under it, each with the
-   * reason to give its body (cancelled, timed out, or taken over after a lost lease).
+   * Why this executor should stop running some of `runs`: those no longer PENDING under it, each with the reason to
+   * give its body (cancelled, timed out, or taken over after a lost lease) and, for a cancel, the run it ended. One
+   * statement per queue, each naming its queue (on Citus, it runs on the queue's node).
    */
-  async notOwned(executorId: string, workflowIds: string[]): Promise<NotOwnedWorkflow[]> {
-    if (workflowIds.length === 0) return [];
-    const rows = await this.database.query<{
-      workflow_id: string;
-      status: WorkflowStatus | null;
-      error_name: string | null;
-      attempts: number | null;
-    }>(
-      `SELECT ids.id AS workflow_id, w.status, w.error->>'name' AS error_name, w.attempts
-       FROM unnest($1::text[]) AS ids(id)
-       LEFT JOIN LATERAL (
-         SELECT workflow_id, status, error, attempts, executor_id FROM ${this.tables.workflows} AS v
-         WHERE v.workflow_id = ids.id
-         ORDER BY v.status = ${STATUS_SQL.PENDING} AND v.executor_id = $2 DESC LIMIT 1
-       ) AS w ON true
-       WHERE w.workflow_id IS NULL OR w.status <> ${STATUS_SQL.PENDING} OR w.executor_id IS DISTINCT FROM $2`,
-      [workflowIds, executorId],
-      { idempotent: true },
+  async notOwned(executorId: string, runs: readonly HeldRun[]): Promise<NotOwnedWorkflow[]> {
+    const idsByQueue = new Map<string, string[]>();
+    for (const { workflowId, queueName } of runs) {
+      idsByQueue.set(queueName, [...(idsByQueue.get(queueName) ?? []), workflowId]);
+    }
+    const found = await Promise.all(
+      [...idsByQueue].map(([queueName, workflowIds]) =>
+        this.database.query<RunStateRow>(
+          `SELECT queue_name, workflow_id, status, error->>'name' AS error_name, attempts, executor_id
+           FROM ${this.tables.workflows} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`,
+          [queueName, workflowIds],
+          { idempotent: true },
+        ),
+      ),
     );
-    return rows.map((row) => ({
-      workflowId: row.workflow_id,
-      reason:
-        row.status !== 'CANCELLED'
+    const rowsOf = new Map<string, RunStateRow[]>();
+    for (const row of found.flat()) {
+      const key = JSON.stringify([row.queue_name, row.workflow_id]);
+      rowsOf.set(key, [...(rowsOf.get(key) ?? []), row]);
+    }
+    return runs.flatMap(({ workflowId, queueName }) => {
+      const rows = rowsOf.get(JSON.stringify([queueName, workflowId])) ?? [];
+      if (rows.some((row) => row.status === 'PENDING' && row.executor_id === executorId)) return [];
+      const row = rows.find((candidate) => candidate.status === 'CANCELLED') ?? rows[0];
+      const reason =
+        row?.status !== 'CANCELLED'
           ? 'ownership-lost'
           : row.error_name === 'WorkflowTimeoutError'
             ? 'timed-out'
-            : 'cancelled',
-      attempt: row.attempts ?? undefined,
-    }));
+            : 'cancelled';
+      return [{ workflowId, reason, attempt: row?.attempts ?? undefined }];
+    });
   }
 
   /**

@@ -1,9 +1,10 @@
-import { Logger } from '@nestjs/common';
+import type { Logger } from '@nestjs/common';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { Migration } from './migrations';
 import type { QueueDatabase } from './queue-database';
 import { lockSchema } from './schema-lock';
 import { isConnectionFailure } from './sql-errors';
+import { ModuleLogger } from '../utils/module-logger';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -27,7 +28,7 @@ interface MigrationStep {
 export async function runMigrations(
   database: QueueDatabase,
   migrations: readonly Migration[],
-  logger: Pick<Logger, 'warn'> = new Logger('DedupQueueModule'),
+  logger: Pick<Logger, 'warn'> = new ModuleLogger('DedupQueueModule'),
 ): Promise<number[]> {
   const applied: number[] = [];
   for (;;) {

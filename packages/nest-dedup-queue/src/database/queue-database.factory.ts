@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import type { DedupQueueConfig } from '../dedup-queue.config';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
@@ -7,12 +6,14 @@ import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.
 import { describeError } from '../utils/describe-error';
 import { assertCitusInstalled, distributeTables } from './citus-distribution';
 import { HistoryPartitions } from './history-partitions';
+import { storeInputLimits } from './input-limits.store';
 import { runMigrations } from './migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './queue-database';
 import { ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
+import { ModuleLogger } from '../utils/module-logger';
 
-const logger = new Logger('DedupQueueModule');
+const logger = new ModuleLogger('DedupQueueModule');
 
 /**
  * Opens (or adopts) the DataSource and migrates the module's schema before anything else uses it. While Postgres
@@ -40,6 +41,7 @@ export async function createQueueDatabase(
         preparedStatements: !config.transactionPooler,
         connectTimeoutMs: config.connectTimeoutMs,
         distribution: config.distribution,
+        inputLimits: config.inputLimits,
       },
     );
     let phase: ErrorPhase = 'connect';
@@ -56,6 +58,7 @@ export async function createQueueDatabase(
         if (distributed.length > 0)
           logger.log(`Distributed schema "${config.schema}" on Citus: ${distributed.join(', ')}`);
       }
+      await storeInputLimits(database);
       await new HistoryPartitions(database).extend();
       return database;
     } catch (error) {

@@ -1,16 +1,18 @@
-import { Logger, OnApplicationShutdown } from '@nestjs/common';
+import { OnApplicationShutdown } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { Client, Pool, PoolClient } from 'pg';
 import type { DataSource, EntityManager } from 'typeorm';
 import { DatabaseQueryError } from '../errors/database-query.error';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
-import { DEFAULT_CONNECT_TIMEOUT_MS } from '../dedup-queue.constants';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_INPUT_LIMITS } from '../dedup-queue.constants';
+import type { InputLimits } from '../interfaces/input-limits.interface';
 import { ConnectionMonitor } from './connection-monitor';
 import { CANCEL_CHANNEL_PREFIX, CONTROL_CHANNEL_PREFIX, WAKE_UP_CHANNEL_PREFIX } from './notification-channels';
 import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../utils/database-endpoint';
 import { describeError } from '../utils/describe-error';
 import { driverErrorOf, ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * What the module uses of a `pg` client (`PoolClient` or `Client`). NOTE: declared here rather than imported from
@@ -57,6 +59,8 @@ export interface ConnectionSettings {
   connectTimeoutMs: number;
   /** `'citus'`: the server is a Citus coordinator and the tables are distributed (default `'single'`). */
   distribution?: 'single' | 'citus';
+  /** What callers may store (`forRoot({ inputLimits })`, resolved); default `DEFAULT_INPUT_LIMITS`. */
+  inputLimits?: Required<InputLimits>;
 }
 
 const RETRY_DELAY_MS = 100;
@@ -94,7 +98,7 @@ export class QueueDatabase implements OnApplicationShutdown {
       connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS,
     };
     const label = this.settings.endpoint.label;
-    this.monitor = new ConnectionMonitor(new Logger('DedupQueueModule'), {
+    this.monitor = new ConnectionMonitor(new ModuleLogger('DedupQueueModule'), {
       lost: (reason) =>
         `Postgres at ${label} is unreachable (${reason}); enqueues fail with DatabaseUnavailableError and ` +
         `workers retry until it is back`,
@@ -122,6 +126,11 @@ export class QueueDatabase implements OnApplicationShutdown {
   /** The channel that tells every process a queue was paused, resumed or given new limits; the payload is its name. */
   get controlChannel(): string {
     return `${CONTROL_CHANNEL_PREFIX}${this.schema}`;
+  }
+
+  /** The limits of what callers store in this schema (arguments, messages, events, results, keys). */
+  get inputLimits(): Required<InputLimits> {
+    return this.settings.inputLimits ?? DEFAULT_INPUT_LIMITS;
   }
 
   /** The channel that tells workers to interrupt a workflow; the payload is its ID. */

@@ -9,7 +9,7 @@ import {
   supersedeEndSpec,
 } from './workflow-insert.statements';
 import { isUniqueViolationOn } from './sql-errors';
-import { interruptPayloadPrefix } from './workflow.store';
+import { interruptPayload } from './workflow.store';
 import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
@@ -479,7 +479,7 @@ export class WorkflowInserter {
          UNION ALL SELECT pg_notify($3, $4)`,
         [
           this.database.cancelChannel,
-          result.ended.map((ended) => `${interruptPayloadPrefix('cancelled')}${ended.attempt}:${ended.workflowId}`),
+          result.ended.map((ended) => interruptPayload('cancelled', ended.attempt, ended.workflowId)),
           this.database.wakeUpChannel,
           workflow.queueName,
         ],

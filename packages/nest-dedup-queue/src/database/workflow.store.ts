@@ -1,3 +1,4 @@
+import { MAX_KEY_LENGTH } from '../dedup-queue.constants';
 import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.interface';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
@@ -24,13 +25,31 @@ import { isUniqueViolationOn } from './sql-errors';
 import { usedParameters } from './sql-parameters';
 import { changedStartSql, nowPlusMsSql } from './time.sql';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
+import { exceedsCharacters } from '../utils/character-length';
 
 /**
  * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
- * tells its body why, and leaves alone a later run of it (see `parseInterruptPayload`).
+ * tells its body why, and leaves alone a later run of it (see `parseInterruptPayload`). They are hints only: any role
+ * that can connect may NOTIFY, so the process confirms in the database before it aborts anything (`CancelHints`).
  */
 export function interruptPayloadPrefix(reason: 'cancelled' | 'timed-out'): string {
   return reason === 'timed-out' ? 't:' : 'c:';
+}
+
+/**
+ * The payload for the run `attempts` of `workflowId`. NOTE: a workflow ID longer than `MAX_KEY_LENGTH` (a row written
+ * through SQL before the function checked lengths) would overflow a payload (under 8000 bytes) and fail the whole
+ * statement: it goes out as the prefix alone, which has each process check all its runs.
+ */
+export function interruptPayload(reason: 'cancelled' | 'timed-out', attempts: number, workflowId: string): string {
+  const prefix = interruptPayloadPrefix(reason);
+  return exceedsCharacters(workflowId, MAX_KEY_LENGTH) ? prefix : `${prefix}${attempts}:${workflowId}`;
+}
+
+/** `interruptPayload` in SQL: the prefix parameter `prefixParam`, and the `attempts` and `workflow_id` of the row. */
+export function interruptPayloadSql(prefixParam: string): string {
+  return `${prefixParam}::text || CASE WHEN char_length(workflow_id) <= ${MAX_KEY_LENGTH}
+           THEN attempts || ':' || workflow_id ELSE '' END`;
 }
 
 export interface InterruptPayload {
@@ -357,7 +376,7 @@ export class WorkflowStore {
       : await this.database.query<WorkflowRefRow & { attempts: number }>(
           `WITH ${endWorkflowsSql(spec)}
        SELECT attempts, workflow_id, queue_name, workflow_name,
-              pg_notify($3, $4::text || attempts || ':' || workflow_id), ${END_WAKE_UPS_SQL} AS handed_over
+              pg_notify($3, ${interruptPayloadSql('$4')}), ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
           params,
           { idempotent: true },
@@ -407,7 +426,7 @@ export class WorkflowStore {
          ${due}
        ),
        ${endWorkflowsSql(spec)}
-       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, $2::text || attempts || ':' || workflow_id),
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, ${interruptPayloadSql('$2')}),
               ${END_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
       params,
@@ -425,7 +444,7 @@ export class WorkflowStore {
     if (ended.length > 0) {
       await query(NOTIFY_SQL, [
         this.database.cancelChannel,
-        ended.map((row) => `${interruptPayloadPrefix(reason)}${row.attempts}:${row.workflow_id}`),
+        ended.map((row) => interruptPayload(reason, row.attempts, row.workflow_id)),
       ]);
     }
     return ended;

@@ -1,6 +1,7 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import type { DeduplicationEvent } from '../interfaces/deduplication-event.interface';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * Counts deduplication hits per queue and tells listeners about each one (the `onDeduplicated` listeners, then
@@ -8,7 +9,7 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
  */
 @Injectable()
 export class DeduplicationEvents {
-  private readonly logger = new Logger('DedupQueue');
+  private readonly logger = new ModuleLogger('DedupQueue');
   private readonly listeners = new Set<(event: DeduplicationEvent) => void>();
   private readonly counts = new Map<string, number>();
 

@@ -164,7 +164,7 @@ export class EnqueueService {
     assertQueueDeclared(this.config, queueName);
     const workflowName = this.registry.resolveName(workflow);
     const workflowOptions = this.registry.runOptions(workflowName);
-    const inputsJson = serialiseArgs(args, argsField);
+    const inputsJson = serialiseArgs(args, argsField, this.config.inputLimits);
     const valid = validateEnqueueOptions(
       options,
       queueName,

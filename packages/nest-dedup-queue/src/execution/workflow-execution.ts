@@ -197,7 +197,10 @@ export class WorkflowExecution implements FramedExecution {
       queueName: this.context.queueName,
       index,
       name,
-      outputJson: error || result === undefined ? null : toStoredJson(result, `The result of step "${name}"`),
+      outputJson:
+        error || result === undefined
+          ? null
+          : toStoredJson(result, `The result of step "${name}"`, this.database.inputLimits),
       error: error ? toErrorInfo(error) : null,
       durationMs: performance.now() - startedAt,
     };

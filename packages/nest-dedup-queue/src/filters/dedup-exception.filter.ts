@@ -1,4 +1,4 @@
-import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Logger, Optional } from '@nestjs/common';
+import { ArgumentsHost, Catch, ExceptionFilter, HttpStatus, Inject, Optional } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
@@ -8,6 +8,7 @@ import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import { ScheduleNotFoundError } from '../errors/schedule-not-found.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
+import { ModuleLogger, stackOf } from '../utils/module-logger';
 
 /** The JSON body `DedupExceptionFilter` answers a duplicate with. */
 export interface DeduplicatedResponseBody {
@@ -70,7 +71,7 @@ export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
  */
 @Catch(DedupQueueError)
 export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
-  private readonly logger = new Logger('DedupExceptionFilter');
+  private readonly logger = new ModuleLogger('DedupExceptionFilter');
 
   constructor(
     @Optional() @Inject(DEDUP_EXCEPTION_FILTER_OPTIONS) private readonly options: DedupExceptionFilterOptions = {},
@@ -127,7 +128,7 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
     if (error instanceof WorkflowIdConflictError) {
       return this.reply(response, { statusCode: HttpStatus.CONFLICT, error: 'Conflict', message: error.message });
     }
-    this.logger.error(error.message, error.stack);
+    this.logger.error(error.message, stackOf(error));
     this.reply(response, {
       statusCode: HttpStatus.INTERNAL_SERVER_ERROR,
       error: 'Internal Server Error',

@@ -20,4 +20,11 @@ export interface DedupQueueDashboardOptions {
   showErrorStacks?: boolean;
   /** How often the page refreshes what it shows, in milliseconds. Default 3000. */
   refreshIntervalMs?: number;
+  /**
+   * Origins (`'https://admin.example.com'`: scheme, host and port) whose pages may call the dashboard's actions from
+   * a browser, besides the dashboard's own page. Every action (pause, cancel, rerun, ...) is refused with 403 from a
+   * browser page of any other origin, whatever CORS the application grants; clients that are not browsers (curl, a
+   * script) send no origin and are let through, behind `guards`. Default: none.
+   */
+  allowedOrigins?: string[];
 }

@@ -1,4 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { InputLimits } from './input-limits.interface';
 import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
 
@@ -114,4 +115,11 @@ export interface DedupQueueModuleOptions {
    * plain schema with `'citus'` distributes its tables in place, keeping their rows.
    */
   distribution?: 'single' | 'citus';
+  /**
+   * Limits on what callers store: the size and nesting depth of arguments, messages, event values and results
+   * (keys are at most 255 characters, a fixed limit). Enforced by the JavaScript API and by
+   * `<schema>.enqueue_workflow(...)` in SQL (which reads the limits the last process to boot wrote to the schema:
+   * give every process the same). Default `{ maxValueBytes: 4194304, maxDepth: 64 }`.
+   */
+  inputLimits?: InputLimits;
 }

@@ -21,3 +21,4 @@ export * from './dashboard-options.interface';
 export * from './cancel-options.interface';
 export * from './get-event-options.interface';
 export * from './message-options.interface';
+export * from './input-limits.interface';

@@ -1,10 +1,11 @@
-import { Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_EVENT_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { WorkflowEvent, WorkflowEventName } from '../interfaces/workflow-event.interface';
 import { findDecoratedMethods } from '../discovery/decorated-methods';
 import { LifecycleEvent, WorkflowLifecycle } from './workflow-lifecycle.events';
+import { ModuleLogger } from '../utils/module-logger';
 
 type Handler = (event: WorkflowEvent) => unknown;
 
@@ -25,7 +26,7 @@ const EVENT_NAMES: ReadonlySet<string> = new Set<WorkflowEventName>([
  */
 @Injectable()
 export class WorkflowEventsExplorer implements OnModuleInit, OnApplicationShutdown {
-  private readonly logger = new Logger('DedupQueue');
+  private readonly logger = new ModuleLogger('DedupQueue');
   private readonly handlers = new Map<string, { declaredAt: string; handle: Handler }[]>();
   private unlisten?: () => void;
 

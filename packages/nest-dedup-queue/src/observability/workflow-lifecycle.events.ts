@@ -1,6 +1,7 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import type { WorkflowOutcome, WorkflowRef } from '../database/workflow.store';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** The changes of state that are not public events: they feed metrics and tracing only. */
 type InternalEvent =
@@ -40,7 +41,7 @@ export type LifecycleListener = (event: LifecycleEvent) => void;
  */
 @Injectable()
 export class WorkflowLifecycle {
-  private readonly logger = new Logger('DedupQueue');
+  private readonly logger = new ModuleLogger('DedupQueue');
   private readonly listeners = new Set<LifecycleListener>();
 
   listen(listener: LifecycleListener): () => void {

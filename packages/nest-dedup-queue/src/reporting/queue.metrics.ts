@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import type * as PromClient from 'prom-client';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
@@ -12,6 +12,7 @@ import type { MetricsRegistry } from '../interfaces/metrics-options.interface';
 import { WORKFLOW_STATUSES, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { optionalPeer } from '../observability/optional-peer';
 import { LifecycleEvent, WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { ModuleLogger } from '../utils/module-logger';
 
 const FINISHED_BY_EVENT: Partial<Record<LifecycleEvent['event'], WorkflowStatus>> = {
   completed: 'SUCCESS',
@@ -51,7 +52,7 @@ interface Metrics {
  */
 @Injectable()
 export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
-  private readonly logger = new Logger('DedupQueue');
+  private readonly logger = new ModuleLogger('DedupQueue');
   private readonly stats: QueueStatsStore;
   private registry?: MetricsRegistry;
   private metrics?: Metrics;

@@ -1,5 +1,6 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { StrandedDuplicates } from '../database/stranded-duplicates';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * Delivers the `onDuplicate: 'send'` messages that finished holders of a queue left unreceived (see
@@ -8,7 +9,7 @@ import { StrandedDuplicates } from '../database/stranded-duplicates';
  */
 @Injectable()
 export class DuplicateDeliveries {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
 
   constructor(private readonly stranded: StrandedDuplicates) {}
 

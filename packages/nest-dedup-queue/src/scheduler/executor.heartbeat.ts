@@ -1,4 +1,4 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { ExecutorStore, type RecoveredWorkflow } from '../database/executor.store';
 import { WorkflowStore } from '../database/workflow.store';
@@ -7,6 +7,7 @@ import { describeError } from '../database/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 import { DuplicateDeliveries } from './duplicate-deliveries';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
@@ -22,7 +23,7 @@ const EXTEND_INTERVAL_MS = 3_600_000;
  */
 @Injectable()
 export class ExecutorHeartbeat {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private renewTimer?: NodeJS.Timeout;
   private sweepTimer?: NodeJS.Timeout;
   private renewing?: Promise<void>;

@@ -1,9 +1,10 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { ConnectionMonitor } from '../database/connection-monitor';
 import { type DedicatedConnection, type PgNotification, QueueDatabase } from '../database/queue-database';
 import { backoffDelayMs } from '../utils/backoff';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
 export type ChannelHandler = (payload: string | undefined) => void;
@@ -21,7 +22,7 @@ const SELF_TEST_TIMEOUT_MS = 3000;
  */
 @Injectable()
 export class NotificationListener {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly monitor: ConnectionMonitor;
   private readonly selfTestChannel = `dq_self_test_${randomBytes(8).toString('hex')}`;
   private connection?: DedicatedConnection;

@@ -1,10 +1,11 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
 import type { AttachedClaim } from '../database/workflow-claimer';
 import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
 import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
+import { ModuleLogger } from '../utils/module-logger';
 
 const MAX_BATCH = 500;
 /**
@@ -40,7 +41,7 @@ interface QueuedOutcome {
  */
 @Injectable()
 export class OutcomeWriter {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private queued: QueuedOutcome[] = [];
   /** The writes in flight, each with its lane (its queue on Citus, '' on one server). */
   private readonly inFlight = new Map<Promise<void>, string>();

@@ -1,18 +1,20 @@
-import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
-import { ExecutorStore } from '../database/executor.store';
+import { ExecutorStore, type HeldRun } from '../database/executor.store';
 import { QueueDatabase } from '../database/queue-database';
-import { InterruptPayload, parseInterruptPayload } from '../database/workflow.store';
+import type { InterruptPayload } from '../database/workflow.store';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
+import { CancelHints } from './cancel-hints';
 import { ExecutorHeartbeat } from './executor.heartbeat';
 import { NotificationListener } from './notification.listener';
 import { OutcomeWriter } from './outcome.writer';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';
 import { QueueWorkerFactory } from './queue-worker.factory';
+import { ModuleLogger } from '../utils/module-logger';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
@@ -24,7 +26,7 @@ import { QueueWorkerFactory } from './queue-worker.factory';
  */
 @Injectable()
 export class QueueScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly workers = new Map<string, QueueWorker>();
   private readonly pollFailures = new FailureLog(this.logger);
   /** From bootstrap to the end of shutdown, in a worker process. */
@@ -36,6 +38,16 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private leaseReady = false;
   private readonly reconciling = new Map<string, Promise<void>>();
   private stopping = false;
+  private readonly cancelHints = new CancelHints({
+    queuesThatMayHold: (workflowId) =>
+      [...this.workers].filter(([, worker]) => worker.mayHold(workflowId)).map(([queueName]) => queueName),
+    lookUp: (runs) => this.executors.notOwned(this.config.executorId, runs),
+    release: (cancelled) => this.cancelled(cancelled),
+    endedElsewhere: () => this.workers.forEach((worker) => worker.endedElsewhere()),
+    checkEveryRun: () => this.interruptNotOwned(),
+    active: () => this.started,
+    failed: (error) => this.pollFailures.failed('Confirming announced cancels', error),
+  });
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -66,10 +78,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     const listening = this.listener.start(
       new Map([
         [this.database.wakeUpChannel, (queueName) => this.wake(queueName)],
-        [
-          this.database.cancelChannel,
-          (payload) => (payload ? this.cancelled(parseInterruptPayload(payload)) : void this.interruptNotOwned()),
-        ],
+        [this.database.cancelChannel, (payload) => this.cancelHints.announce(payload)],
         [this.database.controlChannel, () => void this.refreshSettings()],
       ]),
     );
@@ -148,8 +157,8 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
-   * A workflow was CANCELLED in Postgres (by this process, or announced on the cancel channel): the worker running
-   * that run of it here aborts its signal and frees its slot at once.
+   * A workflow is CANCELLED in Postgres (by this process, or announced on the cancel channel and confirmed in the
+   * database): the worker running that run of it here aborts its signal and frees its slot at once.
    */
   cancelled({ workflowId, reason, attempt }: InterruptPayload): void {
     for (const worker of this.workers.values()) worker.release(workflowId, reason, attempt);
@@ -178,7 +187,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     try {
       for (const { workflowId, reason, attempt } of await this.executors.notOwned(
         this.config.executorId,
-        this.runningIds(),
+        this.heldRuns(),
       )) {
         if (reason === 'ownership-lost') this.interrupt({ workflowId, reason });
         else this.cancelled({ workflowId, reason, attempt });
@@ -228,7 +237,14 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   private runningIds(): string[] {
-    return [...this.workers.values()].flatMap((worker) => worker.runningIds());
+    return this.heldRuns().map((run) => run.workflowId);
+  }
+
+  /** The workflows the workers know (running, being recorded, buffered), each with its queue. */
+  private heldRuns(): HeldRun[] {
+    return [...this.workers].flatMap(([queueName, worker]) =>
+      worker.runningIds().map((workflowId) => ({ workflowId, queueName })),
+    );
   }
 
   private interruptAll(reason: InterruptReason): void {

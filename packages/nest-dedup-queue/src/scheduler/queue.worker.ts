@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
@@ -20,6 +19,7 @@ import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
 import { SUSPENDED, type WorkflowWaits } from '../composition/workflow-waits';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
@@ -92,7 +92,7 @@ interface AbandonedRun {
  * or still buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
  */
 export class QueueWorker {
-  private readonly logger = new Logger('DedupQueueScheduler');
+  private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
   /** Runs whose body returned while their outcome is being written: still PENDING here, outside any slot. */
   private readonly recording = new Map<string, RunningWorkflow>();
@@ -173,6 +173,20 @@ export class QueueWorker {
     }
     if (this.dropBuffered(workflowId, attempt)) return;
     for (const cancelled of this.claims.values()) cancelled.set(workflowId, attempt);
+    this.endedElsewhere();
+  }
+
+  /** Whether this worker may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
+  mayHold(workflowId: string): boolean {
+    return (
+      this.running.has(workflowId) ||
+      this.claims.size > 0 ||
+      this.buffered.some(({ workflow }) => workflow.workflowId === workflowId)
+    );
+  }
+
+  /** A workflow not held here ended: a queue with global limits looks for work, since it may have held a slot. */
+  endedElsewhere(): void {
     if (hasGlobalLimits(this.deps.settings.effective(this.queueName))) this.wake();
   }
 
@@ -537,7 +551,8 @@ export class QueueWorker {
         run.suspended = true;
         return { workflowId, queueName: this.queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
       }
-      const outputJson = result === undefined ? null : toStoredJson(result, 'The result');
+      const outputJson =
+        result === undefined ? null : toStoredJson(result, 'The result', this.deps.steps.database.inputLimits);
       return {
         workflowId,
         queueName: this.queueName,

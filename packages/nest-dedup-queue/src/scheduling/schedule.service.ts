@@ -48,7 +48,7 @@ export class ScheduleService {
     const workflowName = this.registry.resolveName(options.workflow);
     const workflowQueue = this.registry.find(workflowName)?.options.queue;
     const queueName = scheduleQueue(this.config.queues.keys(), options.queue, invalid, workflowQueue);
-    const argsJson = serialiseArgs(options.args ?? [], 'args');
+    const argsJson = serialiseArgs(options.args ?? [], 'args', this.config.inputLimits);
     const stored = await this.store.upsert({
       name: valid.name,
       source: 'runtime',

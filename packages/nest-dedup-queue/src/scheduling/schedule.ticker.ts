@@ -1,4 +1,4 @@
-import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { BeforeApplicationShutdown, Inject, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueDatabase } from '../database/queue-database';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
@@ -6,6 +6,7 @@ import { SCHEDULE_CLOCK, ScheduleClock } from './schedule.clock';
 import { ScheduleRow, ScheduleStore } from './schedule.store';
 import { TickCalculator } from './tick.calculator';
 import { TickEnqueuer } from './tick.enqueuer';
+import { ModuleLogger } from '../utils/module-logger';
 
 /** The longest a timer waits (Node timers overflow past 2^31 - 1 ms). */
 const MAX_TIMER_MS = 60 * 60 * 1000;
@@ -28,7 +29,7 @@ interface TickedSchedule {
  */
 @Injectable()
 export class ScheduleTicker implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('DedupQueueSchedules');
+  private readonly logger = new ModuleLogger('DedupQueueSchedules');
   private readonly schedules = new Map<string, TickedSchedule>();
   /** Ticks after this instant came while this process ran; earlier ones follow the catch-up policy. */
   private regularFrom = new Date(0);

@@ -4,7 +4,7 @@ import type { DuplicatePolicy, EnqueueOptions, WhenRunningPolicy } from '../inte
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
 import { callerTransaction } from '../transactions/caller-transaction';
 import { unknownKey } from './known-keys';
-import { UnstorableValueError, toStoredJson } from './stored-json';
+import { UnstorableValueError, ValueLimits, toStoredJson } from './stored-json';
 import { characterLength, exceedsCharacters } from './character-length';
 
 /** Enqueue options checked and normalised; nothing is written before this succeeds. */
@@ -129,7 +129,10 @@ export function validateEnqueueOptions(
   };
 }
 
-/** A deduplication ID, workflow ID or partition key: 1 to 255 characters (Unicode code points), no NUL. */
+/**
+ * A key (a deduplication ID, workflow ID, partition key, topic, idempotency key or event key), or null when not
+ * given: 1 to `MAX_KEY_LENGTH` characters (Unicode code points), no NUL.
+ */
 export function optionalKey(value: unknown, field: string): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string') throw new InvalidArgumentError(field, `must be a string, got ${typeof value}`);
@@ -158,15 +161,29 @@ function optionalInteger(value: unknown, field: string, min: number): number | n
   return value as number;
 }
 
-/** The arguments as JSON text, or an `InvalidArgumentError` naming the value JSON cannot hold. */
-export function serialiseArgs(args: unknown, field = 'args'): string {
-  if (!Array.isArray(args)) {
-    throw new InvalidArgumentError(field, "must be an array of the workflow's arguments");
-  }
+/** A key that must be given (see `optionalKey`). */
+export function requiredKey(value: unknown, field: string): string {
+  const key = optionalKey(value, field);
+  if (key === null) throw new InvalidArgumentError(field, 'must be a non-empty string');
+  return key;
+}
+
+/**
+ * A value as JSON text, or an `InvalidArgumentError` naming the value JSON cannot hold or the limit it is over.
+ */
+export function storedArgument(value: unknown, field: string, limits: ValueLimits): string {
   try {
-    return toStoredJson(args, field);
+    return toStoredJson(value, field, limits);
   } catch (error) {
     if (error instanceof UnstorableValueError) throw new InvalidArgumentError(error.path, error.reason);
     throw error;
   }
+}
+
+/** The arguments as JSON text, or an `InvalidArgumentError` naming the value JSON cannot hold. */
+export function serialiseArgs(args: unknown, field: string, limits: ValueLimits): string {
+  if (!Array.isArray(args)) {
+    throw new InvalidArgumentError(field, "must be an array of the workflow's arguments");
+  }
+  return storedArgument(args, field, limits);
 }

@@ -9,17 +9,48 @@ export class UnstorableValueError extends Error {
   }
 }
 
-/**
- * Serialises a value to JSON text for storage, refusing what JSON would lose or cannot hold instead of silently
- * changing it: BigInt, functions, symbols, Map, Set, NaN and Infinity, and circular references.
- * `Date` becomes its ISO string and `undefined` object properties are dropped, as `JSON.stringify` does.
- */
-export function toStoredJson(value: unknown, rootPath: string): string {
-  assertStorable(value, rootPath, new Set());
-  return JSON.stringify(value) ?? 'null';
+/** The size and depth limits of a stored value (`InputLimits`, resolved). */
+export interface ValueLimits {
+  maxValueBytes: number;
+  maxDepth: number;
 }
 
-function assertStorable(value: unknown, path: string, ancestors: Set<object>): void {
+/**
+ * Serialises a value to JSON text for storage, refusing what JSON would lose or cannot hold instead of silently
+ * changing it: BigInt, functions, symbols, Map, Set, NaN and Infinity, and circular references; and what is over
+ * `limits`: nested deeper than `maxDepth`, or more than `maxValueBytes` of JSON (told before serialising when its
+ * strings alone are more). `Date` becomes its ISO string and `undefined` object properties are dropped, as
+ * `JSON.stringify` does.
+ */
+export function toStoredJson(value: unknown, rootPath: string, limits: ValueLimits): string {
+  const walk: Walk = { rootPath, limits, stringUnits: 0 };
+  assertStorable(value, rootPath, new Set(), 1, walk);
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? 'null';
+  } catch (error) {
+    // NOTE: a toJSON() may return what the walk did not see: a structure too deep for JSON.stringify's stack.
+    if (error instanceof RangeError) throw new UnstorableValueError(rootPath, `cannot be serialised: ${error.message}`);
+    throw error;
+  }
+  const bytes = Buffer.byteLength(text);
+  if (bytes > limits.maxValueBytes) {
+    throw new UnstorableValueError(
+      rootPath,
+      `is ${bytes} bytes of JSON, over the limit of ${limits.maxValueBytes} (inputLimits.maxValueBytes)`,
+    );
+  }
+  return text;
+}
+
+interface Walk {
+  rootPath: string;
+  limits: ValueLimits;
+  /** The UTF-16 units of the strings and keys seen: no more bytes than the JSON text will have. */
+  stringUnits: number;
+}
+
+function assertStorable(value: unknown, path: string, ancestors: Set<object>, depth: number, walk: Walk): void {
   switch (typeof value) {
     case 'bigint':
       throw new UnstorableValueError(path, 'is a BigInt, which JSON cannot hold; pass it as a string');
@@ -31,6 +62,8 @@ function assertStorable(value: unknown, path: string, ancestors: Set<object>): v
         throw new UnstorableValueError(path, `is ${value}, which JSON cannot hold`);
       }
       return;
+    case 'string':
+      return countUnits(value.length, walk);
     case 'object':
       break;
     default:
@@ -51,17 +84,34 @@ function assertStorable(value: unknown, path: string, ancestors: Set<object>): v
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
     return;
   }
+  if (depth > walk.limits.maxDepth) {
+    throw new UnstorableValueError(
+      path,
+      `is nested deeper than ${walk.limits.maxDepth} levels of arrays and objects (inputLimits.maxDepth)`,
+    );
+  }
   ancestors.add(value);
   if (Array.isArray(value)) {
-    value.forEach((item, index) => assertStorable(item, `${path}[${index}]`, ancestors));
+    value.forEach((item, index) => assertStorable(item, `${path}[${index}]`, ancestors, depth + 1, walk));
   } else {
     for (const [key, item] of Object.entries(value)) {
       if (item !== undefined) {
-        assertStorable(item, `${path}.${key}`, ancestors);
+        countUnits(key.length, walk);
+        assertStorable(item, `${path}.${key}`, ancestors, depth + 1, walk);
       }
     }
   }
   ancestors.delete(value);
+}
+
+function countUnits(units: number, walk: Walk): void {
+  walk.stringUnits += units;
+  if (walk.stringUnits > walk.limits.maxValueBytes) {
+    throw new UnstorableValueError(
+      walk.rootPath,
+      `is over ${walk.limits.maxValueBytes} bytes of JSON, the limit (inputLimits.maxValueBytes)`,
+    );
+  }
 }
 
 /** Parses stored JSON text; SQL NULL (a workflow that returned undefined) reads back as undefined. */

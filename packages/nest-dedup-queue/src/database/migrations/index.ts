@@ -16,6 +16,7 @@ import { childWorkflowsAndEvents } from './015-child-workflows-and-events.migrat
 import { waitingAndMessages } from './016-waiting-and-messages.migration';
 import { keysWithTheQueue } from './017-keys-with-the-queue.migration';
 import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
+import { enqueueFromSqlSecured } from './019-enqueue-from-sql-secured.migration';
 import { wholeRecord } from './020-the-whole-record.migration';
 import type { Migration } from './migration.interface';
 
@@ -39,6 +40,7 @@ export const MIGRATIONS: readonly Migration[] = [
   waitingAndMessages,
   keysWithTheQueue,
   moreDuplicatePolicies,
+  enqueueFromSqlSecured,
   wholeRecord,
 ];
 
