@@ -9,6 +9,7 @@ import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
 import { wakeUpCteSql } from './wake-ups.sql';
+import { PINNED_SEARCH_PATH } from './migrations/019-enqueue-from-sql-secured.migration';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -298,13 +299,14 @@ export function handOverKeysSql(
  * migration 020): it hands the freed keys (`p_keys[i]` of queue `p_queues[i]`) to their follow-ups, sends the wake-ups
  * on `p_channel`, and returns how many follow-ups took a key. VOLATILE, so that its statement takes a snapshot of its own
  * when called (see `handOverKeysSql`); the ending statement calls it through `endWorkflowsSql`'s `hand_over` once its
- * rows are gone. NOTE: a change to the hand-over must come with a migration that creates the function again.
+ * rows are gone. Only the module's role (its owner) may call it, with the `search_path` of the schema's functions.
+ * NOTE: a change to the hand-over must come with a migration that creates the function again.
  */
 export function handOverFunctionSql(schemaSql: string): string {
   const { active, handOverKeys } = workflowTables(schemaSql);
   return `
     CREATE OR REPLACE FUNCTION ${handOverKeys}(p_channel text, p_queues text[], p_keys text[]) RETURNS int
-    LANGUAGE plpgsql VOLATILE AS $hand_over$
+    LANGUAGE plpgsql VOLATILE ${PINNED_SEARCH_PATH} AS $hand_over$
     DECLARE
       handed int;
       woken int;
@@ -313,6 +315,7 @@ export function handOverFunctionSql(schemaSql: string): string {
       SELECT (SELECT count(*)::int FROM handed_over), (SELECT count(*)::int FROM hand_over_wake_ups) INTO handed, woken;
       RETURN handed;
     END $hand_over$;
+    REVOKE ALL ON FUNCTION ${handOverKeys}(text, text[], text[]) FROM PUBLIC;
   `;
 }
 
