@@ -114,6 +114,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       event_waits: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
+      registered_workflows: 'coordinator',
       schedules: 'coordinator',
       schema_migrations: 'coordinator',
       input_limits: 'coordinator',

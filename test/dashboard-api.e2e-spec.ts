@@ -135,6 +135,8 @@ describe('dashboard admin API over HTTP (Express)', () => {
         workflowId: ids.held1,
         queueName: 'held',
         workflowName: REPORT,
+        version: 1,
+        forkedFrom: null,
         status: 'ENQUEUED',
         deduplicationId: 'user-1',
         holdsDeduplicationId: true,
@@ -360,6 +362,35 @@ describe('dashboard admin API over HTTP (Express)', () => {
         existingWorkflowId: taker.workflowId,
       });
       expect(await statusInDb(ids.cancelled1)).toBe('CANCELLED');
+    });
+
+    it('forks a workflow from its failed step (201, the same fork on a retry), by filter, and reports the versions', async () => {
+      const { body } = await post(`/workflows/${ids.failed}/fork`).expect(201);
+      expect(body).toEqual({ workflowId: `${ids.failed}-fork-1`, forkedFrom: ids.failed, created: true });
+      expect((await post(`/workflows/${ids.failed}/fork`).expect(201)).body).toMatchObject({ created: false });
+      await waitFor(async () => (await statusInDb(body.workflowId)) === 'ERROR', { what: 'the fork to fail too' });
+      const detail = (await api().get(`/queues/api/workflows/${body.workflowId}`).expect(200)).body;
+      expect(detail).toMatchObject({ forkedFrom: ids.failed, version: 1 });
+      await post(`/workflows/${ids.failed}/fork`, { fromStep: 'soon' }).expect(400);
+      await post(`/workflows/${ids.failed}/fork`, { colour: 'red' }).expect(400);
+      await post('/workflows/nope/fork').expect(404);
+
+      const { body: many } = await post('/workflows/fork-matching', {
+        workflowIds: [ids.failed, body.workflowId],
+        fromStep: 0,
+      }).expect(200);
+      expect(many.results).toEqual([
+        { workflowId: ids.failed, outcome: 'forked', forkWorkflowId: `${ids.failed}-fork-0` },
+        // Both hold key user-3 when they run: the first fork takes it.
+        { workflowId: body.workflowId, outcome: 'key-held' },
+      ]);
+      await post('/workflows/fork-matching', {}).expect(400);
+
+      const versions = (await api().get('/queues/api/versions').expect(200)).body;
+      expect(versions.versions).toEqual(
+        expect.arrayContaining([{ workflowName: BROKEN, version: 1, unfinished: expect.any(Number), executors: 1 }]),
+      );
+      expect(versions).toMatchObject({ stranded: expect.any(Array), checkedAt: expect.any(String) });
     });
 
     it('re-runs a workflow as a new one with the same queue, workflow, inputs and key; a held key answers 409', async () => {

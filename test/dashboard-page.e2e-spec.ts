@@ -146,6 +146,39 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     });
   });
 
+  it('retries a failed workflow from its failed step, one or all matching, and shows the versions in flight', async () => {
+    const failed = await open.queues.enqueue('work', 'DashboardTasks.broken', ['page-fork']);
+    await waitFor(async () => (await statusInDb(failed.workflowId)) === 'ERROR', { what: 'the workflow to fail' });
+    await page.goto(`${openUrl}/queues#/workflow/${failed.workflowId}`);
+    await page.getByText('DashboardTasks.broken (version 1)').waitFor();
+    await page.getByRole('button', { name: 'Retry from the failed step' }).click();
+    const forkId = `${failed.workflowId}-fork-1`;
+    await page.getByRole('heading', { name: new RegExp(`Workflow ${forkId}`) }).waitFor();
+    await page.getByRole('link', { name: failed.workflowId }).waitFor();
+    expect(
+      (await pool.query(`SELECT forked_from FROM "${schema}".workflows WHERE workflow_id = $1`, [forkId])).rows,
+    ).toEqual([{ forked_from: failed.workflowId }]);
+
+    const another = await open.queues.enqueue('work', 'DashboardTasks.broken', ['page-fork-2']);
+    await waitFor(async () => (await statusInDb(another.workflowId)) === 'ERROR', { what: 'the second to fail' });
+    await page.goto(`${openUrl}/queues#/queue/work?status=ERROR`);
+    await page.getByRole('button', { name: 'Retry all matching from their failed step' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Confirm' }).click();
+    await waitFor(
+      async () =>
+        (
+          await pool.query(`SELECT 1 FROM "${schema}".workflows WHERE workflow_id = $1`, [
+            `${another.workflowId}-fork-1`,
+          ])
+        ).rowCount === 1,
+      { what: 'the matching ones to be forked' },
+    );
+
+    await page.goto(`${openUrl}/queues#/versions`);
+    const versions = page.getByRole('table', { name: 'Runs in flight per workflow version' });
+    await versions.getByRole('rowheader', { name: 'DashboardTasks.broken' }).waitFor();
+  });
+
   it('keeps the workflow when the confirmation is dismissed', async () => {
     const queued = await open.queues.enqueue('held', REPORT, ['keep']);
     await page.goto(`${openUrl}/queues#/workflow/${queued.workflowId}`);

@@ -4,6 +4,7 @@ import {
   QueueDeduplicatedError,
   WorkflowCancelledError,
   WorkflowFailedError,
+  WorkflowResultTimeoutError,
   runStep,
   stepManager,
   workflowContext,
@@ -77,11 +78,22 @@ describe('durable steps, retries, timeouts and cancellation (one process)', () =
     });
   });
 
-  it('fails a workflow whose steps no longer match the recorded ones, without retrying it', async () => {
+  it('dead-letters (parks) a workflow whose steps no longer match the recorded ones, without retrying it', async () => {
     const handle = await app.queues.enqueue('tasks', tasks.changesItsSteps, ['changing']);
-    const error: WorkflowFailedError = await handle.getResult().catch((caught) => caught);
-    expect(error.causeName).toBe('WorkflowDeterminismError');
-    expect(error.message).toMatch(/called step "a-different-step" as step #0, but "DurableTasks.token" was recorded/);
+    const status = await waitFor(
+      async () => {
+        const current = await handle.getStatus();
+        return current.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ? current : undefined;
+      },
+      { what: 'the workflow to be parked' },
+    );
+    expect(status.error?.name).toBe('WorkflowDeterminismError');
+    expect(status.error?.message).toMatch(
+      /called step "a-different-step" as step #0, but "DurableTasks.token" was recorded/,
+    );
+    expect(status.attempts).toBe(2);
+    // A parked run is meant to go on once fixed and resumed: getResult() waits for it.
+    await expect(handle.getResult({ timeoutMs: 300 })).rejects.toBeInstanceOf(WorkflowResultTimeoutError);
   });
 
   it('retries a step with backoff, and records the error of a step that keeps failing', async () => {

@@ -13,7 +13,11 @@ import { RecordingTasks } from './fixtures/recording-tasks';
 import { databaseUrl, databaseUrlOf, dropSchema, testPool, uniqueSchema } from './support/database';
 import { useQueueApp } from './support/queue-app';
 
-const ENQUEUE_WORKFLOW = 'enqueue_workflow(text, text, json, text, text, double precision, integer, text, text)';
+/** The function's signature since migration 022 (`workflow_version` last); before it, without the last `integer`. */
+const ENQUEUE_WORKFLOW =
+  'enqueue_workflow(text, text, json, text, text, double precision, integer, text, text, integer)';
+const ENQUEUE_WORKFLOW_BEFORE_022 =
+  'enqueue_workflow(text, text, json, text, text, double precision, integer, text, text)';
 const databaseName = () => new URL(databaseUrl()).pathname.slice(1);
 
 describe('an enqueue-only role', () => {
@@ -44,11 +48,12 @@ describe('an enqueue-only role', () => {
     await admin.end();
   });
 
-  const enqueue = (args: string, key: string) =>
+  /** `delayMs` keeps the workflow queued (its key held) for that long. */
+  const enqueue = (args: string, key: string, delayMs = 0) =>
     enqueuer.query<{ workflow_id: string; created: boolean }>(
       `SELECT * FROM "${suite.schema}".enqueue_workflow(queue_name => 'tasks', workflow_name => 'RecordingTasks.echo',
-         args => $1::json, deduplication_id => $2)`,
-      [args, key],
+         args => $1::json, deduplication_id => $2, delay_ms => $3)`,
+      [args, key, delayMs],
     );
   const refusal = (sql: string) =>
     enqueuer.query(sql).then(
@@ -62,7 +67,7 @@ describe('an enqueue-only role', () => {
     await expect((await suite.app.queues.retrieve(first[0].workflow_id)).getResult()).resolves.toBe(
       'from the enqueuer',
     );
-    const held = await enqueue('["held"]', 'held-key');
+    const held = await enqueue('["held"]', 'held-key', 60_000);
     const { rows: again } = await enqueue('["again"]', 'held-key');
     expect(again).toEqual([{ workflow_id: held.rows[0].workflow_id, created: false }]);
   });
@@ -138,17 +143,21 @@ describe('upgrading a schema whose roles enqueued from SQL', () => {
     await pool.query(`GRANT USAGE ON SCHEMA "${schema}" TO "${inserter}", "${reader}"`);
     await pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON "${schema}".workflow_queue TO "${inserter}"`);
     await pool.query(`GRANT SELECT ON "${schema}".workflows TO "${reader}"`);
-    const canExecute = async (role: string) =>
+    const canExecute = async (role: string, signature = ENQUEUE_WORKFLOW) =>
       (
         await pool.query<{ allowed: boolean }>(`SELECT has_function_privilege($1, $2, 'EXECUTE') AS allowed`, [
           role,
-          `"${schema}".${ENQUEUE_WORKFLOW}`,
+          `"${schema}".${signature}`,
         ])
       ).rows[0].allowed;
-    expect([await canExecute(inserter), await canExecute(reader)]).toEqual([true, true]);
+    expect([
+      await canExecute(inserter, ENQUEUE_WORKFLOW_BEFORE_022),
+      await canExecute(reader, ENQUEUE_WORKFLOW_BEFORE_022),
+    ]).toEqual([true, true]);
 
     await runMigrations(database, MIGRATIONS);
 
+    // Migration 019 grants it to the role that could insert; 022, which gives the function a parameter, keeps that.
     expect([await canExecute(inserter), await canExecute(reader)]).toEqual([true, false]);
     const { rows } = await pool.query(
       `SELECT p.prosecdef AS definer, p.proconfig AS config FROM pg_proc AS p WHERE p.oid = $1::regprocedure`,

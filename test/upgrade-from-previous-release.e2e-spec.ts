@@ -1,10 +1,14 @@
 /**
- * Upgrade in place (issue 20, item 5): a database made by the previous release (0.2.0, built from git at its last
- * commit and run in a child process) is booted by this release, whose migration 013 moves active work apart from
- * history. Every finished workflow keeps its status, result, error and steps; every queued, delayed or running one
- * keeps its key and runs exactly once (a delayed one not before its time, by the database's clock); the
- * deduplication window still holds; the follow-up runs after its holder; schedules keep their cursors. Then a
- * process of the previous release meeting the migrated schema refuses to start and writes nothing.
+ * Upgrade in place (issue 20, item 5; issue 31, item 7): a database made by an earlier release (0.2.0, and 1.0.0,
+ * each built from git at its last commit and run in a child process) is booted by this release. From 0.2.0 it applies
+ * the breaking migration 013, which moves active work apart from history; from 1.0.0 the migrations after 018 (none
+ * breaking). Every finished workflow keeps its status, result, error and steps; every queued, delayed or running one
+ * keeps its key and runs exactly once (a delayed one not before its time, by the database's clock); every run gets a
+ * version (1, what a workflow without `@Workflow({ version })` registers); the deduplication window still holds; the
+ * follow-up runs after its holder; schedules keep their cursors. Then a process of the old release meets the
+ * migrated schema: 0.2.0 refuses to start and writes nothing; 1.0.0 runs against it (one warning), enqueues and runs
+ * its runs (version 1), and, as it cannot tell versions apart, also runs a version-2 run of a name it has (which is
+ * why docs/upgrading.md says to upgrade every process before deploying a version 2).
  * The migration's duration on 1,000,000 finished workflows is measured by bench/upgrade/measure.js, not here.
  */
 import { QueueDeduplicatedError, ScheduleService, Step, Workflow, WorkflowFailedError } from 'nest-dedup-queue';
@@ -15,7 +19,13 @@ import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-har
 import type { IpcMessage } from './fixtures/child-ipc';
 import { RUNS_TABLE_SQL, UpgradeTasks, decorateUpgradeTasks } from './fixtures/upgrade-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
-import { PREVIOUS_RELEASE, buildPreviousRelease, describeWithPreviousRelease } from './support/previous-release';
+import {
+  PREVIOUS_RELEASE,
+  RELEASE_1_0,
+  Release,
+  buildPreviousRelease,
+  describeWithPreviousRelease,
+} from './support/previous-release';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { consecutiveSeconds, databaseNow, tickRuns } from './support/schedule-runs';
 import { waitFor } from './support/wait-for';
@@ -48,7 +58,17 @@ interface Seeded extends IpcMessage {
   schedules: SeededSchedule[];
 }
 
-describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`, () => {
+/** The releases upgraded from, with the last migration their schema has. */
+const RELEASES: Array<Release & { lastMigration: number }> = [
+  { ...PREVIOUS_RELEASE, lastMigration: 12 },
+  { ...RELEASE_1_0, lastMigration: 18 },
+];
+
+for (const release of RELEASES)
+  describeWithPreviousRelease(`upgrade in place from ${release.version}`, () => upgradeFrom(release), release);
+
+function upgradeFrom(release: Release & { lastMigration: number }): void {
+  const major = release.lastMigration < 13;
   const schema = uniqueSchema('upgrade');
   /** A fresh install of this release, to compare the upgraded schema's shape with. */
   const freshSchema = uniqueSchema('upgrade_fresh');
@@ -69,7 +89,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
   };
 
   beforeAll(async () => {
-    previousRelease = buildPreviousRelease();
+    previousRelease = buildPreviousRelease(release.commit);
     pool = testPool();
     await pool.query(`CREATE SCHEMA "${schema}"`);
     await pool.query(RUNS_TABLE_SQL(schema));
@@ -86,7 +106,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     }
   });
 
-  const spawnPreviousRelease = (mode: 'seed' | 'boot', name: string): FixtureProcess =>
+  const spawnPreviousRelease = (mode: 'seed' | 'boot' | 'work', name: string): FixtureProcess =>
     spawnFixture('child-previous-release.ts', name, {
       PREVIOUS_RELEASE_DIR: previousRelease,
       SCHEMA: schema,
@@ -182,7 +202,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     };
   };
 
-  it(`${PREVIOUS_RELEASE.version} makes the database: finished, queued, delayed, running and windowed workflows, a follow-up, schedules`, async () => {
+  it(`${release.version} makes the database: finished, queued, delayed, running and windowed workflows, a follow-up, schedules`, async () => {
     const child = spawnPreviousRelease('seed', 'previous-release-seed');
     seeded = await child.message<Seeded>('seeded', {}, 60_000);
     child.child.kill('SIGKILL');
@@ -195,7 +215,7 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     });
 
     const migrations = await pool.query(`SELECT max(version)::int AS version FROM "${schema}".schema_migrations`);
-    expect(migrations.rows[0].version).toBe(12);
+    expect(migrations.rows[0].version).toBe(release.lastMigration);
     before.finished = await finishedRows(FINISHED);
     expect(before.finished.map((row) => [row.workflow_id, row.status])).toEqual([
       ['upg-cancelled', 'CANCELLED'],
@@ -238,22 +258,24 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     expect(paused!.lastRunAt).not.toBeNull();
   }, 90_000);
 
-  it('boots the new release on it, which applies the breaking migration 013 once, and the ones after it', async () => {
+  it(`boots the new release on it, which applies the migrations after ${release.lastMigration} once`, async () => {
     bootStartedAt = await databaseNow(pool);
     app = await startQueueApp({ schema, executorId, queues: [{ name: 'upgrade' }, { name: 'parked' }] }, [
       UpgradeTasks,
     ]);
     bootedAt = (await pool.query('SELECT now() AS now')).rows[0].now;
     const { rows } = await pool.query(
-      `SELECT version, breaking FROM "${schema}".schema_migrations WHERE version > 12 ORDER BY version`,
+      `SELECT version, breaking FROM "${schema}".schema_migrations WHERE version > $1 ORDER BY version`,
+      [release.lastMigration],
     );
     expect(rows).toEqual(
-      MIGRATIONS.filter(({ version }) => version > 12).map(({ version, breaking }) => ({
+      MIGRATIONS.filter(({ version }) => version > release.lastMigration).map(({ version, breaking }) => ({
         version,
         breaking: breaking === true,
       })),
     );
-    expect(rows[0]).toEqual({ version: 13, breaking: true });
+    expect(rows[0]).toEqual(major ? { version: 13, breaking: true } : { version: expect.any(Number), breaking: false });
+    expect(rows.filter((row) => row.breaking)).toHaveLength(major ? 1 : 0);
     const { rows: relations } = await pool.query(
       `SELECT relname, relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
        WHERE n.nspname = $1 AND relname IN ('workflow_queue', 'workflow_history', 'workflow_history_legacy', 'workflows')
@@ -266,6 +288,30 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
       { relname: 'workflow_queue', relkind: 'r' },
       { relname: 'workflows', relkind: 'v' },
     ]);
+  });
+
+  it('gives every workflow a version (1) and keeps every key, and knows the names of the workflows it runs', async () => {
+    const versions = await pool.query(
+      `SELECT DISTINCT workflow_version FROM "${schema}".workflows WHERE workflow_id LIKE 'upg-%'`,
+    );
+    expect(versions.rows).toEqual([{ workflow_version: 1 }]);
+    const keys = await pool.query(
+      `SELECT workflow_id, active_deduplication_id FROM "${schema}".workflow_queue
+       WHERE workflow_id = ANY($1) ORDER BY workflow_id`,
+      [['upg-delayed', 'upg-queued-1', 'upg-queued-2', 'upg-window']],
+    );
+    expect(keys.rows).toEqual([
+      { workflow_id: 'upg-delayed', active_deduplication_id: 'delayed-key' },
+      { workflow_id: 'upg-queued-1', active_deduplication_id: 'queued-1' },
+      { workflow_id: 'upg-queued-2', active_deduplication_id: 'queued-2' },
+      { workflow_id: 'upg-window', active_deduplication_id: 'window-key' },
+    ]);
+    const registered = await pool.query(
+      `SELECT workflow_name, version FROM "${schema}".registered_workflows ORDER BY workflow_name`,
+    );
+    expect(registered.rows).toEqual(
+      ['fail', 'hold', 'record', 'succeed'].map((method) => ({ workflow_name: `UpgradeTasks.${method}`, version: 1 })),
+    );
   });
 
   it('leaves the schema in the shape of a fresh install of this release', async () => {
@@ -431,18 +477,63 @@ describeWithPreviousRelease(`upgrade in place from ${PREVIOUS_RELEASE.version}`,
     });
   }, 30_000);
 
-  it(`refuses a process of ${PREVIOUS_RELEASE.version} on the migrated schema, which writes nothing`, async () => {
-    await app!.close();
-    app = undefined;
-    const contents = await contentsOf();
-    const child = spawnPreviousRelease('boot', 'previous-release-boot');
-    const refused = await child.message<IpcMessage & { name: string; className: string; message: string }>('refused');
-    expect({ name: refused.name, className: refused.className }).toEqual({
-      name: 'DedupQueueConfigurationError',
-      className: 'DedupQueueConfigurationError',
+  if (major) {
+    it(`refuses a process of ${release.version} on the migrated schema, which writes nothing`, async () => {
+      await app!.close();
+      app = undefined;
+      const contents = await contentsOf();
+      const child = spawnPreviousRelease('boot', 'previous-release-boot');
+      const refused = await child.message<IpcMessage & { name: string; className: string; message: string }>('refused');
+      expect({ name: refused.name, className: refused.className }).toEqual({
+        name: 'DedupQueueConfigurationError',
+        className: 'DedupQueueConfigurationError',
+      });
+      expect(refused.message).toContain(`Schema "${schema}" has migration 13 of a newer major version`);
+      expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
+      expect(await contentsOf()).toEqual(contents);
     });
-    expect(refused.message).toContain(`Schema "${schema}" has migration 13 of a newer major version`);
-    expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
-    expect(await contentsOf()).toEqual(contents);
-  });
-});
+  }
+
+  if (!major) {
+    it(`runs a process of ${release.version} on the migrated schema: one warning, its runs (version 1), and any version of its names`, async () => {
+      app ??= await startQueueApp(
+        { schema, executorId, worker: false, queues: [{ name: 'upgrade' }, { name: 'parked' }] },
+        [UpgradeTasks],
+      );
+      // A run recorded at a version that release does not know: it cannot tell, and runs it as its own.
+      const later = await app.queues.enqueue('upgrade', 'UpgradeTasks.record', ['a version 2 run'], {
+        workflowId: 'v2-for-the-old-release',
+        version: 2,
+      });
+      await app.close();
+      app = undefined;
+      const child = spawnPreviousRelease('work', 'previous-release-work');
+      await child.message('booted');
+      const newerSchema = new RegExp(
+        `Schema "${schema}" is at migration \\d+, this version of nest-dedup-queue knows migrations up to ${release.lastMigration}: running against it`,
+      );
+      expect(
+        child.messages.filter((message) => message.type === 'warned' && newerSchema.test(String(message.message))),
+      ).toHaveLength(1);
+      await child.message('booted');
+      expect((await child.message<IpcMessage & { result: string }>('worked')).result).toBe(
+        'recorded by the old release',
+      );
+      await waitFor(async () => (await runsOf('a version 2 run')).length === 1, { what: 'the old release to run it' });
+      expect(await runsOf('a version 2 run')).toEqual(['old']);
+      const rows = await pool.query(
+        `SELECT workflow_id, status, workflow_version FROM "${schema}".workflows
+         WHERE workflow_id IN ('old-after-upgrade', 'v2-for-the-old-release') ORDER BY workflow_id`,
+      );
+      // The old release moves a finished run to the history without the version: the column's default (1).
+      expect(rows.rows).toEqual([
+        { workflow_id: 'old-after-upgrade', status: 'SUCCESS', workflow_version: 1 },
+        { workflow_id: 'v2-for-the-old-release', status: 'SUCCESS', workflow_version: 1 },
+      ]);
+      expect(later.workflowId).toBe('v2-for-the-old-release');
+      child.send({ type: 'stop' });
+      await child.message('stopped');
+      expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
+    });
+  }
+}

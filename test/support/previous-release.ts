@@ -10,8 +10,17 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
+/** A release of nest-dedup-queue that the upgrade tests build from git. */
+export interface Release {
+  version: string;
+  commit: string;
+}
+
 /** 0.2.0 (unreleased in the CHANGELOG): the last commit before migration 013 (`storage`). */
-export const PREVIOUS_RELEASE = { version: '0.2.0', commit: '53ce303' } as const;
+export const PREVIOUS_RELEASE = { version: '0.2.0', commit: '53ce303' } as const satisfies Release;
+
+/** 1.0.0, the release before 1.1 (its migrations end at 018): main's last commit before this round's work. */
+export const RELEASE_1_0 = { version: '1.0.0', commit: '8f612a1' } as const satisfies Release;
 
 const ROOT = resolve(__dirname, '../..');
 const CACHE = join(ROOT, 'test', '.previous-release');
@@ -27,7 +36,10 @@ export function previousReleaseDir(commit: string = PREVIOUS_RELEASE.commit): st
 }
 
 /** Why the previous release cannot be built here (no git, not a git checkout, the commit missing), or undefined. */
-export function previousReleaseUnavailable(commit: string = PREVIOUS_RELEASE.commit): string | undefined {
+export function previousReleaseUnavailable(
+  commit: string = PREVIOUS_RELEASE.commit,
+  version: string = PREVIOUS_RELEASE.version,
+): string | undefined {
   if (isBuilt(commit)) return undefined;
   const git = spawnSync('git', ['rev-parse', '--verify', '--quiet', `${commit}^{commit}`], {
     cwd: ROOT,
@@ -36,7 +48,7 @@ export function previousReleaseUnavailable(commit: string = PREVIOUS_RELEASE.com
   if (git.error) return `needs git to build release ${commit} from history (${git.error.message})`;
   if (git.status !== 0) {
     return (
-      `needs commit ${commit} (nest-dedup-queue ${PREVIOUS_RELEASE.version}) in this checkout's git history ` +
+      `needs commit ${commit} (nest-dedup-queue ${version}) in this checkout's git history ` +
       `(a shallow clone lacks it: git fetch --unshallow)${git.stderr ? `: ${git.stderr.trim()}` : ''}`
     );
   }
@@ -84,11 +96,12 @@ export function buildPreviousRelease(commit: string = PREVIOUS_RELEASE.commit): 
 }
 
 /**
- * `describe` for a suite that needs the previous release. Where it cannot be built (no git, the commit missing)
- * the suite says so and skips, except under `REQUIRE_SYSTEM_TOOLS=1` (CI), where it fails with the same message.
+ * `describe` for a suite that needs a release built from git (the previous one by default). Where it cannot be
+ * built (no git, the commit missing) the suite says so and skips, except under `REQUIRE_SYSTEM_TOOLS=1` (CI), where
+ * it fails with the same message.
  */
-export function describeWithPreviousRelease(name: string, body: () => void): void {
-  const unavailable = previousReleaseUnavailable();
+export function describeWithPreviousRelease(name: string, body: () => void, release: Release = PREVIOUS_RELEASE): void {
+  const unavailable = previousReleaseUnavailable(release.commit, release.version);
   if (!unavailable) {
     describe(name, body);
     return;

@@ -30,6 +30,8 @@ import { EnqueueService } from './enqueue/enqueue.service';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { BulkControlService } from './control/bulk-control.service';
+import { ForkService } from './control/fork.service';
+import { ForkStore } from './database/fork.store';
 import { QueueControlService } from './control/queue-control.service';
 import { ChildWorkflows } from './child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
@@ -37,6 +39,8 @@ import { ChildWorkflowStore } from './database/child-workflow.store';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
 import { QueueScheduler } from './scheduler/queue.scheduler';
 import { ExecutorStore } from './database/executor.store';
+import { WorkflowVersionStore } from './database/workflow-versions.store';
+import { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';
 import { StepStore } from './database/step.store';
 import { WorkflowClaimer } from './database/workflow-claimer';
 import { StrandedDuplicates } from './database/stranded-duplicates';
@@ -96,6 +100,8 @@ import { MessageSender } from './composition/message.sender';
     WorkflowCompletions,
     onDatabase(WorkflowClaimer),
     onDatabase(ExecutorStore),
+    onDatabase(WorkflowVersionStore),
+    WorkflowVersionsMonitor,
     onDatabase(HistoryPartitions),
     {
       provide: StepStore,
@@ -118,6 +124,8 @@ import { MessageSender } from './composition/message.sender';
     EnqueueService,
     WorkflowLookupService,
     WorkflowControlService,
+    onDatabase(ForkStore),
+    ForkService,
     BulkControlService,
     QueueControlService,
     onDatabase(ChildWorkflowStore),
@@ -133,7 +141,8 @@ import { MessageSender } from './composition/message.sender';
     ScheduleService,
     InjectedQueuesExplorer,
   ],
-  // NOTE: the database, config and enqueuer are exported for DedupQueueDashboardModule; index.ts keeps them private.
+  // NOTE: the database, config, enqueuer and versions monitor are exported for DedupQueueDashboardModule; index.ts keeps
+  // them private.
   exports: [
     QueueService,
     DedupQueueHealthIndicator,
@@ -141,6 +150,7 @@ import { MessageSender } from './composition/message.sender';
     QueueDatabase,
     DedupQueueConfig,
     WorkflowEnqueuer,
+    WorkflowVersionsMonitor,
   ],
 })
 export class DedupQueueModule extends ConfigurableModuleClass {

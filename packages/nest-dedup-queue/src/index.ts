@@ -12,6 +12,7 @@ export { ScheduleService } from './scheduling/schedule.service';
 export { runStep, stepManager, workflowContext } from './execution/workflow-context';
 export { setEvent } from './composition/workflow-events';
 export { sleep } from './composition/durable-sleep';
+export { deprecatePatch, patched } from './composition/workflow-patches';
 export { DUPLICATE_TOPIC, recv } from './composition/workflow-messages';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,

@@ -58,7 +58,7 @@ export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
     for (;;) {
       signal?.throwIfAborted();
       const row = await this.readResult(deadline);
-      if (row && FINISHED_WORKFLOW_STATUSES.includes(row.status)) return row;
+      if (row && FINISHED_WORKFLOW_STATUSES.includes(row.status) && !row.parked) return row;
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw new WorkflowResultTimeoutError(this.workflowId, options.timeoutMs ?? 0);
       await this.completions.waitFor(this.workflowId, Math.min(pollMs, remaining));

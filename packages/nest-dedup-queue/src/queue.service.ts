@@ -2,6 +2,9 @@ import { Injectable } from '@nestjs/common';
 import { ChildWorkflows } from './child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
 import { BulkControlService } from './control/bulk-control.service';
+import { ForkService } from './control/fork.service';
+import type { ForkManyOptions, ForkOptions, ForkResult } from './interfaces/fork-options.interface';
+import type { WorkflowVersionInfo } from './interfaces/workflow-version.interface';
 import { QueueControlService } from './control/queue-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { EnqueueService } from './enqueue/enqueue.service';
@@ -37,6 +40,7 @@ export class QueueService {
     private readonly events: WorkflowEvents,
     private readonly messages: MessageSender,
     private readonly bulk: BulkControlService,
+    private readonly forks: ForkService,
   ) {}
 
   /**
@@ -184,6 +188,45 @@ export class QueueService {
    */
   async resumeMany(filter: WorkflowFilter): Promise<BulkControlResult[]> {
     return this.bulk.resumeMany(filter);
+  }
+
+  /**
+   * Starts a new workflow from a finished (`SUCCESS`, `ERROR`, `CANCELLED`) or dead-lettered one: the source's name,
+   * version (unless `options.version`), arguments, queue and deduplication ID, whose recorded positions before
+   * `options.fromStep` (steps, child handles, received messages, waits, events as they were there) are copied in the
+   * transaction that inserts it and replayed, not run again. By default (`'last-failure'`) every position the source
+   * completed is kept, so the fork goes on from the step that failed, with a fresh retry budget. It queues like any
+   * enqueue (its queue's limits apply) and takes the source's key under `options.onDuplicate`. Its status has
+   * `forkedFrom`. Its ID is `<source>-fork-<position>` unless `options.workflowId` is given, so a retried call
+   * returns the same fork (`created: false`). See docs/changing-workflows.md.
+   * @throws WorkflowNotFoundError when no workflow has this ID
+   * @throws InvalidArgumentError when the workflow has not finished, or for invalid options
+   * @throws QueueDeduplicatedError when another workflow holds the source's deduplication ID (`'reject'`)
+   */
+  async fork<R = unknown>(workflowId: string, options?: ForkOptions): Promise<EnqueuedWorkflowHandle<R>> {
+    return this.forks.fork<R>(workflowId, options);
+  }
+
+  /**
+   * Forks every finished or dead-lettered workflow that matches `filter` (the filter of `cancelMany`), as `fork`
+   * does each, from `options.fromStep` (default: each one's last failure). A batch of 1000 per transaction, queue by
+   * queue. Returns one `{ workflowId, outcome, forkWorkflowId? }` per matched workflow: `forked`, `existing` (its
+   * fork was made by an earlier call, so a retried call makes no second fork), `key-held` (another workflow holds
+   * its key), or `not-forkable` (it has not finished).
+   * @throws InvalidArgumentError for an empty or malformed filter, or invalid options, before anything is written
+   * @throws UnknownQueueError when `queueName` is not declared
+   */
+  async forkMany(filter: WorkflowFilter, options?: ForkManyOptions): Promise<ForkResult[]> {
+    return this.bulk.forkMany(filter, options);
+  }
+
+  /**
+   * For each workflow name and version that has unfinished runs or that a live executor registers: how many runs
+   * are unfinished (queued, delayed, running, waiting, dead-lettered) and how many live executors register it.
+   * "Can version 1 be removed?" is `unfinished === 0`. Reads the database (every queue's unfinished runs).
+   */
+  async listVersions(): Promise<WorkflowVersionInfo[]> {
+    return this.lookup.listVersions();
   }
 
   /**

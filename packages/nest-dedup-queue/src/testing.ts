@@ -17,3 +17,4 @@ export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from '
 export type { WorkflowOutcome } from './database/workflow.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
 export { StrandedDuplicates } from './database/stranded-duplicates';
+export { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';

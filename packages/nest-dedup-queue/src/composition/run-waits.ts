@@ -2,7 +2,6 @@ import type { MessageStore } from '../database/message.store';
 import type { RecordedStep, StepStore } from '../database/step.store';
 import type { EventTarget, OwnedRun, WaitingStore } from '../database/waiting.store';
 import type { WorkflowEventStore } from '../database/workflow-event.store';
-import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import type { FramedExecution } from '../execution/execution-frames';
 import type { WorkflowExecution } from '../execution/workflow-execution';
 import { abortableDelay } from '../utils/backoff';
@@ -173,9 +172,7 @@ export class RunWaits {
   }
 
   private replayed<T>(index: number, name: string, recorded: RecordedStep): T {
-    if (recorded.name !== name) {
-      throw new WorkflowDeterminismError(this.run.workflowId, index, recorded.name, name);
-    }
+    if (recorded.name !== name) throw this.execution.mismatchAt(index, recorded.name, name);
     if (recorded.error) throw reviveError(recorded.error);
     return fromStoredJson<T>(recorded.output);
   }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { QueueDatabase } from '../database/queue-database';
-import { workflowEventStore } from '../database/workflow-event.store';
+import { setEventStepName, workflowEventStore } from '../database/workflow-event.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
@@ -36,9 +36,14 @@ export async function setEvent(key: string, value: unknown): Promise<void> {
   const store = workflowEventStore(execution.database);
   const publish = async () => {
     await store.set(queueName, workflowId, key, valueJson);
+    return fromStoredJson(valueJson);
   };
-  if (frame.inStep) return publish();
-  await execution.runStep(`setEvent ${key}`, publish, {});
+  if (frame.inStep) {
+    await publish();
+    return;
+  }
+  // NOTE: the value is recorded with the position, so that a fork has each key's value as it was there.
+  await execution.runStep(setEventStepName(key), publish, {});
 }
 
 /** Reads the events workflows publish with `setEvent`, waiting for a key until it is set. */

@@ -1,7 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { BulkBatch, BulkControlStore, BulkFilter } from '../database/bulk-control.store';
+import { BulkBatch, BulkControlStore, BulkFilter, filterParams, matchesSql } from '../database/bulk-control.store';
 import { ChildWorkflowStore } from '../database/child-workflow.store';
+import { ForkStore } from '../database/fork.store';
+import type { ForkManyOptions, ForkResult } from '../interfaces/fork-options.interface';
+import { ForkService, validForkManyOptions } from './fork.service';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-control.interface';
 import { WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
@@ -15,9 +18,9 @@ const BATCH = 1000;
 const FILTER_KEYS: readonly (keyof WorkflowFilter)[] = ['queueName', 'status', 'workflowIds', 'deduplicationIds'];
 
 /**
- * Cancels and resumes every workflow a filter matches, a batch of 1000 per statement, queue by queue (every
+ * Cancels, resumes and forks every workflow a filter matches, a batch of 1000 per statement, queue by queue (every
  * statement names its queue). Each workflow it cancels is told as `cancel` tells it (the process running it aborts
- * it, a `cancelled` lifecycle event). `QueueService.cancelMany` and `resumeMany` delegate here.
+ * it, a `cancelled` lifecycle event). `QueueService.cancelMany`, `resumeMany` and `forkMany` delegate here.
  */
 @Injectable()
 export class BulkControlService {
@@ -28,6 +31,8 @@ export class BulkControlService {
     private readonly completions: WorkflowCompletions,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly children: ChildWorkflowStore,
+    private readonly forks: ForkStore,
+    private readonly fork: ForkService,
   ) {}
 
   /** See `QueueService.cancelMany`. */
@@ -102,14 +107,31 @@ export class BulkControlService {
     return results.map(({ workflowId, outcome }) => ({ workflowId, outcome }));
   }
 
-  private async forEachBatch(
+  /** See `QueueService.forkMany`. */
+  async forkMany(filter: WorkflowFilter, options: ForkManyOptions = {}): Promise<ForkResult[]> {
+    validForkManyOptions(options ?? {});
+    const results = await this.forEachBatch(filter, async (queue, valid, after) => {
+      const sources = await this.forks.matching(matchesSql('w.'), filterParams(queue, valid, after), BATCH);
+      return {
+        results: await this.fork.forkBatch(queue, sources, options ?? {}),
+        lastSeq: sources[sources.length - 1]?.seq,
+      };
+    });
+    return results.map(({ workflowId, outcome, forkWorkflowId }) => ({
+      workflowId,
+      outcome,
+      ...(forkWorkflowId === undefined ? {} : { forkWorkflowId }),
+    }));
+  }
+
+  private async forEachBatch<R>(
     filter: WorkflowFilter,
-    batch: (queueName: string, filter: BulkFilter, afterSeq: string) => Promise<BulkBatch>,
-  ): Promise<Array<BulkBatch['results'][number] & { queueName: string }>> {
+    batch: (queueName: string, filter: BulkFilter, afterSeq: string) => Promise<{ results: R[]; lastSeq?: string }>,
+  ): Promise<Array<R & { queueName: string }>> {
     const valid = validFilter(filter);
     if (filter.queueName !== undefined) assertQueueDeclared(this.config, filter.queueName);
     const queues = filter.queueName === undefined ? [...this.config.queues.keys()] : [filter.queueName];
-    const results: Array<BulkBatch['results'][number] & { queueName: string }> = [];
+    const results: Array<R & { queueName: string }> = [];
     for (const queueName of queues) {
       for (let after = '0'; ;) {
         const done = await batch(queueName, valid, after);

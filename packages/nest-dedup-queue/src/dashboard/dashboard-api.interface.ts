@@ -1,5 +1,6 @@
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import type { UnexpectedValue, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 
 /**
  * A count that stops at a limit, so that counting never scans a million rows: `exact: false` means "more than
@@ -29,6 +30,10 @@ export interface DashboardWorkflowSummary {
   workflowId: string;
   queueName: string;
   workflowName: string;
+  /** The version of the workflow it was enqueued with. */
+  version: number;
+  /** The workflow it was forked from (`QueueService.fork`), or null. */
+  forkedFrom: string | null;
   status: WorkflowStatus;
   deduplicationId: string | null;
   /** Whether it holds its deduplication ID now (an enqueue with the same ID would be refused). */
@@ -99,6 +104,24 @@ export interface DashboardChild {
   workflowId: string;
   /** The parent's step position that enqueued it. */
   stepIndex: number;
+}
+
+/**
+ * `GET <path>/api/versions`: each workflow name and version with its runs in flight and the live executors that
+ * register it, and the runs no live executor would claim (see `QueueService.listVersions()`).
+ */
+export interface DashboardVersions {
+  versions: WorkflowVersionInfo[];
+  stranded: StrandedRuns[];
+  /** When the report was read (ISO). */
+  checkedAt: string;
+}
+
+/** `POST <path>/api/workflows/:id/fork`: the fork made (or found: `created: false`). */
+export interface DashboardFork {
+  workflowId: string;
+  forkedFrom: string;
+  created: boolean;
 }
 
 /** `GET <path>/api/schedules`: one schedule, a `@Scheduled` method's or one made with `ScheduleService.create()`. */

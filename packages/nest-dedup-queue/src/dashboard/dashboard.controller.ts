@@ -127,6 +127,25 @@ export function createDashboardController(
       return this.dashboard.resumeMatching(body);
     }
 
+    @Post('api/workflows/fork-matching')
+    @HttpCode(200)
+    forkMatching(@Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
+      return this.dashboard.forkMatching(body);
+    }
+
+    @Get('api/versions')
+    @Header('Cache-Control', 'no-store')
+    versions() {
+      return this.dashboard.versions();
+    }
+
+    @Post('api/workflows/:id/fork')
+    fork(@Param('id') id: string, @Body() body: unknown, @Headers() headers: ActionHeaders) {
+      assertDashboardAction(headers, allowedOrigins);
+      return this.dashboard.fork(id, body);
+    }
+
     @Post('api/workflows/:id/cancel')
     @HttpCode(200)
     cancel(@Param('id') id: string, @Headers() headers: ActionHeaders) {

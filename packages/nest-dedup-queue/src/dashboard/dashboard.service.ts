@@ -11,8 +11,12 @@ import type { QueueLimits } from '../interfaces/queue-options.interface';
 import { WORKFLOW_STATUSES, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-control.interface';
 import { QueueService } from '../queue.service';
+import type { ForkManyOptions, ForkOptions, ForkResult } from '../interfaces/fork-options.interface';
+import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 import type {
   DashboardCount,
+  DashboardFork,
+  DashboardVersions,
   DashboardQueue,
   DashboardChild,
   DashboardWorkflowDetail,
@@ -47,6 +51,8 @@ const LIST_PARAMETERS = [
 ];
 const LIMIT_FIELDS = ['concurrency', 'workerConcurrency', 'partitionConcurrency', 'rateLimit'];
 const RESCHEDULE_FIELDS = ['delayMs', 'runAt', 'priority'];
+const FORK_FIELDS = ['fromStep', 'version', 'workflowId', 'onDuplicate'];
+const VERSIONS_MAX_AGE_MS = 10_000;
 
 /** What the dashboard's API does: reads served by `DashboardStore`, actions through `QueueService`, all validated. */
 @Injectable()
@@ -59,6 +65,7 @@ export class DashboardService {
     private readonly enqueuer: WorkflowEnqueuer,
     @Inject(DEDUP_QUEUE_DASHBOARD_OPTIONS) private readonly options: DedupQueueDashboardOptions,
     database: QueueDatabase,
+    private readonly versionReports: WorkflowVersionsMonitor,
   ) {
     this.store = new DashboardStore(database);
   }
@@ -165,6 +172,32 @@ export class DashboardService {
   /** Resumes every workflow the filter matches (`QueueService.resumeMany`); `{ results }`, one per matched workflow. */
   async resumeMatching(body: unknown): Promise<{ results: BulkControlResult[] }> {
     return { results: await this.queues.resumeMany(body as WorkflowFilter) };
+  }
+
+  /**
+   * Forks every workflow the filter matches (`QueueService.forkMany`), from each one's failed step unless `fromStep`
+   * says otherwise; `{ results }`, one per matched workflow. The body is the filter of `cancelMatching` with the
+   * options `fromStep` and `version`.
+   */
+  async forkMatching(body: unknown): Promise<{ results: ForkResult[] }> {
+    const { fromStep, version, ...filter } = (body ?? {}) as WorkflowFilter & ForkManyOptions;
+    return { results: await this.queues.forkMany(filter, { fromStep, version }) };
+  }
+
+  /** Forks one workflow (`QueueService.fork`); the body holds its options (`{}`: from the failed step). */
+  async fork(workflowId: string, body: unknown): Promise<DashboardFork> {
+    const options = plainObject(body ?? {}, FORK_FIELDS, true) as ForkOptions;
+    const fork = await this.queues.fork(workflowId, options);
+    return { workflowId: fork.workflowId, forkedFrom: workflowId, created: fork.created };
+  }
+
+  /**
+   * The versions of the workflows with their runs in flight, and the stranded runs, from a report at most
+   * `VERSIONS_MAX_AGE_MS` old (it reads every queue's unfinished runs: not at every refresh of every open page).
+   */
+  async versions(): Promise<DashboardVersions> {
+    const report = await this.versionReports.report(VERSIONS_MAX_AGE_MS);
+    return { versions: report.versions, stranded: report.stranded, checkedAt: report.at.toISOString() };
   }
 
   async resume(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {
@@ -279,6 +312,8 @@ function toSummary(row: SummaryRow, values: RowValues): DashboardWorkflowSummary
     workflowId: values.requiredText('workflowId', row.workflow_id),
     queueName: values.requiredText('queueName', row.queue_name),
     workflowName: values.requiredText('workflowName', row.workflow_name),
+    version: values.number('version', row.workflow_version),
+    forkedFrom: values.text('forkedFrom', row.forked_from),
     status,
     deduplicationId: values.text('deduplicationId', row.deduplication_id),
     holdsDeduplicationId: row.holds_key === true,
@@ -332,15 +367,17 @@ function cursorParameter(value: unknown): ListCursor | undefined {
   return { createdAtMicros: match[1], seq: match[2] };
 }
 
-/** A JSON object body holding only `fields`, at least one of them. */
-function plainObject(body: unknown, fields: string[]): Record<string, unknown> {
+/** A JSON object body holding only `fields`, at least one of them unless `mayBeEmpty`. */
+function plainObject(body: unknown, fields: string[], mayBeEmpty = false): Record<string, unknown> {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw new InvalidArgumentError('body', `must be a JSON object with ${fields.join(', ')}`);
   }
   const keys = Object.keys(body);
   const unknown = keys.find((key) => !fields.includes(key));
   if (unknown !== undefined) throw new InvalidArgumentError(unknown, `is not accepted here; use ${fields.join(', ')}`);
-  if (keys.length === 0) throw new InvalidArgumentError('body', `must give at least one of ${fields.join(', ')}`);
+  if (keys.length === 0 && !mayBeEmpty) {
+    throw new InvalidArgumentError('body', `must give at least one of ${fields.join(', ')}`);
+  }
   return { ...body };
 }
 

@@ -30,6 +30,8 @@ export interface SummaryRow {
   workflow_id: string;
   queue_name: string;
   workflow_name: string;
+  workflow_version: number;
+  forked_from: string | null;
   status: WorkflowStatus;
   deduplication_id: string | null;
   holds_key: boolean;
@@ -78,7 +80,8 @@ export interface StatusCountRow {
   count: number;
 }
 
-const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status, deduplication_id,
+const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, workflow_version, forked_from,
+  ${REPORTED_STATUS_SQL} AS status, deduplication_id,
   active_deduplication_id IS NOT NULL AS holds_key, partition_key, priority, attempts, executor_id, created_at,
   started_at, completed_at, not_before, parent_workflow_id,
   CASE WHEN isfinite(created_at) THEN (extract(epoch FROM created_at) * 1000000)::bigint::text END AS created_us, seq`;
@@ -293,7 +296,8 @@ export class DashboardStore {
     const rows = await this.database.query<
       Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs' | 'deadlineAt'>
     >(
-      `SELECT queue_name AS "queueName", workflow_name AS "workflowName", deduplication_id AS "deduplicationId",
+      `SELECT queue_name AS "queueName", workflow_name AS "workflowName", workflow_version AS "version",
+              NULL AS "forkedFrom", deduplication_id AS "deduplicationId",
               inputs::text AS "inputsJson", timeout_ms AS "timeoutMs", max_attempts AS "maxAttempts",
               max_recovery_attempts AS "maxRecoveryAttempts", partition_key AS "partitionKey", priority,
               dedup_window_ms AS "deduplicationWindowMs", release_key_on_error AS "releaseKeyOnError"

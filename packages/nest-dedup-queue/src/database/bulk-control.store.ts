@@ -5,7 +5,12 @@ import { NOTIFY_SQL } from './wake-ups.sql';
 import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayload } from './workflow.store';
-import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import {
+  ACTIVE_STATUSES_SQL,
+  ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
+  STATUS_SQL,
+  cancellableSql,
+} from './workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
   WORKFLOW_COLUMN_LIST,
@@ -35,11 +40,16 @@ export interface BulkBatch {
 }
 
 /** $1 queue, $2 seq cursor, $3 workflow IDs, $4 deduplication IDs, $5 reported statuses, $6 batch size. */
-function matchesSql(row = ''): string {
+export function matchesSql(row = ''): string {
   return `${row}queue_name = $1 AND ${row}seq > $2::bigint
     AND ($3::text[] IS NULL OR ${row}workflow_id = ANY($3::text[]))
     AND ($4::text[] IS NULL OR ${row}deduplication_id = ANY($4::text[]))
     AND ($5::text[] IS NULL OR ${REPORTED_STATUS_SQL} = ANY($5::text[]))`;
+}
+
+/** The parameters `matchesSql` reads, $1 to $5. */
+export function filterParams(queueName: string, filter: BulkFilter, afterSeq: string): unknown[] {
+  return [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses];
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -133,11 +143,11 @@ export class BulkControlStore {
    * (on Citus, the IDs $8).
    */
   private cancelSpec(citus: boolean, deadLetters: boolean): EndSpec {
-    const statuses = deadLetters ? ACTIVE_TABLE_WORKFLOW_STATUSES_SQL : ACTIVE_STATUSES_SQL;
+    const cancellable = deadLetters ? `w.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}` : cancellableSql('w.');
     return {
       tables: this.tables,
       using: citus ? undefined : 'matched AS m',
-      where: `w.queue_name = $1 AND w.workflow_id = ${citus ? 'ANY($8::text[])' : 'm.workflow_id'} AND w.status IN ${statuses}`,
+      where: `w.queue_name = $1 AND w.workflow_id = ${citus ? 'ANY($8::text[])' : 'm.workflow_id'} AND ${cancellable}`,
       status: STATUS_SQL.CANCELLED,
       channelParam: '$7',
       citus,
@@ -172,7 +182,7 @@ export class BulkControlStore {
    * letter's key is taken in between (a unique violation), the batch is done one workflow at a time instead.
    */
   async resumeBatch(queueName: string, filter: BulkFilter, afterSeq: string, limit: number): Promise<BulkBatch> {
-    const params = [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses, limit];
+    const params = [...filterParams(queueName, filter, afterSeq), limit];
     let rows: Array<{ workflow_id: string; seq: string; resumed: boolean }>;
     try {
       rows = await this.database.transaction(async (query) => {
@@ -194,7 +204,8 @@ export class BulkControlStore {
                AND w.workflow_id = ANY (ARRAY(SELECT workflow_id FROM candidates WHERE NOT from_history))
                AND w.status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS k
-                               WHERE k.queue_name = $1 AND k.active_deduplication_id = w.deduplication_id)
+                               WHERE k.queue_name = $1 AND k.active_deduplication_id = w.deduplication_id
+                                 AND k.workflow_id <> w.workflow_id)
              RETURNING w.workflow_id
            ),
            back AS (
@@ -247,7 +258,7 @@ export class BulkControlStore {
          SELECT workflow_id, seq FROM ${this.tables.active}
          WHERE ${matchesSql()} AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
        ) AS c ORDER BY seq LIMIT $6`,
-      [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses, limit],
+      [...filterParams(queueName, filter, afterSeq), limit],
     );
     const rows = [];
     for (const candidate of candidates) {

@@ -22,7 +22,7 @@ export const DISTRIBUTION_COLUMN = 'queue_name';
 export const CITUS_TABLES = {
   distributed: ['workflow_queue', 'workflow_history', 'steps', 'workflow_events', 'workflow_messages', 'event_waits'],
   reference: ['queues'],
-  coordinator: ['executors', 'schedules', 'schema_migrations', 'input_limits'],
+  coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],
 } as const;
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;

@@ -8,10 +8,17 @@ import { STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow.store';
+import type { WorkflowRegistration } from './workflow-registrations';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
 export interface RecoveredWorkflow extends WorkflowRef {
   status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
+}
+
+/** What an executor runs: the queues it drains, and the workflow names and versions it claims in them. */
+export interface ExecutorRuns {
+  queues: string[];
+  workflows: WorkflowRegistration[];
 }
 
 /** A workflow this process holds (runs, buffers, or may be taking in a claim in flight) and its queue. */
@@ -59,12 +66,17 @@ export class ExecutorStore {
     this.workflows = this.tables.active;
   }
 
-  async register(executorId: string): Promise<void> {
+  /**
+   * Registers (or renews) this executor's lease with what it runs: the queues it drains and the workflow names and
+   * versions it claims, so that other processes and SQL can tell runs no live executor would claim.
+   */
+  async register(executorId: string, runs?: ExecutorRuns): Promise<void> {
     await this.database.query(
-      `INSERT INTO ${this.executors} (executor_id, hostname, pid) VALUES ($1, $2, $3)
+      `INSERT INTO ${this.executors} (executor_id, hostname, pid, queues, workflows) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (executor_id) DO UPDATE
-       SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now()`,
-      [executorId, hostname(), process.pid],
+       SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now(),
+           queues = excluded.queues, workflows = excluded.workflows`,
+      [executorId, hostname(), process.pid, runs?.queues ?? null, runs ? JSON.stringify(runs.workflows) : null],
       { idempotent: true },
     );
   }

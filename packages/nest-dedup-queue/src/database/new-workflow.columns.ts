@@ -13,6 +13,7 @@ export const NEW_WORKFLOW_INPUTS = {
   workflow_id_given: { type: 'bool', value: (w) => w.workflowIdGiven },
   queue_name: { type: 'text', value: (w) => w.queueName },
   workflow_name: { type: 'text', value: (w) => w.workflowName },
+  workflow_version: { type: 'int', value: (w) => w.version },
   deduplication_id: { type: 'text', value: (w) => w.deduplicationId },
   inputs: { type: 'text', value: (w) => w.inputsJson },
   timeout_ms: { type: 'int', value: (w) => w.timeoutMs },
@@ -28,6 +29,7 @@ export const NEW_WORKFLOW_INPUTS = {
   release_key_on_error: { type: 'bool', value: (w) => w.releaseKeyOnError },
   trace_context: { type: 'text', value: (w) => w.traceContext },
   parent_workflow_id: { type: 'text', value: (w) => w.parentWorkflowId },
+  forked_from: { type: 'text', value: (w) => w.forkedFrom },
 } satisfies Record<string, NewWorkflowInput>;
 
 export type NewWorkflowInputName = keyof typeof NEW_WORKFLOW_INPUTS;
@@ -48,6 +50,7 @@ export function newWorkflowColumns(
     workflow_id: () => input('workflow_id'),
     queue_name: () => input('queue_name'),
     workflow_name: () => input('workflow_name'),
+    workflow_version: () => input('workflow_version'),
     status: () => STATUS_SQL.ENQUEUED,
     deduplication_id: () => input('deduplication_id'),
     active_deduplication_id: () => input('deduplication_id'),
@@ -64,6 +67,7 @@ export function newWorkflowColumns(
     release_key_on_error: () => input('release_key_on_error'),
     trace_context: () => input('trace_context'),
     parent_workflow_id: () => input('parent_workflow_id'),
+    forked_from: () => input('forked_from'),
   };
   // NOTE: an overridden column never asks for its inputs, so a statement has no parameter it does not use.
   const sql = Object.entries(columns).map(([column, value]) => [column, overrides[column] ?? value()] as const);

@@ -5,6 +5,8 @@ export interface NewWorkflow {
   workflowIdGiven: boolean;
   queueName: string;
   workflowName: string;
+  /** The version of the workflow the run is enqueued with (see `WorkflowRegistry.versionToEnqueue`). */
+  version: number;
   deduplicationId: string | null;
   /** The arguments, already serialised to JSON text. */
   inputsJson: string;
@@ -27,4 +29,6 @@ export interface NewWorkflow {
   traceContext: string | null;
   /** The workflow whose body enqueued this one, when it was enqueued from inside a running workflow. */
   parentWorkflowId: string | null;
+  /** The workflow a fork copies its recorded positions from (`QueueService.fork`). */
+  forkedFrom: string | null;
 }

@@ -3,7 +3,7 @@ import { DUPLICATE_TOPIC, countAndWakeSql } from './message.store';
 import type { NewWorkflow } from './new-workflow';
 import type { QueueDatabase } from './queue-database';
 import { WorkflowInserter } from './workflow-inserter';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
 
@@ -16,6 +16,7 @@ interface StrandedRow {
   message: string;
   deduplication_id: string;
   workflow_name: string;
+  workflow_version: number;
   priority: number;
   timeout_ms: number | null;
   max_attempts: number;
@@ -54,9 +55,9 @@ export class StrandedDuplicates {
     if (!(await this.anyStranded(queueName))) return { delivered: 0, started: [] };
     return this.database.transaction(async (query) => {
       const rows = await query<StrandedRow>(
-        `SELECT m.seq::text AS seq, m.workflow_id, m.message::text AS message, h.deduplication_id, h.workflow_name, h.priority,
-                h.timeout_ms, h.max_attempts, h.max_recovery_attempts, h.partition_key, h.dedup_window_ms,
-                h.release_key_on_error
+        `SELECT m.seq::text AS seq, m.workflow_id, m.message::text AS message, h.deduplication_id, h.workflow_name,
+                h.workflow_version, h.priority, h.timeout_ms, h.max_attempts, h.max_recovery_attempts, h.partition_key,
+                h.dedup_window_ms, h.release_key_on_error
          ${this.strandedSql()}
          ORDER BY m.seq
          FOR UPDATE OF m SKIP LOCKED`,
@@ -91,7 +92,7 @@ export class StrandedDuplicates {
          WHERE m.queue_name = $1 AND m.topic = $2 AND m.received_at IS NULL AND h.deduplication_id IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS a
                            WHERE a.queue_name = $1 AND a.workflow_id = m.workflow_id
-                             AND a.status IN ${ACTIVE_STATUSES_SQL})`;
+                             AND a.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL})`;
   }
 
   private async deliverKey(
@@ -105,7 +106,7 @@ export class StrandedDuplicates {
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const [holder] = await query<{ workflow_id: string }>(
         `SELECT workflow_id FROM ${this.tables.active}
-         WHERE queue_name = $1 AND active_deduplication_id = $2 AND status IN ${ACTIVE_STATUSES_SQL}
+         WHERE queue_name = $1 AND active_deduplication_id = $2 AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
          FOR UPDATE`,
         [queueName, key],
       );
@@ -115,7 +116,7 @@ export class StrandedDuplicates {
       }
       await query(
         `DELETE FROM ${this.tables.active}
-         WHERE queue_name = $1 AND active_deduplication_id = $2 AND status NOT IN ${ACTIVE_STATUSES_SQL}`,
+         WHERE queue_name = $1 AND active_deduplication_id = $2 AND status NOT IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}`,
         [queueName, key],
       );
       const [first, ...rest] = messages;
@@ -180,6 +181,7 @@ function nextWorkflow(queueName: string, message: StrandedRow): NewWorkflow {
     workflowIdGiven: false,
     queueName,
     workflowName: message.workflow_name,
+    version: message.workflow_version,
     deduplicationId: message.deduplication_id,
     inputsJson: message.message,
     timeoutMs: message.timeout_ms,
@@ -195,5 +197,6 @@ function nextWorkflow(queueName: string, message: StrandedRow): NewWorkflow {
     releaseKeyOnError: message.release_key_on_error,
     traceContext: null,
     parentWorkflowId: null,
+    forkedFrom: null,
   };
 }

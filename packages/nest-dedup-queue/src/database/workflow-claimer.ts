@@ -3,10 +3,15 @@ import type { QueueDatabase } from './queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { nowPlusMsSql, startTimeSql } from './time.sql';
+import { CLAIM_KEY_SQL } from './workflow-registrations';
 
 export interface ClaimedWorkflow {
   workflowId: string;
   workflowName: string;
+  /** The version it was enqueued with. */
+  version: number;
+  /** A fork (`QueueService.fork`): its first run already has recorded positions to replay. */
+  forked: boolean;
   inputsJson: string;
   /** How many times it has been claimed, this claim included. */
   attempts: number;
@@ -29,7 +34,8 @@ export interface ClaimRequest {
   executorId: string;
   /** This process's free slots. */
   limit: number;
-  workflowNames: string[];
+  /** The names and versions this process runs, as `claimKey`s: only those are claimed. */
+  claimKeys: string[];
 }
 
 /**
@@ -52,6 +58,8 @@ export interface ClaimResult {
 interface ClaimedRow {
   workflow_id: string;
   workflow_name: string;
+  workflow_version: number;
+  forked: boolean;
   inputs: string;
   priority: number;
   seq: string;
@@ -175,7 +183,7 @@ export class WorkflowClaimer {
 
   private params(request: ClaimRequest, limit: number): unknown[] {
     const { queue } = request;
-    const params: unknown[] = [queue.name, request.executorId, request.workflowNames, limit];
+    const params: unknown[] = [queue.name, request.executorId, request.claimKeys, limit];
     if (isPartitioned(queue)) {
       const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
       params.push(queue.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
@@ -184,7 +192,7 @@ export class WorkflowClaimer {
   }
 
   /**
-   * $1 queue, $2 executor, $3 registered workflow names, $4 how many; partitioned: $5 per-partition concurrency,
+   * $1 queue, $2 executor, $3 the claim keys of the names and versions this process runs, $4 how many; partitioned: $5 per-partition concurrency,
    * $6 per-partition rate limit and $7 its period (null/0 when unset).
    *
    * NOTE: the UPDATE joins the locked candidates by primary key only. A `w.status = 'ENQUEUED'` there would be
@@ -199,7 +207,7 @@ export class WorkflowClaimer {
   /** `withoutFlush`: the claim is its statement's whole transaction, whose commit need not wait for the disk. */
   private claimParts(partitioned: boolean, withoutFlush = false): { candidates: string; update: string } {
     const citus = this.database.citus;
-    const due = `${READY_SQL} AND workflow_name = ANY($3::text[])`;
+    const due = `${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($3::text[])`;
     // NOTE: Citus plans no recursive CTE over a queue's rows: there the partitions are read by DISTINCT (no skip scan).
     const partitions = citus
       ? `WITH partitions AS (
@@ -274,8 +282,9 @@ export class WorkflowClaimer {
         AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)${
           withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''
         }
-      RETURNING w.workflow_id, w.workflow_name, w.inputs::text AS inputs, w.priority, w.seq, w.attempts,
-                w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
+      RETURNING w.workflow_id, w.workflow_name, w.workflow_version, w.forked_from IS NOT NULL AS forked,
+                w.inputs::text AS inputs, w.priority, w.seq,
+                w.attempts, w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
                 (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms,
                 (extract(epoch FROM w.deadline_at - timestamptz 'epoch') * 1000)::float8 AS deadline_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
@@ -292,6 +301,8 @@ function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
     .map((row) => ({
       workflowId: row.workflow_id,
       workflowName: row.workflow_name,
+      version: row.workflow_version,
+      forked: row.forked,
       inputsJson: row.inputs,
       attempts: row.attempts,
       failedAttempts: row.failed_attempts,

@@ -3,6 +3,13 @@ import { STATUS_SQL } from './workflow-status.sql';
 import { workflowTables } from './workflow-tables';
 import { sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 
+/** What `setEvent` records at its position: the step `setEvent <key>`, whose output is the value (since 1.1). */
+export const SET_EVENT_STEP_PREFIX = 'setEvent ';
+
+export function setEventStepName(key: string): string {
+  return `${SET_EVENT_STEP_PREFIX}${key}`;
+}
+
 /**
  * The SQL of workflow events (`setEvent` / `getEvent`): the last value of each key a workflow published, keyed by
  * queue, workflow and key; the workflows suspended in a `getEvent`, made due when the key is set; and the waiters of

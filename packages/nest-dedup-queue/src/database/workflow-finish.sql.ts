@@ -5,7 +5,7 @@ import {
   workflowColumnsSql,
   workflowTables,
 } from './workflow-tables';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
 import { wakeUpCteSql } from './wake-ups.sql';
@@ -247,7 +247,8 @@ export function handOverKeysStatementSql(
 /**
  * The hand-over of freed keys, written once: the CTEs `followed`, `released`, `handed_over` and `hand_over_wake_ups`.
  * Of the keys that `freedKeysSql` selects (`queue_name`, `key`), each that a `queue-next` follow-up waits for (ENQUEUED,
- * holding the key's "next" slot) and that no unfinished workflow holds goes to the follow-up, which is due at once;
+ * holding the key's "next" slot) and that no workflow holds (unfinished, or parked: see `parkedSql`) goes to the
+ * follow-up, which is due at once;
  * a key record kept for a deduplication window is deleted first (a waiting follow-up takes precedence over a window).
  * Its queue's workers are woken (on Citus by the caller: see wake-ups.sql.ts). `queue`, when given, is named by every
  * read, so that on Citus the statement runs on the queue's node.
@@ -274,12 +275,12 @@ export function handOverKeysSql(
                        AND f.status = ${STATUS_SQL.ENQUEUED} ${inQueue('f')})
          AND NOT EXISTS (SELECT 1 FROM ${active} AS h
                          WHERE h.queue_name = fr.queue_name AND h.active_deduplication_id = fr.key
-                           AND h.status IN ${ACTIVE_STATUSES_SQL} ${inQueue('h')})
+                           AND h.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} ${inQueue('h')})
      ),
      released AS (
        DELETE FROM ${active} AS r USING followed AS s
        WHERE r.queue_name = s.queue_name AND r.active_deduplication_id = s.key
-         AND r.status NOT IN ${ACTIVE_STATUSES_SQL} ${inQueue('r')}
+         AND r.status NOT IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} ${inQueue('r')}
        RETURNING r.workflow_id
      ),
      handed_over AS (

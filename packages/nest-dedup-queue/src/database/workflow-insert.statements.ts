@@ -7,7 +7,7 @@ import {
 import { SqlParameters } from './sql-parameters';
 import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
 
 interface Statement<C> {
@@ -194,7 +194,8 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
   const sql = `WITH holder AS (
        SELECT workflow_id FROM ${table}
        WHERE queue_name = ${input('queue_name')} AND active_deduplication_id = ${input('deduplication_id')}
-         AND (status IN (${STATUS_SQL.PENDING}, ${STATUS_SQL.WAITING}) OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
+         AND (status IN (${STATUS_SQL.PENDING}, ${STATUS_SQL.WAITING}, ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
+              OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
        FOR SHARE
      ),
      inserted AS (
@@ -280,7 +281,7 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
  * arguments as `inputs`.
  */
 function supersededHoldersSql(tables: WorkflowTables, queue: string, key: string, inputs: string): string {
-  return `SELECT workflow_id, active_deduplication_id IS NOT NULL AS held_key, status IN ${ACTIVE_STATUSES_SQL} AS unfinished,
+  return `SELECT workflow_id, active_deduplication_id IS NOT NULL AS held_key, status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} AS unfinished,
               ${windowOpenSql()} AS window_open, inputs::jsonb = ${inputs}::jsonb AS same_args
        FROM ${tables.active}
        WHERE queue_name = ${queue} AND (active_deduplication_id = ${key} OR next_deduplication_id = ${key})

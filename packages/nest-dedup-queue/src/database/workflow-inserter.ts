@@ -12,7 +12,7 @@ import { isUniqueViolationOn } from './sql-errors';
 import { interruptPayload } from './workflow.store';
 import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
 import { countAndWakeSql } from './message.store';
@@ -356,7 +356,7 @@ export class WorkflowInserter {
                            ELSE coalesce($7::timestamptz, now() + $5::float8 * interval '1 millisecond') END`;
     const rows = await this.query<{ workflow_id: string }>(
       `UPDATE ${this.table}
-       SET inputs = $3::json, workflow_name = $4, updated_at = now(), ${start}
+       SET inputs = $3::json, workflow_name = $4, workflow_version = $8, updated_at = now(), ${start}
        WHERE queue_name = $1 AND active_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED} AND attempts = 0
          AND (NOT $6::bool OR inputs::jsonb = $3::jsonb)
        RETURNING workflow_id`,
@@ -368,6 +368,7 @@ export class WorkflowInserter {
         workflow.delayMs,
         requireSameArgs,
         capped ? workflow.maxDelayMs : workflow.runAt,
+        workflow.version,
       ],
     );
     return rows[0]?.workflow_id;
@@ -385,10 +386,10 @@ export class WorkflowInserter {
   async upsertFollowUp(workflow: NewWorkflow): Promise<{ workflowId: string; created: boolean } | undefined> {
     for (let round = 0; round < 3; round++) {
       const updated = await this.query<{ workflow_id: string }>(
-        `UPDATE ${this.table} SET inputs = $3::json, workflow_name = $4, updated_at = now()
+        `UPDATE ${this.table} SET inputs = $3::json, workflow_name = $4, workflow_version = $5, updated_at = now()
          WHERE queue_name = $1 AND next_deduplication_id = $2 AND status = ${STATUS_SQL.ENQUEUED}
          RETURNING workflow_id`,
-        [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName],
+        [workflow.queueName, workflow.deduplicationId, workflow.inputsJson, workflow.workflowName, workflow.version],
       );
       if (updated[0]) return { workflowId: updated[0].workflow_id, created: false };
       const { sql, params } = this.statements.followUp;
@@ -418,7 +419,8 @@ export class WorkflowInserter {
     }>(
       `WITH expired AS (${releaseExpiredKeySql(this.table)}),
        holder AS (
-         SELECT workflow_id, created_at, status, waiting_topic, status IN ${ACTIVE_STATUSES_SQL} AS unfinished,
+         SELECT workflow_id, created_at, status, waiting_topic,
+                status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} AS unfinished,
                 inputs::jsonb = $4::text::jsonb AS same_args
          FROM ${this.table}
          WHERE queue_name = $1 AND active_deduplication_id = $2 AND ${windowOpenSql()}

@@ -8,6 +8,7 @@ export interface WorkflowRow {
   workflow_id: string;
   queue_name: string;
   workflow_name: string;
+  workflow_version: number;
   status: WorkflowStatus;
   deduplication_id: string | null;
   executor_id: string | null;
@@ -22,6 +23,7 @@ export interface WorkflowRow {
   parent_workflow_id: string | null;
   superseded_by: string | null;
   supersedes: string | null;
+  forked_from: string | null;
 }
 
 /**
@@ -31,10 +33,10 @@ export interface WorkflowRow {
 export const REPORTED_STATUS_SQL = `(CASE WHEN ${DELAYED_SQL} THEN 'DELAYED' ELSE status END)`;
 
 /** The columns `WorkflowRow` is read from. */
-export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, ${REPORTED_STATUS_SQL} AS status,
-  deduplication_id, executor_id,
+export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, workflow_version,
+  ${REPORTED_STATUS_SQL} AS status, deduplication_id, executor_id,
   attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, parent_workflow_id,
-  superseded_by, supersedes`;
+  superseded_by, supersedes, forked_from`;
 
 /**
  * A row as a status, without the result (which only `getStatus()` reads, apart). Never throws: a value that is not
@@ -51,6 +53,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     status,
     queueName: values.requiredText('queueName', row.queue_name),
     workflowName: values.requiredText('workflowName', row.workflow_name),
+    version: values.number('version', row.workflow_version),
     deduplicationId: values.text('deduplicationId', row.deduplication_id),
     executorId: values.text('executorId', row.executor_id),
     attempts: values.number('attempts', row.attempts),
@@ -64,6 +67,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
     parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
     ...(typeof row.superseded_by === 'string' ? { supersededBy: row.superseded_by } : {}),
     ...(typeof row.supersedes === 'string' ? { supersedes: row.supersedes } : {}),
+    ...(typeof row.forked_from === 'string' ? { forkedFrom: row.forked_from } : {}),
     ...values.report(),
   };
 }

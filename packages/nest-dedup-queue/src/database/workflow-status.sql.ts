@@ -1,3 +1,4 @@
+import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import {
   ACTIVE_WORKFLOW_STATUSES,
   WORKFLOW_STATUSES,
@@ -32,7 +33,9 @@ export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
 
 /**
  * The statuses of the active table's rows that are workflows there (what can run, and dead letters waiting for
- * `resume`); its other rows are the key records of finished workflows whose deduplication window is open.
+ * `resume`); its other rows are the key records of finished workflows whose deduplication window is open. A row of
+ * these statuses that has a key holds it: a dead letter holds one only when a code change parked it (see
+ * `parkedSql`), until it is resumed and ends, or is cancelled.
  */
 export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql([
   'ENQUEUED',
@@ -40,6 +43,23 @@ export const ACTIVE_TABLE_WORKFLOW_STATUSES_SQL = statusListSql([
   'WAITING',
   'MAX_RECOVERY_ATTEMPTS_EXCEEDED',
 ]);
+
+/**
+ * A dead letter parked by a code change (its error a `WorkflowDeterminismError`; `row`: the row's alias and a dot, or
+ * nothing). It keeps its key, and unlike other dead letters `cancel` ends it and `getResult()` waits for it: it is
+ * meant to go on once a fix is deployed and it is resumed.
+ */
+export function parkedSql(row = ''): string {
+  return `(${row}status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED} AND ${row}error ->> 'name' = '${DETERMINISM_ERROR}')`;
+}
+
+/** The name of the error a parked run records. */
+export const DETERMINISM_ERROR = WorkflowDeterminismError.name;
+
+/** What `cancel` ends: a workflow that can still run (`ACTIVE_STATUSES_SQL`), or a parked one (see `parkedSql`). */
+export function cancellableSql(row = ''): string {
+  return `(${row}status IN ${ACTIVE_STATUSES_SQL} OR ${parkedSql(row)})`;
+}
 
 /** The statuses `resume` puts back in the queue. */
 export const RESUMABLE_STATUSES: readonly StoredWorkflowStatus[] = ['CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'];

@@ -67,6 +67,8 @@ export const WORKFLOW_COLUMNS = [
   'parent_workflow_id',
   'superseded_by',
   'supersedes',
+  'workflow_version',
+  'forked_from',
 ] as const;
 
 export type WorkflowColumn = (typeof WORKFLOW_COLUMNS)[number];

@@ -13,7 +13,7 @@ import {
 } from './workflow-finish.sql';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
-import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL } from './workflow-status.sql';
+import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL, cancellableSql, parkedSql } from './workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
   WORKFLOW_COLUMN_LIST,
@@ -110,8 +110,12 @@ export interface WorkflowOutcome {
   queueName: string;
   /** The claim count of the run that produced it: only that run's outcome is recorded. */
   attempt: number;
-  /** RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. */
-  status: 'SUCCESS' | 'ERROR' | 'RETRY';
+  /**
+   * RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. PARKED: the run met
+   * a recorded position with a different operation (`WorkflowDeterminismError`): it is dead-lettered with that
+   * error, keeping its key, its steps and its children, until `resume`.
+   */
+  status: 'SUCCESS' | 'ERROR' | 'RETRY' | 'PARKED';
   /** The return value as JSON text; null when the workflow returned undefined or failed. */
   outputJson: string | null;
   error: WorkflowErrorInfo | null;
@@ -129,6 +133,8 @@ export interface WorkflowResultRow {
   status: WorkflowStatus;
   output: string | null;
   error: WorkflowErrorInfo | null;
+  /** A dead letter parked by a code change, keeping its key: it goes on once resumed (see `parkedSql`). */
+  parked: boolean;
 }
 
 /** Which workflow a statement changed. */
@@ -196,17 +202,19 @@ export class WorkflowStore {
     if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
     const retries = outcomes.some((o) => o.status === 'RETRY');
+    const parks = outcomes.some((o) => o.status === 'PARKED');
     const wakes = wakeQueues.length > 0;
     const rows = await this.database.query<{
       workflow_id: string | null;
       claimed: string | null;
       sent_messages: boolean | null;
     }>(
-      `WITH retried AS (${this.retriedSql(false)}),
+      `WITH retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
        ${endWorkflowsSql(this.outcomesEndSpec(false))},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
          UNION ALL SELECT workflow_id, queue_name, outcome, false FROM retried
+         ${parks ? 'UNION ALL SELECT workflow_id, queue_name, outcome, false FROM parked' : ''}
        )${retries ? `, forgotten AS (${this.forgetFailedStepsSql('retried AS f', 'f.queue_name')})` : ''}, woken AS (
          SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
          WHERE queue_name = ANY($8::text[])
@@ -258,6 +266,9 @@ export class WorkflowStore {
             retried.map((row) => row.workflow_id),
           ]);
         }
+        const parked = batch.some((o) => o.status === 'PARKED')
+          ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
+          : [];
         const ended = await runEndStatements(query, this.outcomesEndSpec(true), params);
         const claimed = attached
           ? await query<{ claimed: string }>(
@@ -265,10 +276,10 @@ export class WorkflowStore {
               attached.params,
             )
           : [];
-        if (ended.length + retried.length > 0 && wakeQueues.includes(queue)) {
+        if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
         }
-        result.recorded.push(...ended.map((row) => row.workflow_id), ...retried.map((row) => row.workflow_id));
+        result.recorded.push(...[...ended, ...retried, ...parked].map((row) => row.workflow_id));
         result.claimedJson.push(...claimed.map((row) => row.claimed));
         result.sentMessages.push(...ended.filter((row) => row.sent_messages).map((row) => row.workflow_id));
       });
@@ -308,13 +319,28 @@ export class WorkflowStore {
        `;
   }
 
+  /**
+   * The PARKED outcomes: their rows are dead-lettered in place with the determinism error, keeping their key (a
+   * dead letter that holds its key, which `resume` continues and `cancel` ends), their steps and their children.
+   */
+  private parkedSql(citus: boolean): string {
+    return `
+         UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}, executor_id = NULL, updated_at = now(),
+             completed_at = now(), error = o.error::json
+         FROM ${OUTCOMES_SQL}
+         WHERE o.status = 'PARKED' AND ${outcomeRowSql(citus)}
+         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+       `;
+  }
+
   /** The other outcomes: their workflows end (see `endWorkflowsSql`). */
   private outcomesEndSpec(citus: boolean): EndSpec {
     const queueParam = citus ? '$11' : undefined;
     return {
       tables: this.tables,
       using: OUTCOMES_SQL,
-      where: `o.status <> 'RETRY' AND ${outcomeRowSql(citus)}`,
+      where: `o.status NOT IN ('RETRY', 'PARKED') AND ${outcomeRowSql(citus)}`,
       status: 'o.status',
       output: 'o.output::json',
       error: 'o.error::json',
@@ -354,7 +380,7 @@ export class WorkflowStore {
     if (citus && queue === undefined) return undefined;
     const spec: EndSpec = {
       tables: this.tables,
-      where: `w.workflow_id = $1 AND w.status IN ${ACTIVE_STATUSES_SQL}${citus ? ' AND w.queue_name = $6' : ''}`,
+      where: `w.workflow_id = $1 AND ${cancellableSql('w.')}${citus ? ' AND w.queue_name = $6' : ''}`,
       status: STATUS_SQL.CANCELLED,
       error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
       channelParam: '$5',
@@ -597,7 +623,7 @@ export class WorkflowStore {
 
   async findResult(workflowId: string, queueName?: string): Promise<WorkflowResultRow | undefined> {
     const rows = await this.database.query<WorkflowResultRow>(
-      `SELECT status, output::text AS output, error FROM ${this.tables.workflows}
+      `SELECT status, output::text AS output, error, ${parkedSql()} AS parked FROM ${this.tables.workflows}
        WHERE workflow_id = $1 ${queueName === undefined ? '' : 'AND queue_name = $2'} LIMIT 1`,
       queueName === undefined ? [workflowId] : [workflowId, queueName],
       { prepared: true, idempotent: true },

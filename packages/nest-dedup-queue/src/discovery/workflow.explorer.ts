@@ -2,13 +2,14 @@ import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import { QueueDatabase } from '../database/queue-database';
+import { WorkflowVersionStore } from '../database/workflow-versions.store';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
 import { WorkflowRegistry } from './workflow.registry';
 
 /**
  * Finds the `@Workflow()` methods of the application's providers (class, factory and value providers) and registers
- * them, bound to their instance.
+ * them, bound to their instance; then records their names and versions in the database (`registered_workflows`).
  */
 @Injectable()
 export class WorkflowExplorer implements OnModuleInit {
@@ -17,6 +18,7 @@ export class WorkflowExplorer implements OnModuleInit {
     private readonly scanner: MetadataScanner,
     private readonly registry: WorkflowRegistry,
     private readonly database: QueueDatabase,
+    private readonly versions: WorkflowVersionStore,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -37,6 +39,7 @@ export class WorkflowExplorer implements OnModuleInit {
           run: async (args) => await method.apply(instance, args),
         });
       }
+      await this.versions.recordRegistrations(this.registry.registrations());
     } catch (error) {
       // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
       await this.database.close();

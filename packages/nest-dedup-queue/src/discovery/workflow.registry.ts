@@ -8,6 +8,7 @@ import type { BackoffOptions } from '../interfaces/backoff-options.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
+import { MAX_WORKFLOW_VERSION, WorkflowRegistration, claimKey } from '../database/workflow-registrations';
 
 /** A `@Workflow()` method bound to the provider instance that runs it. */
 export interface RegisteredWorkflow {
@@ -29,12 +30,17 @@ export interface WorkflowRunOptions {
 }
 
 /**
- * The application's workflows by name, filled by the explorer at module init, and the names it may enqueue without
- * having them (`externalWorkflows`).
+ * The application's workflows by name and version, filled by the explorer at module init, their aliases, and the
+ * names it may enqueue without having them (`externalWorkflows`).
  */
 @Injectable()
 export class WorkflowRegistry {
-  private readonly workflows = new Map<string, RegisteredWorkflow>();
+  /** Each name's versions, highest last. */
+  private readonly workflows = new Map<string, Map<number, RegisteredWorkflow>>();
+  /** By `claimKey`: every name and version this process runs, aliases included. */
+  private readonly byClaimKey = new Map<string, RegisteredWorkflow>();
+  /** An alias's name: the name it stands for. */
+  private readonly aliases = new Map<string, string>();
 
   constructor(private readonly config: DedupQueueConfig) {}
 
@@ -56,27 +62,79 @@ export class WorkflowRegistry {
           `(declared: ${describe(this.config.queues.keys())}); declare it in forRoot({ queues }) or registerQueue()`,
       );
     }
-    const existing = this.workflows.get(workflow.name);
-    if (existing) {
+    const version = versionOf(workflow);
+    const aliases = aliasesOf(workflow);
+    for (const name of [workflow.name, ...aliases]) {
+      const taken = this.byClaimKey.get(claimKey(name, version));
+      if (taken) {
+        throw new DedupQueueConfigurationError(
+          `Two workflows are named "${name}" (${taken.declaredAt} and ${workflow.declaredAt}), both at version ` +
+            `${version}; give one of them another name with @Workflow({ name: '...' }), or another version with ` +
+            `@Workflow({ version })`,
+        );
+      }
+    }
+    for (const alias of aliases) {
+      if (this.workflows.has(alias) || (this.aliases.get(alias) ?? workflow.name) !== workflow.name) {
+        throw new DedupQueueConfigurationError(
+          `${workflow.declaredAt}: @Workflow({ aliases }) lists "${alias}", which is the name of another ` +
+            `registered workflow (or an alias of one)`,
+        );
+      }
+    }
+    if (this.aliases.has(workflow.name)) {
       throw new DedupQueueConfigurationError(
-        `Two workflows are named "${workflow.name}" (${existing.declaredAt} and ${workflow.declaredAt}); ` +
-          `give one of them another name with @Workflow({ name: '...' })`,
+        `${workflow.declaredAt}: its name "${workflow.name}" is an alias of workflow ` +
+          `"${this.aliases.get(workflow.name)}"; an old name cannot be registered again`,
       );
     }
-    this.workflows.set(workflow.name, workflow);
+    const versions = this.workflows.get(workflow.name) ?? new Map<number, RegisteredWorkflow>();
+    versions.set(version, workflow);
+    this.workflows.set(workflow.name, new Map([...versions].sort(([a], [b]) => a - b)));
+    for (const name of [workflow.name, ...aliases]) this.byClaimKey.set(claimKey(name, version), workflow);
+    for (const alias of aliases) this.aliases.set(alias, workflow.name);
   }
 
+  /** The names of the registered workflows (without their aliases). */
   names(): string[] {
     return [...this.workflows.keys()];
   }
 
-  find(name: string): RegisteredWorkflow | undefined {
-    return this.workflows.get(name);
+  /** Every name and version this process runs, aliases included: what its workers claim. */
+  registrations(): WorkflowRegistration[] {
+    return [...this.byClaimKey.entries()].map(([key, workflow]) => ({
+      name: key.slice(key.indexOf(':') + 1),
+      version: versionOf(workflow),
+    }));
   }
 
-  /** The workflow's own options as this process applies them; the defaults for an external workflow. */
-  runOptions(name: string): WorkflowRunOptions {
-    const options = this.workflows.get(name)?.options ?? {};
+  /** `registrations()` as claim keys (see `claimKey`). */
+  claimKeys(): string[] {
+    return [...this.byClaimKey.keys()];
+  }
+
+  /**
+   * The method that runs `name` (a registered name or an alias) at `version`; without a version, the highest
+   * version of that name. Undefined when this process does not run it.
+   */
+  find(name: string, version?: number): RegisteredWorkflow | undefined {
+    if (version !== undefined) return this.byClaimKey.get(claimKey(name, version));
+    const versions = this.workflows.get(this.aliases.get(name) ?? name);
+    return versions && [...versions.values()].at(-1);
+  }
+
+  /** The highest version of `name` (or of the workflow an alias stands for) this process registers, if any. */
+  highestVersion(name: string): number | undefined {
+    const versions = this.workflows.get(this.aliases.get(name) ?? name);
+    return versions && [...versions.keys()].at(-1);
+  }
+
+  /**
+   * The workflow's own options as this process applies them (of `version`, or of its highest version); the
+   * defaults for an external workflow or a version this process does not have.
+   */
+  runOptions(name: string, version?: number): WorkflowRunOptions {
+    const options = this.find(name, version)?.options ?? {};
     return {
       maxAttempts: options.maxAttempts ?? 1,
       maxRecoveryAttempts: options.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
@@ -90,7 +148,7 @@ export class WorkflowRegistry {
    */
   defaultQueue(workflow: WorkflowFunction | string): string {
     const name = this.resolveName(workflow);
-    const queue = this.workflows.get(name)?.options.queue;
+    const queue = this.find(name)?.options.queue;
     if (queue === undefined) {
       throw new InvalidArgumentError(
         'queueName',
@@ -102,11 +160,14 @@ export class WorkflowRegistry {
   }
 
   /**
-   * The registered name of a workflow given as a method reference or as a name (a local workflow's, or one listed in
-   * `externalWorkflows`); throws if there is none.
+   * The registered name of a workflow given as a method reference or as a name (a local workflow's, an alias of
+   * one, which gives the workflow's name, or one listed in `externalWorkflows`); throws if there is none. A method
+   * reference names its workflow, not its version.
    */
   resolveName(workflow: WorkflowFunction | string): string {
     if (typeof workflow === 'string') {
+      const renamed = this.aliases.get(workflow);
+      if (renamed !== undefined) return renamed;
       if (!this.workflows.has(workflow) && !this.config.externalWorkflows.has(workflow)) {
         throw new UnknownWorkflowError(
           workflow,
@@ -143,4 +204,32 @@ export class WorkflowRegistry {
 
 function describe(names: Iterable<string>): string {
   return [...names].map((name) => `"${name}"`).join(', ') || 'none';
+}
+
+/** `@Workflow({ version })`, checked; 1 when not given. */
+function versionOf(workflow: RegisteredWorkflow): number {
+  const { version } = workflow.options;
+  if (version === undefined) return 1;
+  if (!(Number.isInteger(version) && version >= 1 && version <= MAX_WORKFLOW_VERSION)) {
+    throw new DedupQueueConfigurationError(
+      `${workflow.declaredAt}: @Workflow({ version }) must be a positive integer, got ${JSON.stringify(version)}`,
+    );
+  }
+  return version;
+}
+
+/** `@Workflow({ aliases })`, checked. */
+function aliasesOf(workflow: RegisteredWorkflow): string[] {
+  const { aliases } = workflow.options;
+  if (aliases === undefined) return [];
+  if (
+    !Array.isArray(aliases) ||
+    aliases.some((alias) => typeof alias !== 'string' || alias === '' || alias === workflow.name)
+  ) {
+    throw new DedupQueueConfigurationError(
+      `${workflow.declaredAt}: @Workflow({ aliases }) must be an array of the workflow's former names (non-empty ` +
+        `strings other than its name "${workflow.name}")`,
+    );
+  }
+  return [...new Set(aliases)];
 }

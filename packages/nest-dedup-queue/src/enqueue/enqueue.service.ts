@@ -4,6 +4,7 @@ import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-q
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
+import { WorkflowVersionStore } from '../database/workflow-versions.store';
 import { executionFrames } from '../execution/execution-frames';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
@@ -45,6 +46,7 @@ export class EnqueueService {
     private readonly events: DeduplicationEvents,
     private readonly tracer: WorkflowTracer,
     private readonly handles: WorkflowHandleFactory,
+    private readonly versions: WorkflowVersionStore,
   ) {}
 
   /** See `QueueService.enqueue`. */
@@ -163,7 +165,6 @@ export class EnqueueService {
   ): Promise<{ valid: ValidEnqueueOptions; row: NewWorkflow }> {
     assertQueueDeclared(this.config, queueName);
     const workflowName = this.registry.resolveName(workflow);
-    const workflowOptions = this.registry.runOptions(workflowName);
     const inputsJson = serialiseArgs(args, argsField, this.config.inputLimits);
     const valid = validateEnqueueOptions(
       options,
@@ -171,11 +172,14 @@ export class EnqueueService {
       await this.isPartitioned(queueName, options),
       optionsField,
     );
+    const version = valid.version ?? (await this.versionToEnqueue(workflowName));
+    const workflowOptions = this.registry.runOptions(workflowName, version);
     const row: NewWorkflow = {
       workflowId: valid.workflowId ?? randomUUID(),
       workflowIdGiven: typeof valid.workflowId === 'string',
       queueName,
       workflowName,
+      version,
       deduplicationId: valid.deduplicationId,
       inputsJson,
       timeoutMs: valid.timeoutMs,
@@ -192,8 +196,21 @@ export class EnqueueService {
       releaseKeyOnError: valid.releaseKeyOnError,
       traceContext: null,
       parentWorkflowId: executionFrames.getStore()?.execution.context.workflowId ?? null,
+      forkedFrom: null,
     };
     return { valid, row };
+  }
+
+  /**
+   * The version a run records when the caller gives none: the highest this process registers, else (a workflow it
+   * does not have) the highest a live executor registers, else the highest any process ever registered, else 1.
+   */
+  async versionToEnqueue(workflowName: string): Promise<number> {
+    return (
+      this.registry.highestVersion(workflowName) ??
+      (await this.versions.highestRegisteredVersion(workflowName, this.config.leaseMs)) ??
+      1
+    );
   }
 
   /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */

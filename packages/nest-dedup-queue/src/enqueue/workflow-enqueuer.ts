@@ -15,6 +15,8 @@ import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
 import { EnqueueBatcher } from './enqueue.batcher';
 import { SupersededRuns } from './superseded-runs';
+import { WorkflowVersionStore } from '../database/workflow-versions.store';
+import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 
 export interface EnqueuePolicy {
   onDuplicate: DuplicatePolicy;
@@ -46,6 +48,8 @@ export class WorkflowEnqueuer {
     private readonly lifecycle: WorkflowLifecycle,
     private readonly tracer: WorkflowTracer,
     private readonly superseded: SupersededRuns,
+    private readonly versionStore: WorkflowVersionStore,
+    private readonly versions: WorkflowVersionsMonitor,
   ) {
     this.batcher = new EnqueueBatcher(inserter);
   }
@@ -245,12 +249,28 @@ export class WorkflowEnqueuer {
   }
 
   /** Tells the hit and throws what the caller gets: `DeduplicationMismatchError` or `QueueDeduplicatedError`. */
-  private refuse(workflow: NewWorkflow, holderId: string, outcome: 'mismatched' | 'rejected'): never {
+  private async refuse(workflow: NewWorkflow, holderId: string, outcome: 'mismatched' | 'rejected'): Promise<never> {
     this.hit(workflow, holderId, outcome, undefined);
     const key = workflow.deduplicationId as string;
-    throw outcome === 'mismatched'
-      ? new DeduplicationMismatchError(workflow.queueName, key, holderId)
-      : new QueueDeduplicatedError(workflow.queueName, key, holderId);
+    if (outcome === 'mismatched') throw new DeduplicationMismatchError(workflow.queueName, key, holderId);
+    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, await this.strandedNote(workflow, holderId));
+  }
+
+  /**
+   * When the key's holder waits for a name and version that no live executor registers (it will not run until one
+   * that does starts), says so; otherwise, or when that cannot be read now, nothing.
+   */
+  private async strandedNote(workflow: NewWorkflow, holderId: string): Promise<string | undefined> {
+    try {
+      const run = await this.versionStore.waitingRunOf(workflow.queueName, holderId);
+      if (!run || (await this.versions.isClaimable(workflow.queueName, run.name, run.version))) return undefined;
+      return (
+        `it is a run of "${run.name}" version ${run.version}, which no live executor draining the queue registers: ` +
+        `it will not run until a process that registers that version starts (queueService.listVersions())`
+      );
+    } catch {
+      return undefined;
+    }
   }
 
   private hit<T>(workflow: NewWorkflow, existingWorkflowId: string, outcome: DeduplicationOutcome, result: T): T {

@@ -12,9 +12,12 @@ export class QueueDeduplicatedError extends DedupQueueError {
     readonly deduplicationId: string,
     /** The workflow that holds the deduplication ID. */
     readonly existingWorkflowId: string,
+    /** More about the holder, appended to the message (e.g. that no live executor would run it). */
+    note?: string,
   ) {
     super(
-      `Deduplication ID "${deduplicationId}" is held in queue "${queueName}" by workflow "${existingWorkflowId}", which is enqueued or running`,
+      `Deduplication ID "${deduplicationId}" is held in queue "${queueName}" by workflow "${existingWorkflowId}", which is enqueued or running` +
+        (note ? `; ${note}` : ''),
     );
   }
 }

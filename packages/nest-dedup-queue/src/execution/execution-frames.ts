@@ -17,6 +17,10 @@ export interface FramedExecution {
   runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T>;
   /** See `WorkflowExecution.runRecorded`. */
   runRecorded<T>(name: string, operation: (transaction: RecordedTransaction) => Promise<T>): Promise<T>;
+  /** `patched(patchId)` at the next position (see `WorkflowExecution.patch`). */
+  patch(patchId: string): Promise<boolean>;
+  /** `deprecatePatch(patchId)` at the next position (see `WorkflowExecution.deprecatePatch`). */
+  deprecatePatch(patchId: string): true;
 }
 
 /** What the code running at a given moment belongs to: a workflow, maybe a step of it, maybe its transaction. */

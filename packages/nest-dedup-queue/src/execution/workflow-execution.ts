@@ -14,6 +14,11 @@ import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { FramedExecution, executionFrames } from './execution-frames';
 import { RecordedTransaction, recordedTransaction } from './recorded-transaction';
 
+/** The step name a patch's marker is recorded under. */
+export function patchMarker(patchId: string): string {
+  return `patch ${patchId}`;
+}
+
 /** How a checkpoint write waits for an unavailable database. */
 const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
 
@@ -23,6 +28,11 @@ const CHECKPOINT_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
  */
 export class WorkflowExecution implements FramedExecution {
   private nextStepIndex = 0;
+  /**
+   * Set once the run met a recorded position with a different operation (its code changed without a patch): from
+   * then on no position is taken, and the run is parked whatever its body does (see `QueueWorker`).
+   */
+  mismatch?: WorkflowDeterminismError;
 
   constructor(
     readonly context: WorkflowContext,
@@ -48,6 +58,7 @@ export class WorkflowExecution implements FramedExecution {
   }
 
   async runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T> {
+    if (this.mismatch) throw this.mismatch;
     const index = this.nextStepIndex++;
     const recorded = this.recorded.get(index);
     if (recorded) {
@@ -66,6 +77,7 @@ export class WorkflowExecution implements FramedExecution {
    * answer was lost. Effects `operation` registers with `afterCommit` run once it committed.
    */
   async runRecorded<T>(name: string, operation: (transaction: RecordedTransaction) => Promise<T>): Promise<T> {
+    if (this.mismatch) throw this.mismatch;
     const index = this.nextStepIndex++;
     const recorded = this.recorded.get(index);
     if (recorded) return this.replay<T>(index, name, recorded);
@@ -78,6 +90,7 @@ export class WorkflowExecution implements FramedExecution {
    */
   takePosition(): { index: number; recorded?: RecordedStep } {
     this.throwIfInterrupted();
+    if (this.mismatch) throw this.mismatch;
     const index = this.nextStepIndex++;
     return { index, recorded: this.recorded.get(index) };
   }
@@ -140,10 +153,37 @@ export class WorkflowExecution implements FramedExecution {
     return this.steps.lockIfOwned(manager, queueName, workflowId, this.executorId, attempt);
   }
 
+  /** The run called `calledName` at position `index`, where `recordedName` was recorded: see `mismatch`. */
+  mismatchAt(index: number, recordedName: string, calledName: string): WorkflowDeterminismError {
+    this.mismatch ??= new WorkflowDeterminismError(this.context.workflowId, index, recordedName, calledName);
+    return this.mismatch;
+  }
+
+  /**
+   * `patched(patchId)` at the next position: true (and a marker recorded there, or found) for a run that reaches it
+   * with the patch, false (the position left to what an earlier run recorded there) for a run recorded without it.
+   */
+  async patch(patchId: string): Promise<boolean> {
+    this.throwIfInterrupted();
+    if (this.mismatch) throw this.mismatch;
+    const marker = patchMarker(patchId);
+    const recorded = this.recorded.get(this.nextStepIndex);
+    if (recorded && recorded.name !== marker) return false;
+    const index = this.nextStepIndex++;
+    if (!recorded) await this.record(this.checkpoint(index, marker, true, null, performance.now()));
+    return true;
+  }
+
+  /** `deprecatePatch(patchId)` at the next position: passes over the marker an earlier run's `patched` recorded. */
+  deprecatePatch(patchId: string): true {
+    this.throwIfInterrupted();
+    if (this.mismatch) throw this.mismatch;
+    if (this.recorded.get(this.nextStepIndex)?.name === patchMarker(patchId)) this.nextStepIndex++;
+    return true;
+  }
+
   private replay<T>(index: number, name: string, recorded: RecordedStep): T {
-    if (recorded.name !== name) {
-      throw new WorkflowDeterminismError(this.context.workflowId, index, recorded.name, name);
-    }
+    if (recorded.name !== name) throw this.mismatchAt(index, recorded.name, name);
     if (recorded.error) throw reviveError(recorded.error);
     return fromStoredJson<T>(recorded.output);
   }

@@ -92,6 +92,13 @@ export interface EnqueueOptions {
   /** With `deduplicationWindowMs`: free the key as soon as the workflow ends with ERROR. Default false. */
   releaseKeyOnError?: boolean;
   /**
+   * The version of the workflow the run records (`@Workflow({ version })`): only a process that registers this name
+   * at this version runs it. Default: the highest version of the workflow registered in this process; in a process
+   * that does not have the workflow (`externalWorkflows`), the highest any live executor registers (else the highest
+   * any process ever registered, else 1). A positive integer. See docs/changing-workflows.md.
+   */
+  version?: number;
+  /**
    * Enqueue inside this TypeORM transaction (the `manager` of `dataSource.transaction(manager => ...)`): the
    * workflow exists only if the caller commits, and workers see it only after commit. A duplicate raises
    * `QueueDeduplicatedError` without aborting the caller's transaction (the insert runs under a savepoint).

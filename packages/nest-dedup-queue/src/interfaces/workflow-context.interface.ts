@@ -2,6 +2,8 @@
 export interface WorkflowContext {
   readonly workflowId: string;
   readonly workflowName: string;
+  /** The version of the workflow the run was enqueued with (`@Workflow({ version })`). */
+  readonly version: number;
   readonly queueName: string;
   /** 1 on the first run; higher after retries and recoveries. */
   readonly attempt: number;

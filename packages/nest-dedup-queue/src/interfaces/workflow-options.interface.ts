@@ -5,8 +5,21 @@ import type { BackoffOptions } from './backoff-options.interface';
  * the process that runs it applies its own decorator's, whatever the enqueuing process had (or lacked).
  */
 export interface WorkflowOptions {
-  /** The registered name. Default `ClassName.methodName`. Must be unique in the application. */
+  /** The registered name. Default `ClassName.methodName`. With `version`, unique in the application. */
   name?: string;
+  /**
+   * The version of the workflow this method runs (a positive integer; default 1). Each run records the version it
+   * was enqueued with, and a worker claims only the names and versions its process registers, so a changed body gets
+   * a new version while the old method stays until the old runs are done: two methods may register one `name` with
+   * different versions (`@Workflow({ name: 'Orders.fulfil', version: 2 })`). An enqueue takes the highest version
+   * registered in its process unless `EnqueueOptions.version` says otherwise. See docs/changing-workflows.md.
+   */
+  version?: number;
+  /**
+   * Former names of this workflow (a rename): runs recorded under one of them, at this method's version, run on
+   * this method, and an enqueue by an old name enqueues this name.
+   */
+  aliases?: string[];
   /**
    * The workflow's default queue, declared in `forRoot({ queues })` or with `registerQueue()` (a boot error
    * otherwise): `QueueService.enqueue(workflow, args, options?)` without a queue name, and a `@Scheduled()` method or

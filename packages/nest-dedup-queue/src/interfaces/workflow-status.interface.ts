@@ -53,6 +53,8 @@ export interface WorkflowStatusInfo<R = unknown> {
   queueName: string;
   /** The registered workflow name, `ClassName.methodName` unless `@Workflow({ name })` says otherwise. */
   workflowName: string;
+  /** The version of the workflow the run was enqueued with (`@Workflow({ version })`; 1 for runs before 1.1). */
+  version: number;
   /** The deduplication ID given at enqueue; kept for reference after the workflow finished (the key itself is freed). */
   deduplicationId: string | null;
   /** The executor (process) that claimed the workflow, once claimed. */
@@ -89,6 +91,8 @@ export interface WorkflowStatusInfo<R = unknown> {
   supersededBy?: string;
   /** Present when this workflow was enqueued with `onDuplicate: 'supersede'` and cancelled a holder: that holder. */
   supersedes?: string;
+  /** Present when this workflow is a fork (`QueueService.fork`): the workflow it was forked from. */
+  forkedFrom?: string;
   /**
    * Present only when a stored value of the row is not of its documented type (written by hand, by SQL or by another
    * version): each such field with what was stored. The field then holds a stand-in: null where it may be null, the

@@ -11,11 +11,14 @@ import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.
 import type { WorkflowHandle } from '../interfaces/workflow-handle.interface';
 import type { WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
+import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
+import type { WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 
 const MAX_LIST_LIMIT = 10_000;
 
 /**
- * Looks workflows up (by ID, by deduplication ID, by filter, counts per status) and reports deduplication hits.
+ * Looks workflows up (by ID, by deduplication ID, by filter, counts per status, versions) and reports deduplication
+ * hits.
  * Reads only. `QueueService`'s look-up methods delegate here.
  */
 @Injectable()
@@ -26,7 +29,13 @@ export class WorkflowLookupService {
     private readonly inserter: WorkflowInserter,
     private readonly events: DeduplicationEvents,
     private readonly handles: WorkflowHandleFactory,
+    private readonly versions: WorkflowVersionsMonitor,
   ) {}
+
+  /** See `QueueService.listVersions`. */
+  async listVersions(): Promise<WorkflowVersionInfo[]> {
+    return (await this.versions.report()).versions;
+  }
 
   /** See `QueueService.retrieve`. */
   async retrieve<R = unknown>(workflowId: string): Promise<WorkflowHandle<R>> {

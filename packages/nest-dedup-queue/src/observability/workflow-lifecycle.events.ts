@@ -15,7 +15,10 @@ type InternalEvent =
 export type LifecycleEvent =
   WorkflowEvent | (InternalEvent & Pick<WorkflowEvent, 'workflowId' | 'queueName' | 'workflowName'>);
 
-/** The event for a run's recorded outcome: completed, failed, or (a failed attempt to be tried again) retrying. */
+/**
+ * The event for a run's recorded outcome: completed, failed, (a failed attempt to be tried again) retrying, or
+ * (parked by a code change) dead-lettered.
+ */
 export function runOutcomeEvent(
   workflow: WorkflowRef,
   attempt: number,
@@ -27,6 +30,8 @@ export function runOutcomeEvent(
       return { event: 'completed', ...workflow, attempt, durationMs };
     case 'RETRY':
       return { event: 'retrying', ...workflow, attempt, durationMs };
+    case 'PARKED':
+      return { event: 'dead-lettered', ...workflow, attempt, ...(outcome.error ? { error: outcome.error } : {}) };
     default:
       return { event: 'failed', ...workflow, attempt, durationMs, ...(outcome.error ? { error: outcome.error } : {}) };
   }

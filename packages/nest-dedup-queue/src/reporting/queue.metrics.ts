@@ -5,6 +5,9 @@ import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
 import { QueueDatabase } from '../database/queue-database';
 import { QueueStatsStore, StatusCount } from '../database/queue-stats.store';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
+import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
+import type { StrandedRuns } from '../interfaces/workflow-version.interface';
+import { settleWithin } from '../utils/settle-within';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
@@ -38,6 +41,7 @@ interface Metrics {
   workflows: PromClient.Gauge;
   oldestAge: PromClient.Gauge;
   abandoned: PromClient.Gauge;
+  stranded: PromClient.Gauge;
   enqueued: PromClient.Counter;
   deduplicated: PromClient.Counter;
   finished: PromClient.Counter;
@@ -70,6 +74,7 @@ export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
     private readonly lifecycle: WorkflowLifecycle,
     private readonly database: QueueDatabase,
     private readonly scheduler: QueueScheduler,
+    private readonly versions: WorkflowVersionsMonitor,
   ) {
     this.stats = new QueueStatsStore(database);
   }
@@ -137,6 +142,7 @@ export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
     const queues = [...this.config.queues.keys()];
     const read = () => this.snapshot();
     const abandonedRuns = () => this.scheduler.abandonedRuns();
+    const strandedRuns = () => this.strandedRuns();
     const metrics: Metrics = {
       workflows: new prom.Gauge({
         name: 'dedup_queue_workflows',
@@ -173,6 +179,21 @@ export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
           this.reset();
           for (const queue of queues) this.set({ queue }, 0);
           for (const run of abandonedRuns()) this.inc({ queue: run.queueName });
+        },
+      }),
+      stranded: new prom.Gauge({
+        name: 'dedup_queue_stranded_workflows',
+        help:
+          'Queued, delayed or waiting workflows of a name and version that no live executor draining their queue ' +
+          'registers (all processes; checked at most once per check interval)',
+        labelNames: ['queue', 'workflow', 'version'],
+        registers,
+        async collect() {
+          const stranded = await strandedRuns();
+          this.reset();
+          for (const runs of stranded ?? []) {
+            this.set({ queue: runs.queueName, workflow: runs.workflowName, version: String(runs.version) }, runs.count);
+          }
         },
       }),
       enqueued: new prom.Counter({
@@ -241,6 +262,23 @@ export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
     }
     const status = FINISHED_BY_EVENT[event.event];
     if (status) metrics.finished.inc({ queue, status });
+  }
+
+  /**
+   * The stranded runs, from a report at most one check interval old (so that scrapes do not each scan the active
+   * table); undefined when it could not be read in time (the gauge is left out).
+   */
+  private async strandedRuns(): Promise<StrandedRuns[] | undefined> {
+    try {
+      const report = await settleWithin(
+        this.versions.report(this.versions.checkIntervalMs),
+        this.scrapeTimeoutMs,
+        `no report of the workflow versions within ${this.scrapeTimeoutMs} ms`,
+      );
+      return report.stranded;
+    } catch {
+      return undefined;
+    }
   }
 
   private async recountFinished(): Promise<void> {

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { ExecutorStore, type RecoveredWorkflow } from '../database/executor.store';
+import { ExecutorStore, type ExecutorRuns, type RecoveredWorkflow } from '../database/executor.store';
+import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowStore } from '../database/workflow.store';
 import { HistoryPartitions } from '../database/history-partitions';
 import { describeError } from '../database/connection-monitor';
@@ -44,12 +45,13 @@ export class ExecutorHeartbeat {
     private readonly partitions: HistoryPartitions,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly duplicates: DuplicateDeliveries,
+    private readonly registry: WorkflowRegistry,
   ) {}
 
   /** Registers the lease, recovers what this executor ID left, and starts beating; `onLeaseLost` as above. */
   async start(onLeaseLost: () => Promise<void>): Promise<void> {
     this.onLeaseLost = onLeaseLost;
-    await this.executors.register(this.config.executorId);
+    await this.executors.register(this.config.executorId, this.runs());
     this.lastRenewedAt = new Date();
     for (const queueName of this.config.queues.keys()) {
       this.report(
@@ -83,6 +85,11 @@ export class ExecutorHeartbeat {
     }
   }
 
+  /** What this executor runs, as its lease row records it. */
+  private runs(): ExecutorRuns {
+    return { queues: [...this.config.workerQueues], workflows: this.registry.registrations() };
+  }
+
   private async renew(): Promise<void> {
     try {
       if (!(await this.executors.heartbeat(this.config.executorId))) {
@@ -90,7 +97,7 @@ export class ExecutorHeartbeat {
           `Executor ${this.config.executorId} missed its lease and was declared dead; it registers again and ` +
             `interrupts its running workflows that were recovered elsewhere`,
         );
-        await this.executors.register(this.config.executorId);
+        await this.executors.register(this.config.executorId, this.runs());
         await this.onLeaseLost();
       }
       this.renewFailures.succeeded();

@@ -261,7 +261,7 @@ export class QueueWorker {
     if (limit <= 0) return undefined;
     const claim = this.claimStarted(limit);
     this.claimAgain = false;
-    const request = { queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() };
+    const request = { queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() };
     const attached = this.deps.claimer.attachable(request);
     return {
       ...attached,
@@ -288,7 +288,7 @@ export class QueueWorker {
         if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const claim = this.claimStarted(limit);
         const { workflows, retryInMs } = await this.deps.claimer
-          .claim({ queue, executorId: this.deps.executorId, limit, workflowNames: this.deps.registry.names() })
+          .claim({ queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() })
           .finally(claim.settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();
@@ -494,11 +494,16 @@ export class QueueWorker {
     this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
     const startedAt = performance.now();
     try {
-      const workflow = this.deps.registry.find(claimed.workflowName);
+      const workflow = this.deps.registry.find(claimed.workflowName, claimed.version);
       const outcome = await this.deps.tracer.process(this.queueName, claimed, async (trace) =>
         workflow
           ? this.run(claimed, workflow, run, trace)
-          : this.failure(claimed, new Error(`Workflow "${claimed.workflowName}" is not registered in this process`)),
+          : this.failure(
+              claimed,
+              new Error(
+                `Workflow "${claimed.workflowName}" version ${claimed.version} is not registered in this process`,
+              ),
+            ),
       );
       if (run.suspended) return;
       const durationMs = performance.now() - startedAt;
@@ -524,14 +529,17 @@ export class QueueWorker {
     trace: RunTrace,
   ): Promise<WorkflowOutcome> {
     const workflowId = claimed.workflowId;
-    const own = this.deps.registry.runOptions(claimed.workflowName);
+    const own = this.deps.registry.runOptions(claimed.workflowName, claimed.version);
     await this.recordRunOptions(claimed, own);
+    let execution: WorkflowExecution | undefined;
     try {
-      const recorded = claimed.attempts > 1 ? await this.deps.steps.load(this.queueName, workflowId) : new Map();
-      const execution = new WorkflowExecution(
+      const replays = claimed.attempts > 1 || claimed.forked;
+      const recorded = replays ? await this.deps.steps.load(this.queueName, workflowId) : new Map();
+      execution = new WorkflowExecution(
         {
           workflowId,
           workflowName: claimed.workflowName,
+          version: claimed.version,
           queueName: this.queueName,
           attempt: claimed.attempts,
           signal: run.controller.signal,
@@ -543,9 +551,11 @@ export class QueueWorker {
         trace,
         claimed.deadlineAt,
       );
-      const result = await this.deps.waits.run(execution, () =>
-        execution.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
+      const running = execution;
+      const result = await this.deps.waits.run(running, () =>
+        running.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
       );
+      if (running.mismatch) return this.parked(claimed, running.mismatch);
       if (result === SUSPENDED) {
         // NOTE: the workflow is WAITING in Postgres already; this placeholder is never written.
         run.suspended = true;
@@ -562,7 +572,9 @@ export class QueueWorker {
         error: null,
       };
     } catch (thrown) {
-      const retryable = !(thrown instanceof WorkflowDeterminismError) && claimed.failedAttempts + 1 < own.maxAttempts;
+      const mismatch = execution?.mismatch ?? (thrown instanceof WorkflowDeterminismError ? thrown : undefined);
+      if (mismatch) return this.parked(claimed, mismatch);
+      const retryable = claimed.failedAttempts + 1 < own.maxAttempts;
       if (retryable) {
         const delay = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
         return { ...this.failure(claimed, thrown), status: 'RETRY', retryDelayMs: delay };
@@ -582,6 +594,15 @@ export class QueueWorker {
     } catch (error) {
       this.logger.warn(`Recording the options of workflow ${claimed.workflowId} failed: ${describeError(error)}`);
     }
+  }
+
+  /** A run that met changed code: dead-lettered with the determinism error, keeping its key (see `WorkflowOutcome`). */
+  private parked(claimed: ClaimedWorkflow, mismatch: WorkflowDeterminismError): WorkflowOutcome {
+    this.logger.warn(
+      `Workflow ${claimed.workflowName} version ${claimed.version} (${claimed.workflowId}) is dead-lettered, keeping ` +
+        `its key: ${mismatch.message}`,
+    );
+    return { ...this.failure(claimed, mismatch), status: 'PARKED' };
   }
 
   private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {

@@ -22,6 +22,8 @@ export interface ValidEnqueueOptions {
   deduplicationWindowMs: number | null;
   releaseKeyOnError: boolean;
   requireSameArgs: boolean;
+  /** `version`, when given. */
+  version: number | null;
   /** The caller's transaction (`db` or `manager`), if the enqueue joins one. */
   transaction: TransactionSql | undefined;
 }
@@ -45,6 +47,7 @@ const ENQUEUE_OPTION_KEYS: readonly (keyof EnqueueOptions)[] = [
   'deduplicationWindowMs',
   'releaseKeyOnError',
   'requireSameArgs',
+  'version',
   'manager',
   'db',
 ];
@@ -117,6 +120,7 @@ export function validateEnqueueOptions(
     deduplicationWindowMs,
     releaseKeyOnError: options.releaseKeyOnError === true,
     requireSameArgs: options.requireSameArgs === true,
+    version: optionalVersion(options.version, named('version')),
     transaction,
     deduplicationId,
     workflowId: optionalKey(options.workflowId, named('workflowId')),
@@ -143,6 +147,15 @@ export function optionalKey(value: unknown, field: string): string | null {
     throw new InvalidArgumentError(field, `must be at most ${MAX_KEY_LENGTH} characters, got ${got}`);
   }
   return value;
+}
+
+/** `EnqueueOptions.version` (or a fork's): a positive integer, or null when not given. */
+export function optionalVersion(value: unknown, field: string): number | null {
+  if (value === undefined || value === null) return null;
+  if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > MAX_INT) {
+    throw new InvalidArgumentError(field, `must be a workflow version, an integer from 1 to ${MAX_INT}`);
+  }
+  return value as number;
 }
 
 function oneOf<T extends string>(value: unknown, allowed: readonly T[], field: string): T | null {

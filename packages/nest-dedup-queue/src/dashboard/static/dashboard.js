@@ -1,8 +1,8 @@
 'use strict';
 // The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/children/<id>,
-// #/schedules) over the JSON API next to the page. No dependencies; every value is put in the DOM as text, never as
-// HTML. Until a view's first data arrives, the page says "Loading…" (shown by the HTML itself, before this script
-// runs).
+// #/schedules, #/versions) over the JSON API next to the page. No dependencies; every value is put in the DOM as
+// text, never as HTML. Until a view's first data arrives, the page says "Loading…" (shown by the HTML itself, before
+// this script runs).
 (() => {
   const settings = JSON.parse(document.getElementById('settings').textContent);
   const api = `${location.pathname.replace(/\/+$/, '')}/api`;
@@ -153,9 +153,7 @@
                 method: 'POST',
                 body: { queueName, ...(status ? { status } : {}) },
               });
-              const changed = results.filter(
-                (result) => result.outcome === 'cancelled' || result.outcome === 'resumed',
-              );
+              const changed = results.filter((result) => ['cancelled', 'resumed', 'forked'].includes(result.outcome));
               say(`${label}: ${changed.length} of ${results.length} matched.`);
             });
           }
@@ -481,6 +479,7 @@
                 ),
             bulkButton('Cancel all matching', 'cancel-matching', name, query, true),
             bulkButton('Resume all matching', 'resume-matching', name, query, false),
+            bulkButton('Retry all matching from their failed step', 'fork-matching', name, query, false),
           ),
         ),
       );
@@ -667,6 +666,23 @@
         ),
       );
     }
+    if (['ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'].includes(workflow.status)) {
+      buttons.push(
+        h(
+          'button',
+          {
+            type: 'button',
+            onclick: async () => {
+              const fork = await act('Retry from the failed step', () =>
+                request(`/workflows/${encodeURIComponent(id)}/fork`, { method: 'POST', body: {} }),
+              );
+              if (fork) location.hash = workflowLink(fork.workflowId);
+            },
+          },
+          'Retry from the failed step',
+        ),
+      );
+    }
     buttons.push(
       h(
         'button',
@@ -725,7 +741,13 @@
           { class: 'fields' },
           field('Status', workflow.status),
           field('Queue', h('a', { href: queueLink(workflow.queueName) }, workflow.queueName)),
-          field('Workflow', workflow.workflowName),
+          field('Workflow', `${workflow.workflowName} (version ${workflow.version})`),
+          workflow.forkedFrom
+            ? field(
+                'Forked from',
+                h('a', { href: workflowLink(workflow.forkedFrom), class: 'mono' }, workflow.forkedFrom),
+              )
+            : [],
           field(
             'Deduplication ID',
             workflow.deduplicationId || '—',
@@ -887,6 +909,89 @@
     await refreshView();
   }
 
+  // ----- versions -----
+
+  function versionsView(report) {
+    const stranded = report.stranded.length
+      ? h(
+          'table',
+          { class: 'stranded' },
+          h('caption', {}, 'Runs no live executor would claim'),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              ['Queue', 'Workflow', 'Version', 'Runs'].map((label) => h('th', { scope: 'col' }, label)),
+            ),
+          ),
+          h(
+            'tbody',
+            {},
+            report.stranded.map((runs) =>
+              h(
+                'tr',
+                {},
+                h('td', {}, h('a', { href: queueLink(runs.queueName) }, runs.queueName)),
+                h('td', {}, runs.workflowName),
+                h('td', { class: 'num' }, runs.version),
+                h('td', { class: 'num' }, numbers.format(runs.count)),
+              ),
+            ),
+          ),
+        )
+      : h('p', {}, 'Every queued or waiting run has a live executor that registers its workflow and version.');
+    return h(
+      'div',
+      {},
+      stranded,
+      h(
+        'table',
+        { class: 'versions' },
+        h('caption', {}, 'Runs in flight per workflow version'),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['Workflow', 'Version', 'Runs in flight', 'Live executors'].map((label) =>
+              h('th', { scope: 'col' }, label),
+            ),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          report.versions.map((version) =>
+            h(
+              'tr',
+              { class: version.unfinished > 0 && version.executors === 0 ? 'unserved' : undefined },
+              h('th', { scope: 'row' }, version.workflowName),
+              h('td', { class: 'num' }, version.version),
+              h('td', { class: 'num' }, numbers.format(version.unfinished)),
+              h('td', { class: 'num' }, version.executors),
+            ),
+          ),
+        ),
+      ),
+      h('p', { class: 'meta' }, `Checked ${formatTime(report.checkedAt)}.`),
+    );
+  }
+
+  async function showVersions(token) {
+    const content = h('div', { class: 'scroll', 'aria-live': 'polite' });
+    view.replaceChildren(h('h1', {}, 'Workflow versions'), content);
+    refreshView = async () => {
+      const report = await request('/versions');
+      if (token !== routeToken) return;
+      replaceIfChanged(content, JSON.stringify(report), () => versionsView(report));
+      stamp();
+    };
+    await refreshView();
+  }
+
   // ----- routing and refreshing -----
 
   async function route() {
@@ -903,6 +1008,7 @@
       else if (parts[0] === 'children' && parts[1]) await showChildren(token, parts[1]);
       else if (parts[0] === 'workflow' && parts[1]) await showWorkflow(token, parts[1]);
       else if (parts[0] === 'schedules') await showSchedules(token);
+      else if (parts[0] === 'versions') await showVersions(token);
       else await showOverview(token);
     } catch (error) {
       say(error.message, true);

@@ -18,6 +18,7 @@ import { keysWithTheQueue } from './017-keys-with-the-queue.migration';
 import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
 import { enqueueFromSqlSecured } from './019-enqueue-from-sql-secured.migration';
 import { wholeRecord } from './020-the-whole-record.migration';
+import { workflowVersions } from './022-workflow-versions.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -42,6 +43,7 @@ export const MIGRATIONS: readonly Migration[] = [
   moreDuplicatePolicies,
   enqueueFromSqlSecured,
   wholeRecord,
+  workflowVersions,
 ];
 
 export type { Migration } from './migration.interface';
