@@ -148,6 +148,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         startedAt: null,
         completedAt: null,
         notBefore: null,
+        parentWorkflowId: null,
       });
       expect(finished).toMatchObject({
         status: 'SUCCESS',

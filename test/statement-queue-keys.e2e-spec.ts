@@ -38,6 +38,11 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     shape: /a\.workflow_id = |o\.workflow_id = m\.workflow_id/,
   },
   {
+    what: "list({ parentWorkflowId }): a workflow's children, in any queue (the parent's index)",
+    kind: 'probe by workflow ID',
+    shape: /FROM \S+\.workflows\s+WHERE parent_workflow_id = \$1/,
+  },
+  {
     what: 'retention: is a workflow of that day still active',
     kind: 'across queues',
     shape: /^SELECT b\.name, b\.lower, b\.upper FROM/,

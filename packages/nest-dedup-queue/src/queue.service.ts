@@ -140,13 +140,15 @@ export class QueueService {
   }
 
   /**
-   * Ends an ENQUEUED, DELAYED or PENDING workflow as CANCELLED and frees its deduplication ID at once. A running
-   * body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once, whether
-   * or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow keeps
-   * its status. Resolves with the workflow's status afterwards.
+   * Ends an ENQUEUED, DELAYED, PENDING or WAITING workflow as CANCELLED and frees its deduplication ID at once. A
+   * running body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once,
+   * whether or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow
+   * keeps its status. Resolves with the workflow's status afterwards.
    *
-   * With `{ cancelChildren: true }` it then cancels the unfinished workflows this workflow's body enqueued (its
-   * children, whatever their queue), and theirs in turn; never a workflow it only joined (`return-existing`).
+   * With `{ cancelChildren: true }` it then cancels, in this one call, every unfinished descendant: the workflows
+   * this workflow's body enqueued (whatever their queue), theirs, and so on to any depth (through finished ones),
+   * whatever their state: queued, delayed, running, waiting, dead-lettered. Never a workflow it only joined
+   * (`return-existing`). See docs/composing-workflows.md for its cost.
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
   async cancel(workflowId: string, options?: CancelOptions): Promise<WorkflowStatus> {
@@ -155,8 +157,13 @@ export class QueueService {
 
   /**
    * The last value workflow `workflowId` published under `key` with `setEvent`, from any process: resolves as soon
-   * as it is set (at once if it is), or with `undefined` after `options.timeoutMs` (default 60 s; 0 reads once).
-   * Values set in this process are seen at once; others within half a second (polling).
+   * as it is set (at once if it is), or with `undefined` after `options.timeoutMs` (default 60 s; 0 reads once;
+   * `Infinity`: no limit). Values set in this process are seen at once; others within half a second (polling).
+   *
+   * In a workflow body (outside a step) it is recorded at the body's position: what it returned (re-executed, the
+   * same at once, even if the value changed since) and its deadline (a recovered workflow waits only what remained).
+   * A wait of a second or more suspends the workflow, as `recv` does (WAITING: key kept, no slot), until the value
+   * is set (at once, from any process) or the deadline.
    * @throws InvalidArgumentError when `workflowId` or `key` is not a non-empty string, or the timeout is not valid
    */
   async getEvent<T = unknown>(workflowId: string, key: string, options?: GetEventOptions): Promise<T | undefined> {
@@ -294,6 +301,10 @@ export class QueueService {
    *
    * @param workflowId the receiving workflow
    * @param message any JSON value (see docs/api.md, "What round-trips through storage")
+   * In a workflow body (outside a step) the send is recorded at the body's position, in the transaction that stores
+   * the message: re-executed, the body sends nothing again, with or without `idempotencyKey` (and a refusal is thrown
+   * again). Inside a step it is at least once, as the step: give an `idempotencyKey`.
+   *
    * @param options `topic` (default: the default topic), `idempotencyKey` (the same key twice delivers once)
    * @throws WorkflowNotFoundError when no workflow has this ID
    * @throws InvalidArgumentError for a message JSON cannot hold, an empty topic or idempotency key

@@ -1,5 +1,5 @@
 import type { QueueLimits } from '../interfaces/queue-options.interface';
-import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { UnexpectedValue, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 
 /**
@@ -45,7 +45,15 @@ export interface DashboardWorkflowSummary {
   createdAt: string;
   startedAt: string | null;
   completedAt: string | null;
+  /** See `WorkflowStatusInfo.notBefore`: null also for a wait without a timeout. */
   notBefore: string | null;
+  /** The workflow whose body enqueued this one, or null. */
+  parentWorkflowId: string | null;
+  /**
+   * Present only when a stored value of the row is not of its documented type: each such field with what was stored
+   * (see `WorkflowStatusInfo.unexpectedValues`); the row is served with stand-ins, and the page marks it.
+   */
+  unexpectedValues?: UnexpectedValue[];
 }
 
 /** `GET <path>/api/workflows`: one page of a list, newest first. */
@@ -84,8 +92,6 @@ export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
   deadlineAt: string | null;
   updatedAt: string;
   steps: DashboardStep[];
-  /** The workflow whose body enqueued this one, or null. */
-  parentWorkflowId: string | null;
   /**
    * The workflows this one's body created (its children), in the order it enqueued them, read from its recorded
    * enqueues: a holder it only joined (`return-existing`) or that refused it is not one of them.

@@ -30,6 +30,7 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
+import { RowValues } from '../database/row-values';
 import { nestsDeeperThan } from '../utils/json-depth';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
@@ -50,6 +51,7 @@ const LIST_PARAMETERS = [
   'search',
   'createdFrom',
   'createdTo',
+  'parentWorkflowId',
   'limit',
   'cursor',
 ];
@@ -128,9 +130,9 @@ export class DashboardService {
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     return {
-      workflows: page.map(toSummary),
+      workflows: page.map((row) => toSummary(row, new RowValues())),
       total: total > LIST_COUNT_LIMIT ? { value: LIST_COUNT_LIMIT, exact: false } : { value: total, exact: true },
-      nextCursor: rows.length > limit && last ? `${last.created_us}.${last.seq}` : null,
+      nextCursor: rows.length > limit && last && last.created_us !== null ? `${last.created_us}.${last.seq}` : null,
     };
   }
 
@@ -142,31 +144,33 @@ export class DashboardService {
       this.streamsOf(workflowId),
     ]);
     if (!row) throw new WorkflowNotFoundError(workflowId);
-    return {
+    const values = new RowValues();
+    const detail: DashboardWorkflowDetail = {
       streams,
-      ...toSummary(row),
+      ...toSummary(row, values),
       inputs: this.shown(row.inputs),
       output: this.shown(row.output ?? null),
-      error: this.visibleError(row.error),
-      failedAttempts: row.failed_attempts,
-      maxAttempts: row.max_attempts,
-      recoveryAttempts: row.recovery_attempts,
-      maxRecoveryAttempts: row.max_recovery_attempts,
-      timeoutMs: row.timeout_ms,
-      deadlineAt: isoOrNull(row.deadline_at),
-      updatedAt: row.updated_at.toISOString(),
-      parentWorkflowId: row.parent_workflow_id,
+      error: this.visibleError(values.error('error', row.error)),
+      failedAttempts: values.number('failedAttempts', row.failed_attempts),
+      maxAttempts: values.number('maxAttempts', row.max_attempts),
+      recoveryAttempts: values.number('recoveryAttempts', row.recovery_attempts),
+      maxRecoveryAttempts: values.number('maxRecoveryAttempts', row.max_recovery_attempts),
+      timeoutMs: row.timeout_ms === null ? null : values.number('timeoutMs', row.timeout_ms),
+      deadlineAt: isoOrNull(values.date('deadlineAt', row.deadline_at)),
+      updatedAt: values.requiredDate('updatedAt', row.updated_at).toISOString(),
+      parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
       children: childrenOf(steps),
       steps: steps.map((step) => ({
-        index: step.step_index,
-        name: step.step_name,
+        index: values.number(`steps[${step.step_index}].index`, step.step_index),
+        name: values.requiredText(`steps[${step.step_index}].name`, step.step_name),
         output: this.shown(step.output ?? null),
-        error: this.visibleError(step.error),
-        startedAt: isoOrNull(step.started_at),
-        completedAt: step.completed_at.toISOString(),
+        error: this.visibleError(values.error(`steps[${step.step_index}].error`, step.error)),
+        startedAt: isoOrNull(values.date(`steps[${step.step_index}].startedAt`, step.started_at)),
+        completedAt: values.requiredDate(`steps[${step.step_index}].completedAt`, step.completed_at).toISOString(),
         durationMs: step.duration_ms === null ? null : Math.round(step.duration_ms * 1000) / 1000,
       })),
     };
+    return { ...detail, ...values.report() };
   }
 
   /** A page of a stream's values from `offset` (`offset`, `limit` query parameters). @throws WorkflowNotFoundError */
@@ -265,7 +269,15 @@ export class DashboardService {
     if (!row) throw new WorkflowNotFoundError(workflowId);
     this.assertDeclared(row.queueName);
     const enqueued = await this.enqueuer.enqueue(
-      { ...row, workflowId: randomUUID(), workflowIdGiven: false, runAt: null, delayMs: null, maxDelayMs: null },
+      {
+        ...row,
+        workflowId: randomUUID(),
+        workflowIdGiven: false,
+        runAt: null,
+        delayMs: null,
+        maxDelayMs: null,
+        deadlineAt: null,
+      },
       {
         onDuplicate: 'reject',
         whenRunning: 'reject',
@@ -327,6 +339,7 @@ export class DashboardService {
       search: textParameter(query.search, 'search')?.trim() || undefined,
       createdFrom,
       createdTo,
+      parentWorkflowId: textParameter(query.parentWorkflowId, 'parentWorkflowId'),
     };
   }
 
@@ -346,24 +359,28 @@ export class DashboardService {
   }
 }
 
-function toSummary(row: SummaryRow): DashboardWorkflowSummary {
+/** A list's row, its unreadable values reported in `unexpectedValues` (see `RowValues`) rather than thrown. */
+function toSummary(row: SummaryRow, values: RowValues): DashboardWorkflowSummary {
+  const status = values.status('status', row.status);
   return {
-    workflowId: row.workflow_id,
-    queueName: row.queue_name,
-    workflowName: row.workflow_name,
-    version: row.workflow_version,
-    forkedFrom: row.forked_from,
-    status: row.status,
-    deduplicationId: row.deduplication_id,
-    holdsDeduplicationId: row.holds_key,
-    partitionKey: row.partition_key,
-    priority: row.priority,
-    attempts: row.attempts,
-    executorId: row.executor_id,
-    createdAt: row.created_at.toISOString(),
-    startedAt: isoOrNull(row.started_at),
-    completedAt: isoOrNull(row.completed_at),
-    notBefore: isoOrNull(row.not_before),
+    workflowId: values.requiredText('workflowId', row.workflow_id),
+    queueName: values.requiredText('queueName', row.queue_name),
+    workflowName: values.requiredText('workflowName', row.workflow_name),
+    version: values.number('version', row.workflow_version),
+    forkedFrom: values.text('forkedFrom', row.forked_from),
+    status,
+    deduplicationId: values.text('deduplicationId', row.deduplication_id),
+    holdsDeduplicationId: row.holds_key === true,
+    partitionKey: values.text('partitionKey', row.partition_key),
+    priority: values.number('priority', row.priority),
+    attempts: values.number('attempts', row.attempts),
+    executorId: values.text('executorId', row.executor_id),
+    createdAt: values.requiredDate('createdAt', row.created_at).toISOString(),
+    startedAt: isoOrNull(values.date('startedAt', row.started_at)),
+    completedAt: isoOrNull(values.date('completedAt', row.completed_at)),
+    notBefore: isoOrNull(values.date('notBefore', row.not_before, true)),
+    parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
+    ...values.report(),
   };
 }
 

@@ -27,6 +27,7 @@ export const CITUS_TABLES = {
     'workflow_events',
     'workflow_messages',
     'workflow_streams',
+    'event_waits',
   ],
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],

@@ -176,7 +176,10 @@ export class HistoryPartitions {
     });
   }
 
-  /** Drops one day of history, its steps, messages, streams and events, unless a workflow of it finished within the retention. */
+  /**
+   * Drops one day of history, its steps, messages, streams and events, and its workflows' registrations as
+   * `getEvent` waiters, unless a workflow of it finished within the retention.
+   */
   private async dropDay(day: { name: string; lower: Date; upper: Date }, retentionMs: number): Promise<boolean> {
     const historyPartition = day.name;
     const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
@@ -191,6 +194,10 @@ export class HistoryPartitions {
       );
       if (recent.length > 0) return false;
       await query(`DELETE FROM ${this.tables.events} WHERE workflow_created_at >= $1 AND workflow_created_at < $2`, [
+        day.lower,
+        day.upper,
+      ]);
+      await query(`DELETE FROM ${this.tables.eventWaits} WHERE waiter_created_at >= $1 AND waiter_created_at < $2`, [
         day.lower,
         day.upper,
       ]);

@@ -81,6 +81,21 @@ export class StepStore {
     return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
   }
 
+  /** The checkpoint of workflow `workflowId` of queue `queueName` at step `index`, if there is one. */
+  async find(queueName: string, workflowId: string, index: number): Promise<RecordedStep | undefined> {
+    const rows = await this.database.query<{
+      step_name: string;
+      output: string | null;
+      error: WorkflowErrorInfo | null;
+    }>(
+      `SELECT step_name, output::text AS output, error FROM ${this.steps}
+       WHERE queue_name = $2 AND workflow_id = $1 AND step_index = $3`,
+      [workflowId, queueName, index],
+      { idempotent: true },
+    );
+    return rows[0] && { name: rows[0].step_name, output: rows[0].output, error: rows[0].error };
+  }
+
   /**
    * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
    * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at

@@ -549,6 +549,7 @@ export class QueueWorker {
         this.deps.steps,
         (reason) => abort(run, reason),
         trace,
+        claimed.deadlineAt,
       );
       const running = execution;
       const result = await this.deps.waits.run(running, () =>

@@ -1,7 +1,8 @@
 'use strict';
-// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/schedules, #/versions) over the JSON
-// API next to the page. No dependencies; every value is put in the DOM as text, never as HTML. Until a view's first
-// data arrives, the page says "Loading…" (shown by the HTML itself, before this script runs).
+// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/children/<id>,
+// #/schedules, #/versions) over the JSON API next to the page. No dependencies; every value is put in the DOM as
+// text, never as HTML. Until a view's first data arrives, the page says "Loading…" (shown by the HTML itself, before
+// this script runs).
 (() => {
   const settings = JSON.parse(document.getElementById('settings').textContent);
   const api = `${location.pathname.replace(/\/+$/, '')}/api`;
@@ -78,6 +79,21 @@
   const queueLink = (name, status) =>
     `#/queue/${encodeURIComponent(name)}${status ? `?status=${encodeURIComponent(status)}` : ''}`;
   const workflowLink = (id) => `#/workflow/${encodeURIComponent(id)}`;
+  const childrenLink = (id) => `#/children/${encodeURIComponent(id)}`;
+  /** A mark on a row with stored values of unexpected types (the API reports them in `unexpectedValues`). */
+  const unexpectedMark = (workflow) =>
+    workflow.unexpectedValues
+      ? h(
+          'span',
+          {
+            class: 'unexpected',
+            title: `Unexpected stored values: ${workflow.unexpectedValues
+              .map(({ field, value }) => `${field} = ${value}`)
+              .join('; ')}`,
+          },
+          ' ⚠',
+        )
+      : '';
 
   function say(message, isError) {
     notice.textContent = message;
@@ -242,7 +258,7 @@
           h('a', { href: workflowLink(workflow.workflowId), class: 'mono' }, workflow.workflowId),
         ),
         h('td', {}, workflow.workflowName),
-        h('td', {}, statusBadge(workflow.status)),
+        h('td', {}, statusBadge(workflow.status), unexpectedMark(workflow)),
         h(
           'td',
           { class: 'mono' },
@@ -321,6 +337,7 @@
       field('workflowName', 'Workflow name'),
       field('deduplicationId', 'Deduplication ID'),
       field('partitionKey', 'Partition key'),
+      field('parentWorkflowId', 'Parent workflow ID'),
       field('createdFrom', 'Created from', 'datetime-local'),
       field('createdTo', 'Created before', 'datetime-local'),
       h('button', { type: 'submit' }, 'Apply filters'),
@@ -507,6 +524,20 @@
       );
     }
     return parts.length ? `Limits: ${parts.join(', ')}.` : 'No limits.';
+  }
+
+  async function showChildren(token, parentId) {
+    const list = workflowList(`Workflows enqueued by ${parentId} (in any queue)`);
+    view.replaceChildren(
+      h('p', {}, h('a', { href: workflowLink(parentId) }, `← Workflow ${parentId}`)),
+      h('h1', {}, 'Children'),
+      list.element,
+    );
+    refreshView = async (isRefresh) => {
+      await list.show(new URLSearchParams({ parentWorkflowId: parentId }).toString(), isRefresh);
+      if (token === routeToken) stamp();
+    };
+    await refreshView(false);
   }
 
   async function showSearch(token, text) {
@@ -795,6 +826,19 @@
                     h('li', {}, h('a', { href: workflowLink(child.workflowId), class: 'mono' }, child.workflowId)),
                   ),
                 ),
+                h('a', { href: childrenLink(workflow.workflowId) }, 'List them with their statuses'),
+              )
+            : [],
+          workflow.unexpectedValues
+            ? field(
+                'Unexpected values',
+                h(
+                  'ul',
+                  { class: 'unexpected' },
+                  workflow.unexpectedValues.map(({ field: name, value }) =>
+                    h('li', { class: 'mono' }, `${name} = ${value}`),
+                  ),
+                ),
               )
             : [],
         ),
@@ -1007,6 +1051,7 @@
     try {
       if (parts[0] === 'queue' && parts[1]) await showQueue(token, parts[1], params);
       else if (parts[0] === 'search' && parts[1]) await showSearch(token, parts[1]);
+      else if (parts[0] === 'children' && parts[1]) await showChildren(token, parts[1]);
       else if (parts[0] === 'workflow' && parts[1]) await showWorkflow(token, parts[1]);
       else if (parts[0] === 'schedules') await showSchedules(token);
       else if (parts[0] === 'versions') await showVersions(token);
