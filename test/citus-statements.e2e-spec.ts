@@ -41,7 +41,7 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
-    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|pg_notify/,
+    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|pg_notify/,
   );
   let cluster: CitusCluster;
   let pool: Pool;

@@ -148,6 +148,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         startedAt: null,
         completedAt: null,
         notBefore: null,
+        parentWorkflowId: null,
       });
       expect(finished).toMatchObject({
         status: 'SUCCESS',
@@ -309,6 +310,49 @@ describe('dashboard admin API over HTTP (Express)', () => {
         ['DashboardTasks.explode', { name: 'TypeError', message: 'no report for u3' }],
       ]);
       expect(JSON.stringify(body)).not.toContain('at ');
+    });
+
+    it("gives a workflow's streams with their size, state and last values, and pages through one", async () => {
+      const handle = await queues.enqueue('work', 'DashboardTasks.streaming', [12]);
+      await handle.getResult({ timeoutMs: 10_000 });
+      const { body } = await api().get(`/queues/api/workflows/${handle.workflowId}`).expect(200);
+      expect(body.streams).toEqual([
+        {
+          key: 'status',
+          values: 1,
+          bytes: 11,
+          closed: true,
+          lastWrittenAt: expect.any(String),
+          recent: [{ offset: 0, value: { ok: true } }],
+        },
+        {
+          key: 'tokens',
+          values: 12,
+          bytes: 10 * 4 + 2 * 5,
+          closed: true,
+          lastWrittenAt: expect.any(String),
+          recent: Array.from({ length: 10 }, (_, index) => ({ offset: index + 2, value: `t${index + 2}` })),
+        },
+      ]);
+      const first = await api().get(`/queues/api/workflows/${handle.workflowId}/streams/tokens?limit=5`).expect(200);
+      expect(first.body).toEqual({
+        key: 'tokens',
+        values: Array.from({ length: 5 }, (_, index) => ({ offset: index, value: `t${index}` })),
+        nextOffset: 5,
+        ended: false,
+      });
+      const last = await api().get(`/queues/api/workflows/${handle.workflowId}/streams/tokens?offset=10`).expect(200);
+      expect(last.body).toEqual({
+        key: 'tokens',
+        values: [
+          { offset: 10, value: 't10' },
+          { offset: 11, value: 't11' },
+        ],
+        nextOffset: 12,
+        ended: true,
+      });
+      await api().get(`/queues/api/workflows/${handle.workflowId}/streams/tokens?offset=-1`).expect(400);
+      await api().get('/queues/api/workflows/nope/streams/tokens').expect(404);
     });
 
     it('answers 404 with the typed error for an unknown ID', async () => {

@@ -118,6 +118,51 @@ describeWithTools(['chromium'], 'dashboard page in headless Chromium', () => {
     await open.queues.cancel(holder.workflowId);
   });
 
+  it("shows a workflow's streams: each key with its size, state and last values", async () => {
+    const streaming = await open.queues.enqueue('work', 'DashboardTasks.streaming', [3]);
+    await streaming.getResult({ timeoutMs: 10_000 });
+    await page.goto(`${openUrl}/queues#/workflow/${streaming.workflowId}`);
+    const streams = page.getByRole('table', { name: 'Streams (writeStream), by key' });
+    const tokens = streams.getByRole('row', { name: /^tokens/ });
+    await tokens.waitFor();
+    expect(await tokens.getByRole('cell').allTextContents()).toEqual([
+      '3',
+      '12',
+      'closed',
+      expect.any(String),
+      '0: "t0"\n1: "t1"\n2: "t2"',
+    ]);
+    await streams.getByRole('rowheader', { name: 'status' }).waitFor();
+  });
+
+  it("lists a workflow's children, from its page and with the parent filter (page and API)", async () => {
+    const parent = await open.queues.enqueue('work', 'DashboardTasks.parent', [3]);
+    await parent.getResult({ timeoutMs: 10_000 });
+    const children = (await open.queues.list({ parentWorkflowId: parent.workflowId })).map((child) => child.workflowId);
+    expect(children).toHaveLength(3);
+    const api = await fetch(`${openUrl}/queues/api/workflows?parentWorkflowId=${parent.workflowId}`);
+    expect(api.status).toBe(200);
+    const page1 = (await api.json()) as { workflows: Array<{ workflowId: string; parentWorkflowId: string }> };
+    expect(page1.workflows.map((row) => row.workflowId).sort()).toEqual([...children].sort());
+    expect(page1.workflows.every((row) => row.parentWorkflowId === parent.workflowId)).toBe(true);
+
+    await page.goto(`${openUrl}/queues#/workflow/${parent.workflowId}`);
+    await page.getByRole('link', { name: 'List them with their statuses' }).click();
+    const list = page.getByRole('table', { name: `Workflows enqueued by ${parent.workflowId} (in any queue)` });
+    for (const child of children) await list.getByRole('link', { name: child }).waitFor();
+    expect(await list.getByRole('row').count()).toBe(1 + children.length);
+
+    await page.goto(`${openUrl}/queues#/queue/held`);
+    await page.getByText('Filters', { exact: true }).click();
+    await page.getByLabel('Parent workflow ID').fill(parent.workflowId);
+    await page.getByRole('button', { name: 'Apply filters' }).click();
+    const filtered = page.getByRole('table', { name: 'Workflows of held' });
+    for (const child of children) await filtered.getByRole('link', { name: child }).waitFor();
+    await waitFor(async () => (await filtered.getByRole('row').count()) === 1 + children.length, {
+      what: 'the filtered list to show the children only',
+    });
+  });
+
   it('retries a failed workflow from its failed step, one or all matching, and shows the versions in flight', async () => {
     const failed = await open.queues.enqueue('work', 'DashboardTasks.broken', ['page-fork']);
     await waitFor(async () => (await statusInDb(failed.workflowId)) === 'ERROR', { what: 'the workflow to fail' });

@@ -90,7 +90,7 @@ describe('demo app over HTTP', () => {
     const server = app.getHttpServer();
     await request(server).get('/queues').expect(200);
     const { body } = await request(server).get('/queues/api/queues').expect(200);
-    expect(body.queues.map((queue: { name: string }) => queue.name)).toEqual(['user_tasks']);
+    expect(body.queues.map((queue: { name: string }) => queue.name)).toEqual(['user_tasks', 'answers']);
     process.env.DEMO_DASHBOARD_PASSWORD = 'demo';
     try {
       const refused = await request(server).get('/queues').expect(401);

@@ -264,6 +264,24 @@ describe('isolated workflows', () => {
     expect(await stepsOf(handle.workflowId)).toEqual(['patch nap-v2', 'sleep', 'patch after-nap']);
   });
 
+  it('writes and reads streams (writeStream, closeStream, readStream, of issue 34) in isolated bodies', async () => {
+    const writer = await queues.enqueue('tasks', tasks.streamTokens, [3]);
+    const reader = await queues.enqueue('tasks', tasks.readTokens, [writer.workflowId]);
+    const expected = [{ i: 0 }, { i: 1 }, { i: 2 }, { done: true }];
+    expect(await reader.getResult({ timeoutMs: 30_000 })).toEqual(expected);
+    const read: unknown[] = [];
+    for await (const { value } of queues.readStream(writer.workflowId, 'tokens')) read.push(value);
+    expect(read).toEqual(expected);
+    expect(await stepsOf(writer.workflowId)).toEqual([
+      'writeStream tokens',
+      'writeStream tokens',
+      'writeStream tokens',
+      'sleep',
+      'writeStream tokens',
+      'closeStream tokens',
+    ]);
+  });
+
   it('passes arguments and results as JSON, as storage does', async () => {
     const handle = await queues.enqueue('tasks', tasks.echo, [new Date(0), { nested: [1, 'two'] }, null]);
     expect(await handle.getResult({ timeoutMs: 10_000 })).toMatchObject({

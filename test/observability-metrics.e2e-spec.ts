@@ -103,7 +103,7 @@ describe('metrics: GET /metrics of the demo app', () => {
       status: 'up',
       database: { status: 'up', responseMs: expect.any(Number) },
       lease: { status: 'up', executorId: expect.any(String), lastHeartbeatAt: expect.any(String) },
-      workers: { status: 'up', queues: ['user_tasks'], abandonedRuns: 0 },
+      workers: { status: 'up', queues: ['user_tasks', 'answers'], abandonedRuns: 0 },
       versions: { status: 'up', strandedRuns: [], checkedAt: expect.any(String) },
     });
   });

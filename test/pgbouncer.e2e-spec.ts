@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { Pool } from 'pg';
 import { FixtureProcess, killFixtures } from './fixtures/child-harness';
 import {
@@ -9,10 +10,13 @@ import {
   startOf,
   stopLoadProcesses,
 } from './fixtures/load-harness';
+import { StreamTasks, streamTablesSql } from './fixtures/stream-tasks';
 import { uniqueSchema } from './support/database';
 import { PgBouncer, startPgBouncer } from './support/pgbouncer';
 import { startPostgresServer, TestPostgresServer } from './support/postgres-server';
+import { startQueueApp } from './support/queue-app';
 import { describeWithTools } from './support/system-tools';
+import { waitFor } from './support/wait-for';
 
 /**
  * The module behind a real PgBouncer 1.18 in transaction pooling (no prepared-statement support, no session state)
@@ -138,6 +142,42 @@ describeWithTools(['pgbouncer'], 'behind PgBouncer in transaction mode', () => {
     console.log(`[pgbouncer] wake-up latencies with listen: ${latencies.join(', ')} ms`);
     expect(Math.max(...latencies)).toBeLessThan(2000);
     await stopLoadProcesses([app, worker]);
+  });
+
+  it('reads a stream by polling once the self-test finds a LISTEN through the pooler hears nothing, its reader waiting since before', async () => {
+    const schema = uniqueSchema('bouncer_stream');
+    const warned = jest.spyOn(Logger.prototype, 'warn');
+    const writer = await startQueueApp({ schema, connection: { url: server.url }, queues: [{ name: 'streams' }] }, [
+      StreamTasks,
+    ]);
+    const reader = await startQueueApp({
+      schema,
+      connection: { url: server.url },
+      listen: { url: bouncer.url },
+      queues: [{ name: 'streams' }],
+      worker: false,
+      pollIntervalMs: 300,
+    });
+    try {
+      await pool.query(streamTablesSql(schema));
+      const tasks = writer.get(StreamTasks);
+      tasks.useSchema(schema, server.url);
+      const handle = await writer.queues.enqueue('streams', tasks.tokens, [['a', 'b'], 'g', 0]);
+      const reading = (async () => {
+        const values: unknown[] = [];
+        for await (const { value } of reader.queues.readStream(handle.workflowId, 'tokens')) values.push(value);
+        return values;
+      })();
+      await waitFor(() => warned.mock.calls.some(([message]) => /LISTEN\/NOTIFY are off/.test(String(message))), {
+        what: 'the self-test to give up on notifications',
+      });
+      await pool.query(`INSERT INTO "${schema}".release (key) VALUES ('g')`);
+      await expect(reading).resolves.toEqual(['a', 'b']);
+    } finally {
+      warned.mockRestore();
+      await reader.close();
+      await writer.close();
+    }
   });
 
   it('without a listen connection, finds at boot that NOTIFY does not arrive, polls, and warns once', async () => {

@@ -24,7 +24,7 @@ describe('retention drops whole days of history', () => {
     (
       await pool.query<{ relname: string }>(
         `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r'
-           AND relname ~ '^(workflow_history|steps|workflow_messages)_p' ORDER BY relname`,
+           AND relname ~ '^(workflow_history|steps|workflow_messages|workflow_streams)_p' ORDER BY relname`,
         [schema],
       )
     ).rows.map((row) => row.relname);
@@ -39,6 +39,10 @@ describe('retention drops whole days of history', () => {
     await pool.query(`CREATE TABLE "${schema}".steps_p${suffix} PARTITION OF "${schema}".steps FOR VALUES ${range}`);
     await pool.query(
       `CREATE TABLE "${schema}".workflow_messages_p${suffix} PARTITION OF "${schema}".workflow_messages
+         FOR VALUES ${range}`,
+    );
+    await pool.query(
+      `CREATE TABLE "${schema}".workflow_streams_p${suffix} PARTITION OF "${schema}".workflow_streams
          FOR VALUES ${range}`,
     );
     return suffix;
@@ -62,6 +66,12 @@ describe('retention drops whole days of history', () => {
        VALUES ('tasks', $1, $2, '', '"unread"')`,
       [id, createdAt],
     );
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_streams (queue_name, workflow_id, workflow_created_at, stream_key,
+         stream_offset, value, total_bytes)
+       VALUES ('tasks', $1, $2, 'tokens', 0, '"token"', 7)`,
+      [id, createdAt],
+    );
   };
 
   beforeAll(async () => {
@@ -78,6 +88,7 @@ describe('retention drops whole days of history', () => {
     for (const [parent, before] of [
       ['steps', 'steps_before'],
       ['workflow_messages', 'workflow_messages_before'],
+      ['workflow_streams', 'workflow_streams_before'],
     ]) {
       await pool.query(`ALTER TABLE "${schema}".${parent} DETACH PARTITION "${schema}".${before}`);
       await pool.query(
@@ -106,6 +117,7 @@ describe('retention drops whole days of history', () => {
       ...suffixes.map((suffix) => `steps_p${suffix}`),
       ...suffixes.map((suffix) => `workflow_history_p${suffix}`),
       ...suffixes.map((suffix) => `workflow_messages_p${suffix}`),
+      ...suffixes.map((suffix) => `workflow_streams_p${suffix}`),
     ]);
   });
 
@@ -141,6 +153,7 @@ describe('retention drops whole days of history', () => {
     expect(left).not.toContain(`workflow_history_p${old}`);
     expect(left).not.toContain(`steps_p${old}`);
     expect(left).not.toContain(`workflow_messages_p${old}`);
+    expect(left).not.toContain(`workflow_streams_p${old}`);
     expect(left).toEqual(expect.arrayContaining([`workflow_history_p${recent}`, `workflow_history_p${active}`]));
     const kept = await pool.query(
       `SELECT workflow_id FROM "${schema}".workflows WHERE workflow_id <> 'still-queued' ORDER BY 1`,
@@ -150,5 +163,7 @@ describe('retention drops whole days of history', () => {
     expect(steps.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
     const messages = await pool.query(`SELECT workflow_id FROM "${schema}".workflow_messages ORDER BY 1`);
     expect(messages.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
+    const streams = await pool.query(`SELECT workflow_id FROM "${schema}".workflow_streams ORDER BY 1`);
+    expect(streams.rows.map((row) => row.workflow_id)).toEqual(['beside-active', 'late-finisher']);
   });
 });

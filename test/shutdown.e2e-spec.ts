@@ -1,5 +1,5 @@
-import { Logger, Provider } from '@nestjs/common';
-import type { DedupQueueModuleOptions } from 'nest-dedup-queue';
+import { Injectable, Logger, Provider } from '@nestjs/common';
+import { DedupQueueModuleOptions, OnWorkflowEvent, WorkflowEvent } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
 import { HoldingTasks } from './fixtures/child-worker';
@@ -7,6 +7,19 @@ import { RecordingTasks } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+
+/** Keeps the lifecycle events its `@OnWorkflowEvent()` handler receives. */
+@Injectable()
+class EventLog {
+  readonly events: WorkflowEvent[] = [];
+
+  @OnWorkflowEvent('completed')
+  @OnWorkflowEvent('failed')
+  @OnWorkflowEvent('cancelled')
+  record(event: WorkflowEvent): void {
+    this.events.push(event);
+  }
+}
 
 describe('graceful shutdown', () => {
   const schema = uniqueSchema('shutdown');
@@ -162,6 +175,26 @@ describe('graceful shutdown', () => {
       await locker.query('ROLLBACK').catch(() => undefined);
       locker.release();
     }
+  });
+
+  it('delivers the lifecycle event of a workflow that finishes during a graceful shutdown, once', async () => {
+    const applicationName = `events-${schema}`;
+    const app = await startApp({ connection: { url: databaseUrl(), applicationName }, queues: [{ name: 'drain' }] }, [
+      RecordingTasks,
+      EventLog,
+    ]);
+    const tasks = app.get(RecordingTasks);
+    const running = await app.queues.enqueue('drain', tasks.blocked, ['events-last']);
+    await waitFor(async () => (await statusOf(running.workflowId)) === 'PENDING', { what: 'the workflow to run' });
+    const closing = closeApp(app);
+    await stoppedListening(applicationName);
+    tasks.gate('events-last').open();
+    await closing;
+
+    expect(await statusOf(running.workflowId)).toBe('SUCCESS');
+    expect(app.get(EventLog).events).toEqual([
+      expect.objectContaining({ event: 'completed', workflowId: running.workflowId, attempt: 1 }),
+    ]);
   });
 
   it('stops waiting after shutdownGraceMs and leaves the still-running workflow PENDING', async () => {

@@ -38,6 +38,11 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     shape: /a\.workflow_id = |o\.workflow_id = m\.workflow_id/,
   },
   {
+    what: "list({ parentWorkflowId }): a workflow's children, in any queue (the parent's index)",
+    kind: 'probe by workflow ID',
+    shape: /FROM \S+\.workflows\s+WHERE parent_workflow_id = \$1/,
+  },
+  {
     what: 'retention: is a workflow of that day still active',
     kind: 'across queues',
     shape: /^SELECT b\.name, b\.lower, b\.upper FROM/,
@@ -95,7 +100,7 @@ function scansOf(node: PlanNode, relation: string | RegExp, joins: string[] = []
 describe('every statement that reaches the active table names its queue', () => {
   const schema = uniqueSchema('queue_keys');
   const capture = captureStatements(
-    /workflow_queue|\.workflows\b|workflow_events|workflow_messages|synchronous_commit/,
+    /workflow_queue|\.workflows\b|workflow_events|workflow_messages|workflow_streams|synchronous_commit/,
   );
   let pool: Pool;
   let app: QueueApp;

@@ -5,6 +5,7 @@ import { DashboardAccessGuard } from './dashboard-access.guard';
 import { demoConfig } from './demo.config';
 import { HealthController } from './health.controller';
 import { MetricsController } from './metrics.controller';
+import { AnswersModule } from './answers.module';
 import { UserTasksModule } from './user-tasks.module';
 import { WorkflowsController } from './workflows.controller';
 
@@ -22,6 +23,8 @@ import { WorkflowsController } from './workflows.controller';
     }),
     // Declares the `user_tasks` queue with DedupQueueModule.registerQueue().
     UserTasksModule,
+    // Declares the `answers` queue: a streaming workflow (a fake language model) and its SSE route.
+    AnswersModule,
     TerminusModule,
     // The dashboard at http://localhost:3000/queues, behind the demo's guard (open unless DEMO_DASHBOARD_PASSWORD).
     DedupQueueDashboardModule.forRoot({ path: '/queues', guards: [DashboardAccessGuard] }),

@@ -6,6 +6,8 @@ export interface DemoConfig {
   taskDurationMs: number;
   /** When set, the dashboard at /queues asks for it (HTTP Basic); unset, the dashboard is open. */
   dashboardPassword: string | undefined;
+  /** How long the fake language model of `/answers` takes per token. */
+  tokenDelayMs: number;
 }
 
 export function demoConfig(): DemoConfig {
@@ -16,5 +18,6 @@ export function demoConfig(): DemoConfig {
     schema: process.env.DEDUP_QUEUE_SCHEMA ?? 'dedup_queue',
     taskDurationMs: Number(process.env.DEMO_TASK_MS ?? 5000),
     dashboardPassword: process.env.DEMO_DASHBOARD_PASSWORD || undefined,
+    tokenDelayMs: Number(process.env.DEMO_TOKEN_MS ?? 120),
   };
 }

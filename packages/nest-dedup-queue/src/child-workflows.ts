@@ -2,11 +2,10 @@ import { Injectable } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { ChildWorkflowStore } from './database/child-workflow.store';
 import { WorkflowRegistry } from './discovery/workflow.registry';
+import { BulkControlService } from './control/bulk-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';
 import { EnqueueService } from './enqueue/enqueue.service';
 import { ChildKeyHeldByParentError } from './errors/child-key-held-by-parent.error';
-import { DatabaseUnavailableError } from './errors/database-unavailable.error';
-import { WorkflowNotFoundError } from './errors/workflow-not-found.error';
 import { type FramedExecution, executionFrames } from './execution/execution-frames';
 import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from './interfaces/bulk-enqueue.interface';
 import type { CancelOptions } from './interfaces/cancel-options.interface';
@@ -15,12 +14,8 @@ import type { EnqueuedWorkflowHandle } from './interfaces/workflow-handle.interf
 import type { WorkflowContext } from './interfaces/workflow-context.interface';
 import type { WorkflowFunction } from './interfaces/workflow-function.interface';
 import type { WorkflowStatus } from './interfaces/workflow-status.interface';
-import { abortableDelay, backoffDelayMs } from './utils/backoff';
 import { characterLength } from './utils/character-length';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
-
-/** How an enqueue inside a workflow waits for an unavailable database (the parent waits; nothing is recorded). */
-const UNAVAILABLE_RETRY = { initialDelayMs: 100, maxDelayMs: 2000 };
 
 /** The longest workflow ID an enqueue takes (see `enqueue-options.validation`). */
 const MAX_WORKFLOW_ID_CHARACTERS = 255;
@@ -44,11 +39,12 @@ interface RecordedEnqueue {
 }
 
 /**
- * Enqueues made inside a running workflow (outside its steps): each is recorded at the parent's position, like a
- * step, so that a re-executed parent gets the same child (or the same `QueueDeduplicatedError`) and writes nothing.
- * A child's ID is derived from its parent's (`<parent>-<position>`, or `<parent>-<position>-<item>` in a batch)
- * unless the caller gives one, so an enqueue repeated after a crash between the insert and its record finds the same
- * row. Elsewhere (outside a workflow, inside a step, in a caller's transaction) enqueues pass straight through.
+ * Enqueues made inside a running workflow (outside its steps): each is recorded at the parent's position, in the
+ * transaction that inserts the child and holds the parent's row (`WorkflowExecution.runRecorded`), so that a
+ * re-executed parent gets the same child (or the same `QueueDeduplicatedError`) and writes nothing, and a parent
+ * cancelled or recovered meanwhile inserts no child. A child's ID is derived from its parent's (`<parent>-<position>`,
+ * or `<parent>-<position>-<item>` in a batch) unless the caller gives one. Elsewhere (outside a workflow, inside a
+ * step, in a caller's transaction) enqueues pass straight through. Cancels of a tree go through here too.
  */
 @Injectable()
 export class ChildWorkflows {
@@ -58,41 +54,17 @@ export class ChildWorkflows {
     private readonly handles: WorkflowHandleFactory,
     private readonly store: ChildWorkflowStore,
     private readonly control: WorkflowControlService,
+    private readonly bulk: BulkControlService,
   ) {}
 
   /**
-   * See `QueueService.cancel`: cancels the workflow, then (with `cancelChildren`) its unfinished children, found by
-   * their parent column in every declared queue, and theirs in turn. Returns the workflow's status afterwards.
+   * See `QueueService.cancel`: cancels the workflow, then (with `cancelChildren`) every unfinished descendant, to any
+   * depth (`BulkControlService.cancelDescendants`). Returns the workflow's status afterwards.
    */
   async cancel(workflowId: string, options: CancelOptions = {}): Promise<WorkflowStatus> {
     const status = await this.control.cancel(workflowId);
-    if (options?.cancelChildren === true) await this.cancelDescendants(workflowId);
+    if (options?.cancelChildren === true) await this.bulk.cancelDescendants(workflowId);
     return status;
-  }
-
-  private async cancelDescendants(parentWorkflowId: string): Promise<void> {
-    const queues = await this.store.queueNames();
-    const seen = new Set([parentWorkflowId]);
-    const parents = [parentWorkflowId];
-    for (let parent = parents.shift(); parent !== undefined; parent = parents.shift()) {
-      for (const queueName of queues) {
-        for (const child of await this.store.unfinishedChildren(queueName, parent)) {
-          if (seen.has(child)) continue;
-          seen.add(child);
-          await this.cancelIfThere(child);
-          parents.push(child);
-        }
-      }
-    }
-  }
-
-  /** A child that finished (or went) since it was listed is left as it is. */
-  private async cancelIfThere(workflowId: string): Promise<void> {
-    try {
-      await this.control.cancel(workflowId);
-    } catch (error) {
-      if (!(error instanceof WorkflowNotFoundError)) throw error;
-    }
   }
 
   /** See `QueueService.enqueue`. */
@@ -105,21 +77,20 @@ export class ChildWorkflows {
     const parent = this.recordingParent(options);
     if (!parent) return this.enqueuing.enqueue(queueName, workflow, args, options);
     const derivedId = childWorkflowId(parent.context.workflowId, parent.nextStep);
-    // NOTE: nothing may be awaited between reading nextStep and runStep taking that position.
-    const recorded = await parent.runStep(
-      `enqueue ${this.nameOf(workflow)}`,
-      () =>
-        this.whileUnavailable(parent.context, async () => {
-          await this.refuseParentKey(parent.context, queueName, options.deduplicationId);
-          const childId = typeof options.workflowId === 'string' ? options.workflowId : derivedId;
-          const handle = await this.enqueuing.enqueue(queueName, workflow, args, { ...options, workflowId: childId });
-          return {
-            workflowId: handle.workflowId,
-            created: handle.created || (childId === derivedId && handle.workflowId === derivedId),
-          } satisfies RecordedEnqueue;
-        }),
-      {},
-    );
+    // NOTE: nothing may be awaited between reading nextStep and runRecorded taking that position.
+    const recorded = await parent.runRecorded(`enqueue ${this.nameOf(workflow)}`, async (transaction) => {
+      await this.refuseParentKey(parent.context, queueName, options.deduplicationId);
+      const childId = typeof options.workflowId === 'string' ? options.workflowId : derivedId;
+      const handle = await this.enqueuing.enqueue(queueName, workflow, args, {
+        ...options,
+        workflowId: childId,
+        db: transaction,
+      });
+      return {
+        workflowId: handle.workflowId,
+        created: handle.created || (childId === derivedId && handle.workflowId === derivedId),
+      } satisfies RecordedEnqueue;
+    });
     return this.handles.handle(recorded.workflowId, recorded.created);
   }
 
@@ -133,31 +104,26 @@ export class ChildWorkflows {
     const parent = this.recordingParent(options);
     if (!parent || !Array.isArray(items)) return this.enqueuing.enqueueMany(queueName, workflow, items, options);
     const position = parent.nextStep;
-    return parent.runStep(
-      `enqueueMany ${this.nameOf(workflow)}`,
-      () =>
-        this.whileUnavailable(parent.context, async () => {
-          const derived = items.map((item, index) =>
-            typeof item?.options?.workflowId === 'string'
-              ? undefined
-              : childWorkflowId(parent.context.workflowId, position, index),
-          );
-          for (const item of items) {
-            await this.refuseParentKey(parent.context, queueName, item?.options?.deduplicationId);
-          }
-          const withIds = items.map((item, index) => ({
-            ...item,
-            options: { ...item?.options, workflowId: derived[index] ?? item?.options?.workflowId },
-          }));
-          const results = await this.enqueuing.enqueueMany(queueName, workflow, withIds, options);
-          return results.map((result, index) =>
-            result.status === 'existing' && result.workflowId === derived[index]
-              ? { ...result, status: 'created' as const }
-              : result,
-          );
-        }),
-      {},
-    );
+    return parent.runRecorded(`enqueueMany ${this.nameOf(workflow)}`, async (transaction) => {
+      const derived = items.map((item, index) =>
+        typeof item?.options?.workflowId === 'string'
+          ? undefined
+          : childWorkflowId(parent.context.workflowId, position, index),
+      );
+      for (const item of items) {
+        await this.refuseParentKey(parent.context, queueName, item?.options?.deduplicationId);
+      }
+      const withIds = items.map((item, index) => ({
+        ...item,
+        options: { ...item?.options, workflowId: derived[index] ?? item?.options?.workflowId },
+      }));
+      const results = await this.enqueuing.enqueueMany(queueName, workflow, withIds, { ...options, db: transaction });
+      return results.map((result, index) =>
+        result.status === 'existing' && result.workflowId === derived[index]
+          ? { ...result, status: 'created' as const }
+          : result,
+      );
+    });
   }
 
   /** The running workflow whose position an enqueue takes, or undefined when it is not recorded. */
@@ -180,18 +146,6 @@ export class ChildWorkflows {
     if (queueName !== parent.queueName || typeof deduplicationId !== 'string') return;
     if ((await this.store.heldKey(parent.queueName, parent.workflowId)) === deduplicationId) {
       throw new ChildKeyHeldByParentError(parent.workflowId, queueName, deduplicationId);
-    }
-  }
-
-  /** Runs `enqueue`, waiting and trying again while the database is unavailable, until the parent is interrupted. */
-  private async whileUnavailable<T>(parent: WorkflowContext, enqueue: () => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await enqueue();
-      } catch (error) {
-        if (!(error instanceof DatabaseUnavailableError)) throw error;
-        await abortableDelay(backoffDelayMs(attempt, UNAVAILABLE_RETRY), parent.signal);
-      }
     }
   }
 }

@@ -343,11 +343,14 @@ function resolveListen(
 const INPUT_LIMIT_RANGES: Record<keyof InputLimits, readonly [number, number]> = {
   maxValueBytes: [1, 1024 * 1024 * 1024 - 1],
   maxDepth: [1, 1000],
+  maxStreamValues: [1, 2 ** 31 - 1],
+  maxStreamBytes: [1, Number.MAX_SAFE_INTEGER],
 };
 
 function resolveInputLimits(limits: InputLimits | undefined, fail: (message: string) => never): Required<InputLimits> {
   if (limits === undefined) return DEFAULT_INPUT_LIMITS;
-  if (limits === null || typeof limits !== 'object') fail('`inputLimits` must be { maxValueBytes?, maxDepth? }');
+  if (limits === null || typeof limits !== 'object')
+    fail('`inputLimits` must be { maxValueBytes?, maxDepth?, maxStreamValues?, maxStreamBytes? }');
   const unknown = unknownKey(limits, Object.keys(INPUT_LIMIT_RANGES));
   if (unknown) fail(`\`inputLimits.${unknown.key}\` ${unknown.reason}`);
   const resolved = { ...DEFAULT_INPUT_LIMITS };

@@ -12,7 +12,12 @@ export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
  */
 export const MAX_KEY_LENGTH = 255;
 /** The defaults of `forRoot({ inputLimits })`. */
-export const DEFAULT_INPUT_LIMITS = { maxValueBytes: 4 * 1024 * 1024, maxDepth: 64 };
+export const DEFAULT_INPUT_LIMITS = {
+  maxValueBytes: 4 * 1024 * 1024,
+  maxDepth: 64,
+  maxStreamValues: 100_000,
+  maxStreamBytes: 16 * 1024 * 1024,
+};
 /** A live peer recovers a dead process's work within leaseMs + heartbeatIntervalMs (8 s). */
 export const DEFAULT_LEASE_MS = 6_000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;

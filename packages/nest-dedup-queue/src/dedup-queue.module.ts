@@ -65,6 +65,7 @@ import { MessageStore } from './database/message.store';
 import { WaitingWaker } from './composition/waiting.waker';
 import { WorkflowWaits } from './composition/workflow-waits';
 import { MessageSender } from './composition/message.sender';
+import { StreamReaders } from './composition/stream-readers';
 
 /**
  * Durable, Postgres-backed workflow queues with database-enforced deduplication.
@@ -148,6 +149,7 @@ import { MessageSender } from './composition/message.sender';
     onDatabase(ChildWorkflowStore),
     ChildWorkflows,
     WorkflowEvents,
+    StreamReaders,
     QueueService,
     DedupQueueHealthIndicator,
     onDatabase(ScheduleStore),

@@ -14,6 +14,7 @@ export { setEvent } from './composition/workflow-events';
 export { sleep } from './composition/durable-sleep';
 export { deprecatePatch, patched } from './composition/workflow-patches';
 export { DUPLICATE_TOPIC, recv } from './composition/workflow-messages';
+export { closeStream, writeStream } from './composition/workflow-streams';
 export {
   DEDUP_EXCEPTION_FILTER_OPTIONS,
   DedupExceptionFilter,

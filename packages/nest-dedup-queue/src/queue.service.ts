@@ -1,4 +1,5 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, MessageEvent } from '@nestjs/common';
+import type { Observable } from 'rxjs';
 import { ChildWorkflows } from './child-workflows';
 import { WorkflowEvents } from './composition/workflow-events';
 import { BulkControlService } from './control/bulk-control.service';
@@ -22,6 +23,8 @@ import type { WorkflowFunction } from './interfaces/workflow-function.interface'
 import type { WorkflowStatus, WorkflowStatusInfo } from './interfaces/workflow-status.interface';
 import { WorkflowLookupService } from './lookup/workflow-lookup.service';
 import { MessageSender } from './composition/message.sender';
+import { StreamReaders } from './composition/stream-readers';
+import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from './interfaces/stream-options.interface';
 import type { SendOptions } from './interfaces/message-options.interface';
 
 type EnqueueCall = [queueName: string, workflow: WorkflowFunction | string, args: unknown[], options?: EnqueueOptions];
@@ -41,6 +44,7 @@ export class QueueService {
     private readonly messages: MessageSender,
     private readonly bulk: BulkControlService,
     private readonly forks: ForkService,
+    private readonly streams: StreamReaders,
   ) {}
 
   /**
@@ -136,13 +140,15 @@ export class QueueService {
   }
 
   /**
-   * Ends an ENQUEUED, DELAYED or PENDING workflow as CANCELLED and frees its deduplication ID at once. A running
-   * body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once, whether
-   * or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow keeps
-   * its status. Resolves with the workflow's status afterwards.
+   * Ends an ENQUEUED, DELAYED, PENDING or WAITING workflow as CANCELLED and frees its deduplication ID at once. A
+   * running body's `workflowContext().signal` aborts (in whichever process runs it) and its slot is freed at once,
+   * whether or not the body returns; its outcome is no longer recorded (see `abandonedRuns()`). A finished workflow
+   * keeps its status. Resolves with the workflow's status afterwards.
    *
-   * With `{ cancelChildren: true }` it then cancels the unfinished workflows this workflow's body enqueued (its
-   * children, whatever their queue), and theirs in turn; never a workflow it only joined (`return-existing`).
+   * With `{ cancelChildren: true }` it then cancels, in this one call, every unfinished descendant: the workflows
+   * this workflow's body enqueued (whatever their queue), theirs, and so on to any depth (through finished ones),
+   * whatever their state: queued, delayed, running, waiting, dead-lettered. Never a workflow it only joined
+   * (`return-existing`). See docs/composing-workflows.md for its cost.
    * @throws WorkflowNotFoundError when no workflow has this ID.
    */
   async cancel(workflowId: string, options?: CancelOptions): Promise<WorkflowStatus> {
@@ -151,8 +157,13 @@ export class QueueService {
 
   /**
    * The last value workflow `workflowId` published under `key` with `setEvent`, from any process: resolves as soon
-   * as it is set (at once if it is), or with `undefined` after `options.timeoutMs` (default 60 s; 0 reads once).
-   * Values set in this process are seen at once; others within half a second (polling).
+   * as it is set (at once if it is), or with `undefined` after `options.timeoutMs` (default 60 s; 0 reads once;
+   * `Infinity`: no limit). Values set in this process are seen at once; others within half a second (polling).
+   *
+   * In a workflow body (outside a step) it is recorded at the body's position: what it returned (re-executed, the
+   * same at once, even if the value changed since) and its deadline (a recovered workflow waits only what remained).
+   * A wait of a second or more suspends the workflow, as `recv` does (WAITING: key kept, no slot), until the value
+   * is set (at once, from any process) or the deadline.
    * @throws InvalidArgumentError when `workflowId` or `key` is not a non-empty string, or the timeout is not valid
    */
   async getEvent<T = unknown>(workflowId: string, key: string, options?: GetEventOptions): Promise<T | undefined> {
@@ -290,6 +301,10 @@ export class QueueService {
    *
    * @param workflowId the receiving workflow
    * @param message any JSON value (see docs/api.md, "What round-trips through storage")
+   * In a workflow body (outside a step) the send is recorded at the body's position, in the transaction that stores
+   * the message: re-executed, the body sends nothing again, with or without `idempotencyKey` (and a refusal is thrown
+   * again). Inside a step it is at least once, as the step: give an `idempotencyKey`.
+   *
    * @param options `topic` (default: the default topic), `idempotencyKey` (the same key twice delivers once)
    * @throws WorkflowNotFoundError when no workflow has this ID
    * @throws InvalidArgumentError for a message JSON cannot hold, an empty topic or idempotency key
@@ -301,5 +316,36 @@ export class QueueService {
   /** Lists workflows, newest first. */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
     return this.lookup.list(filter);
+  }
+
+  /**
+   * Reads the stream `key` of a workflow (the values its `writeStream(key, value)` appended), from any process: an
+   * async iterable that yields `{ offset, value }` in order from `options.offset` (default 0), including the values
+   * written later, pushed as they are written (the module's LISTEN connection carries a hint, and the value is read
+   * from the table), and ends when the stream is closed (`closeStream`, or the workflow finished, whatever its
+   * outcome). Reading a finished workflow's stream yields it whole and ends. Break out of the loop to stop reading.
+   *
+   * @throws InvalidArgumentError (at once) for an empty workflow ID, a key that is not a non-empty string of at most
+   *   255 characters, or an offset that is not an integer, 0 or more
+   * @throws WorkflowNotFoundError (from the first iteration) when no workflow has this ID
+   */
+  readStream<T = unknown>(workflowId: string, key: string, options?: ReadStreamOptions): AsyncIterable<StreamValue<T>> {
+    return this.streams.readStream<T>(workflowId, key, options);
+  }
+
+  /**
+   * The stream `key` of a workflow as server-sent events, for an `@Sse()` route: each value is a `MessageEvent` whose
+   * `id` is its offset and whose `data` is the value (JSON on the wire). Pass the request's `Last-Event-ID` header as
+   * `lastEventId`: a browser's `EventSource` that reconnects (a dropped connection, a server restart) resumes after
+   * the last event it received, missing and repeating nothing. When the stream ends, a last event of type `end`
+   * (`data: { offset }`, the stream's length) is sent and the observable completes: close the `EventSource` on it,
+   * or it reconnects. While the application shuts down, the observable completes without `end` (the browser
+   * reconnects, to another instance or the restarted one).
+   *
+   * @throws InvalidArgumentError (at once) for an empty workflow ID, an invalid key, or a `lastEventId` that is not
+   *   an integer, -1 or more
+   */
+  streamEvents(workflowId: string, key: string, options?: StreamEventsOptions): Observable<MessageEvent> {
+    return this.streams.streamEvents(workflowId, key, options);
   }
 }

@@ -18,3 +18,4 @@ export type { WorkflowOutcome } from './database/workflow.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
 export { StrandedDuplicates } from './database/stranded-duplicates';
 export { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';
+export { workflowStreamStore } from './database/workflow-stream.store';

@@ -1,6 +1,7 @@
 import type { MessageStore } from '../database/message.store';
 import type { RecordedStep, StepStore } from '../database/step.store';
-import type { OwnedRun, WaitingStore } from '../database/waiting.store';
+import type { EventTarget, OwnedRun, WaitingStore } from '../database/waiting.store';
+import type { WorkflowEventStore } from '../database/workflow-event.store';
 import type { FramedExecution } from '../execution/execution-frames';
 import type { WorkflowExecution } from '../execution/workflow-execution';
 import { abortableDelay } from '../utils/backoff';
@@ -14,16 +15,24 @@ import { fromStoredJson } from '../utils/stored-json';
 export const IN_PROCESS_WAIT_MS = 1000;
 /** While a `recv` waits in the process (its timeout is near), how often it looks for its message. */
 const RECV_POLL_MS = 100;
+/** While a `getEvent` waits in the process, how often it looks for its value: from the first to the last. */
+const GET_EVENT_POLL_MS = { first: 10, max: 500 };
 
-/** The step names that `sleep` and `recv` record at their positions. */
+/** The step names that `sleep`, `recv` and `getEvent` record at their positions. */
 export const SLEEP_STEP = 'sleep';
 export const RECV_DEADLINE_STEP = 'recv deadline';
 export const RECV_STEP = 'recv';
+export const GET_EVENT_DEADLINE_STEP = 'getEvent deadline';
+/** The step name of a `getEvent` of `key`: what it returned. */
+export function getEventStep(key: string): string {
+  return `getEvent ${key}`;
+}
 
 /** What a run's waits need from the module. */
 export interface RunWaitsDependencies {
   waiting: WaitingStore;
   messages: MessageStore;
+  events: WorkflowEventStore;
   steps: StepStore;
   executorId: string;
   /** A workflow of `queueName` was suspended until `inMs` from now: make it due then. */
@@ -31,7 +40,7 @@ export interface RunWaitsDependencies {
 }
 
 /**
- * The durable waits (`sleep`, `recv`) of one run of one workflow. Each records what it decides at its step position
+ * The durable waits (`sleep`, `recv`, `getEvent`) of one run of one workflow. Each records what it decides at its step position
  * (a wake-up time, a deadline, the message received), so that a re-executed workflow gets the same outcome at the
  * same point. A wait that outlasts `IN_PROCESS_WAIT_MS` suspends the workflow: its row becomes WAITING (key kept, no
  * executor, no slot) and `suspended` resolves, which ends the run for its worker; the body's promise never settles.
@@ -58,7 +67,7 @@ export class RunWaits {
     const remaining = await this.remainingMs(wakeAt);
     if (remaining <= 0) return;
     if (remaining < IN_PROCESS_WAIT_MS) return abortableDelay(remaining, this.execution.context.signal);
-    if (!(await this.deps.waiting.suspend(this.run, timestampOf(wakeAt), null, null))) {
+    if (!(await this.deps.waiting.suspend(this.run, timestampOrNull(wakeAt), null, null))) {
       throw this.execution.ownershipLost();
     }
     return this.suspendRun(remaining);
@@ -78,32 +87,73 @@ export class RunWaits {
         continue;
       }
       const remaining = await this.remainingMs(deadline);
-      if (remaining <= 0) return this.timedOut(index);
+      if (remaining <= 0) return this.recordOutcome<T>(index, RECV_STEP, null);
       if (remaining < IN_PROCESS_WAIT_MS) {
         await abortableDelay(Math.min(remaining, RECV_POLL_MS), this.execution.context.signal);
         continue;
       }
-      if (await this.deps.waiting.suspend(this.run, timestampOf(deadline), topic, inbox.messagesSent)) {
+      if (await this.deps.waiting.suspend(this.run, timestampOrNull(deadline), topic, inbox.messagesSent)) {
         return this.suspendRun(remaining);
       }
     }
   }
 
-  /** Records that a `recv` timed out (re-executed, it times out again at once) and resolves with undefined. */
-  private async timedOut(index: number): Promise<undefined> {
+  /**
+   * `QueueService.getEvent` in a workflow body: its deadline and what it returns are recorded at the next positions,
+   * as `recv`'s are. Waiting for more than `IN_PROCESS_WAIT_MS`, the workflow is suspended (WAITING, key kept, no
+   * slot) and registered as a waiter of the event, whose `setEvent` makes it due; so is its deadline. A workflow
+   * that does not exist yet has nothing to register with (its queue is unknown): the wait stays in the process,
+   * looking again from every 10 ms to every 500 ms, until it exists or the deadline passes.
+   */
+  async getEvent<T>(workflowId: string, key: string, timeoutMs: number): Promise<T | undefined> {
+    const deadline = await this.recordedTime(GET_EVENT_DEADLINE_STEP, Number.isFinite(timeoutMs) ? timeoutMs : null);
+    const { index, recorded } = this.execution.takePosition();
+    const name = getEventStep(key);
+    if (recorded) return this.replayed<T>(index, name, recorded);
+    let target: EventTarget | undefined;
+    for (let pollMs = GET_EVENT_POLL_MS.first; ; pollMs = Math.min(pollMs * 2, GET_EVENT_POLL_MS.max)) {
+      const queueName = target?.queueName ?? (await this.deps.events.queueOf(workflowId));
+      target = queueName === undefined ? undefined : { queueName, workflowId, key };
+      const found = target && (await this.deps.events.get(target.queueName, workflowId, key));
+      if (found) return this.recordOutcome<T>(index, name, found.valueJson, target);
+      const remaining = await this.remainingMs(deadline);
+      if (remaining <= 0) return this.recordOutcome<T>(index, name, null, target);
+      if (remaining < IN_PROCESS_WAIT_MS || !target) {
+        await abortableDelay(Math.min(remaining, pollMs), this.execution.context.signal);
+        continue;
+      }
+      if (!(await this.deps.waiting.suspendForEvent(this.run, timestampOrNull(deadline), target))) {
+        throw this.execution.ownershipLost();
+      }
+      if (await this.deps.events.get(target.queueName, workflowId, key)) await this.deps.waiting.wakeOwn(this.run);
+      return this.suspendRun(remaining);
+    }
+  }
+
+  /**
+   * Records what a `recv` or `getEvent` returns at its position (`outputJson`, JSON text; null: it timed out, and
+   * resolves with undefined), and a `getEvent`'s registration as a waiter is forgotten.
+   */
+  private async recordOutcome<T>(
+    index: number,
+    name: string,
+    outputJson: string | null,
+    target?: EventTarget,
+  ): Promise<T | undefined> {
     const checkpoint = {
       workflowId: this.run.workflowId,
       queueName: this.run.queueName,
       index,
-      name: RECV_STEP,
-      outputJson: null,
+      name,
+      outputJson,
       error: null,
       durationMs: 0,
     };
     if (!(await this.deps.steps.record(checkpoint, this.run.executorId, this.run.attempt))) {
       throw this.execution.ownershipLost();
     }
-    return undefined;
+    if (target && this.run.attempt > 1) await this.deps.waiting.forgetEventWait(this.run, target);
+    return fromStoredJson<T>(outputJson);
   }
 
   /**
@@ -157,6 +207,7 @@ function timeOf(recorded: string | null | undefined): number | null {
   return typeof recorded === 'string' ? Date.parse(recorded) : null;
 }
 
-function timestampOf(at: number | null): string {
-  return at === null ? 'infinity' : new Date(at).toISOString();
+/** A wake-up time as the suspension stores it: null for none (a wait without a timeout). */
+function timestampOrNull(at: number | null): string | null {
+  return at === null ? null : new Date(at).toISOString();
 }

@@ -9,6 +9,7 @@ import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import type { GetEventOptions } from '../interfaces/get-event-options.interface';
 import { fromStoredJson } from '../utils/stored-json';
 import { requiredKey, storedArgument } from '../utils/enqueue-options.validation';
+import { runWaitsOf } from './run-waits';
 
 const FIRST_POLL_MS = 10;
 const MAX_POLL_MS = 500;
@@ -61,6 +62,9 @@ export class WorkflowEvents {
     if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
       throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more');
     }
+    const frame = executionFrames.getStore();
+    const waits = frame && !frame.inStep ? runWaitsOf(frame.execution) : undefined;
+    if (waits) return waits.getEvent<T>(workflowId, key, timeoutMs);
     const store = workflowEventStore(this.database);
     const deadline = Date.now() + timeoutMs;
     let queueName: string | undefined;

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { BulkControlStore, BulkFilter, filterParams, matchesSql } from '../database/bulk-control.store';
+import { BulkBatch, BulkControlStore, BulkFilter, filterParams, matchesSql } from '../database/bulk-control.store';
+import { ChildWorkflowStore } from '../database/child-workflow.store';
 import { ForkStore } from '../database/fork.store';
 import type { ForkManyOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { ForkService, validForkManyOptions } from './fork.service';
@@ -29,6 +30,7 @@ export class BulkControlService {
     private readonly scheduler: QueueScheduler,
     private readonly completions: WorkflowCompletions,
     private readonly lifecycle: WorkflowLifecycle,
+    private readonly children: ChildWorkflowStore,
     private readonly forks: ForkStore,
     private readonly fork: ForkService,
   ) {}
@@ -38,13 +40,63 @@ export class BulkControlService {
     const results = await this.forEachBatch(filter, (queue, valid, after) =>
       this.store.cancelBatch(queue, valid, after, BATCH),
     );
+    this.tell(results);
+    return results.map(({ workflowId, outcome }) => ({ workflowId, outcome }));
+  }
+
+  /**
+   * Tells what a cancelled workflow's cancel tells (the process running it aborts it, waiting handles learn it
+   * finished, a `cancelled` lifecycle event); returns how many were cancelled.
+   */
+  private tell(results: Array<BulkBatch['results'][number] & { queueName: string }>): number {
+    let cancelled = 0;
     for (const { workflowId, outcome, queueName, workflowName } of results) {
       if (outcome !== 'cancelled' || workflowName === undefined) continue;
+      cancelled += 1;
       this.scheduler.cancelled({ workflowId, reason: 'cancelled' });
       this.completions.finished(workflowId);
       this.lifecycle.emit({ event: 'cancelled', workflowId, queueName, workflowName, reason: 'cancelled' });
     }
-    return results.map(({ workflowId, outcome }) => ({ workflowId, outcome }));
+    return cancelled;
+  }
+
+  /**
+   * Cancels every unfinished descendant of `rootWorkflowId` (see `QueueService.cancel` with `cancelChildren`), level
+   * by level: the children of the level's workflows, read per declared queue (1,000 parents per read), those still
+   * unfinished or dead-lettered cancelled (1,000 per statement) before the next level is read, so that a workflow's
+   * children are read once it can no longer enqueue any (a child enqueue is fenced by its parent's row: see
+   * `ChildWorkflows`). Finished children are walked through, for their own children. Returns how many it cancelled.
+   */
+  async cancelDescendants(rootWorkflowId: string): Promise<number> {
+    const queues = await this.children.queueNames();
+    const seen = new Set([rootWorkflowId]);
+    let cancelled = 0;
+    for (let level = [rootWorkflowId]; level.length > 0;) {
+      const next: string[] = [];
+      for (const queueName of queues) {
+        for (let start = 0; start < level.length; start += BATCH) {
+          const found = await this.children.children(queueName, level.slice(start, start + BATCH));
+          const fresh = found.filter((child) => !seen.has(child.workflowId));
+          for (const child of fresh) seen.add(child.workflowId);
+          next.push(...fresh.map((child) => child.workflowId));
+          const cancellable = fresh.filter((child) => child.cancellable).map((child) => child.workflowId);
+          cancelled += await this.cancelIn(queueName, cancellable);
+        }
+      }
+      level = next;
+    }
+    return cancelled;
+  }
+
+  /** Cancels the given unfinished or dead-lettered workflows of a queue, told as `cancelMany` tells them. */
+  private async cancelIn(queueName: string, workflowIds: string[]): Promise<number> {
+    let cancelled = 0;
+    for (let start = 0; start < workflowIds.length; start += BATCH) {
+      const filter = { workflowIds: workflowIds.slice(start, start + BATCH), deduplicationIds: null, statuses: null };
+      const { results } = await this.store.cancelBatch(queueName, filter, '0', BATCH, true);
+      cancelled += this.tell(results.map((result) => ({ ...result, queueName })));
+    }
+    return cancelled;
   }
 
   /** See `QueueService.resumeMany`. */

@@ -230,6 +230,7 @@ function forkRow(source: ForkSource, options: ValidForkOptions, fromStep: number
     deduplicationId: source.deduplicationId,
     inputsJson: source.inputsJson,
     timeoutMs: source.timeoutMs,
+    deadlineAt: null,
     maxAttempts: source.maxAttempts,
     maxRecoveryAttempts: source.maxRecoveryAttempts,
     partitionKey: source.partitionKey,

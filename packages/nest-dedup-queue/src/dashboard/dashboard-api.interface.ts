@@ -1,5 +1,5 @@
 import type { QueueLimits } from '../interfaces/queue-options.interface';
-import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
+import type { UnexpectedValue, WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 
 /**
@@ -45,7 +45,15 @@ export interface DashboardWorkflowSummary {
   createdAt: string;
   startedAt: string | null;
   completedAt: string | null;
+  /** See `WorkflowStatusInfo.notBefore`: null also for a wait without a timeout. */
   notBefore: string | null;
+  /** The workflow whose body enqueued this one, or null. */
+  parentWorkflowId: string | null;
+  /**
+   * Present only when a stored value of the row is not of its documented type: each such field with what was stored
+   * (see `WorkflowStatusInfo.unexpectedValues`); the row is served with stand-ins, and the page marks it.
+   */
+  unexpectedValues?: UnexpectedValue[];
 }
 
 /** `GET <path>/api/workflows`: one page of a list, newest first. */
@@ -84,13 +92,42 @@ export interface DashboardWorkflowDetail extends DashboardWorkflowSummary {
   deadlineAt: string | null;
   updatedAt: string;
   steps: DashboardStep[];
-  /** The workflow whose body enqueued this one, or null. */
-  parentWorkflowId: string | null;
   /**
    * The workflows this one's body created (its children), in the order it enqueued them, read from its recorded
    * enqueues: a holder it only joined (`return-existing`) or that refused it is not one of them.
    */
   children: DashboardChild[];
+  /** Its durable streams (`writeStream`), by key, each with its last values. */
+  streams: DashboardStream[];
+}
+
+/** A durable stream of a workflow, as its workflow page lists it. */
+export interface DashboardStream {
+  key: string;
+  /** How many values it holds, and their size in bytes (JSON, UTF-8). */
+  values: number;
+  bytes: number;
+  /** Closed by `closeStream` or by the end of its workflow. */
+  closed: boolean;
+  lastWrittenAt: string;
+  /** Its last values (up to 10), oldest first. */
+  recent: DashboardStreamValue[];
+}
+
+/** A value of a stream at its offset. */
+export interface DashboardStreamValue {
+  offset: number;
+  value: unknown;
+}
+
+/** `GET <path>/api/workflows/:id/streams/:key?offset=&limit=`: a page of a stream's values, from `offset`. */
+export interface DashboardStreamPage {
+  key: string;
+  values: DashboardStreamValue[];
+  /** The offset after the last value given (where the next page starts). */
+  nextOffset: number;
+  /** Whether the stream ends after these values (closed, and nothing is left to read). */
+  ended: boolean;
 }
 
 /** A child workflow, as its parent recorded it. */

@@ -113,6 +113,12 @@ export function createDashboardController(
       return this.dashboard.getWorkflow(id);
     }
 
+    @Get('api/workflows/:id/streams/:key')
+    @Header('Cache-Control', 'no-store')
+    stream(@Param('id') id: string, @Param('key') key: string, @Query() query: Record<string, unknown>) {
+      return this.dashboard.getStream(id, key, query);
+    }
+
     @Post('api/workflows/cancel-matching')
     @HttpCode(200)
     cancelMatching(@Body() body: unknown, @Headers() headers: ActionHeaders) {

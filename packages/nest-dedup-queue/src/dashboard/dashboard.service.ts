@@ -13,12 +13,16 @@ import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-contr
 import { QueueService } from '../queue.service';
 import type { ForkManyOptions, ForkOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
+import { workflowStreamStore, type WorkflowStreamStore } from '../database/workflow-stream.store';
+import { fromStoredJson } from '../utils/stored-json';
 import type {
   DashboardCount,
   DashboardFork,
   DashboardVersions,
   DashboardQueue,
   DashboardChild,
+  DashboardStream,
+  DashboardStreamPage,
   DashboardWorkflowDetail,
   DashboardWorkflowPage,
   DashboardWorkflowSummary,
@@ -26,6 +30,7 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
+import { RowValues } from '../database/row-values';
 import { nestsDeeperThan } from '../utils/json-depth';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
@@ -34,6 +39,8 @@ export const LIST_COUNT_LIMIT = 10_000;
 export const STATUS_COUNT_LIMIT = 1_000;
 const DEFAULT_PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 500;
+/** How many of a stream's last values its workflow page shows. */
+const RECENT_STREAM_VALUES = 10;
 const CURSOR = /^(\d{1,19})\.(\d{1,19})$/;
 const LIST_PARAMETERS = [
   'queue',
@@ -44,6 +51,7 @@ const LIST_PARAMETERS = [
   'search',
   'createdFrom',
   'createdTo',
+  'parentWorkflowId',
   'limit',
   'cursor',
 ];
@@ -56,6 +64,7 @@ const VERSIONS_MAX_AGE_MS = 10_000;
 @Injectable()
 export class DashboardService {
   private readonly store: DashboardStore;
+  private readonly streams: WorkflowStreamStore;
 
   constructor(
     private readonly queues: QueueService,
@@ -66,6 +75,7 @@ export class DashboardService {
     private readonly versionReports: WorkflowVersionsMonitor,
   ) {
     this.store = new DashboardStore(database);
+    this.streams = workflowStreamStore(database);
   }
 
   /** Every declared queue with its settings, counts per status and recent throughput. */
@@ -120,40 +130,88 @@ export class DashboardService {
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     return {
-      workflows: page.map(toSummary),
+      workflows: page.map((row) => toSummary(row, new RowValues())),
       total: total > LIST_COUNT_LIMIT ? { value: LIST_COUNT_LIMIT, exact: false } : { value: total, exact: true },
-      nextCursor: rows.length > limit && last ? `${last.created_us}.${last.seq}` : null,
+      nextCursor: rows.length > limit && last && last.created_us !== null ? `${last.created_us}.${last.seq}` : null,
     };
   }
 
   /** One workflow with its inputs, outcome and steps. @throws WorkflowNotFoundError */
   async getWorkflow(workflowId: string): Promise<DashboardWorkflowDetail> {
-    const [row, steps] = await Promise.all([this.store.findDetail(workflowId), this.store.findSteps(workflowId)]);
+    const [row, steps, streams] = await Promise.all([
+      this.store.findDetail(workflowId),
+      this.store.findSteps(workflowId),
+      this.streamsOf(workflowId),
+    ]);
     if (!row) throw new WorkflowNotFoundError(workflowId);
-    return {
-      ...toSummary(row),
+    const values = new RowValues();
+    const detail: DashboardWorkflowDetail = {
+      streams,
+      ...toSummary(row, values),
       inputs: this.shown(row.inputs),
       output: this.shown(row.output ?? null),
-      error: this.visibleError(row.error),
-      failedAttempts: row.failed_attempts,
-      maxAttempts: row.max_attempts,
-      recoveryAttempts: row.recovery_attempts,
-      maxRecoveryAttempts: row.max_recovery_attempts,
-      timeoutMs: row.timeout_ms,
-      deadlineAt: isoOrNull(row.deadline_at),
-      updatedAt: row.updated_at.toISOString(),
-      parentWorkflowId: row.parent_workflow_id,
+      error: this.visibleError(values.error('error', row.error)),
+      failedAttempts: values.number('failedAttempts', row.failed_attempts),
+      maxAttempts: values.number('maxAttempts', row.max_attempts),
+      recoveryAttempts: values.number('recoveryAttempts', row.recovery_attempts),
+      maxRecoveryAttempts: values.number('maxRecoveryAttempts', row.max_recovery_attempts),
+      timeoutMs: row.timeout_ms === null ? null : values.number('timeoutMs', row.timeout_ms),
+      deadlineAt: isoOrNull(values.date('deadlineAt', row.deadline_at)),
+      updatedAt: values.requiredDate('updatedAt', row.updated_at).toISOString(),
+      parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
       children: childrenOf(steps),
       steps: steps.map((step) => ({
-        index: step.step_index,
-        name: step.step_name,
+        index: values.number(`steps[${step.step_index}].index`, step.step_index),
+        name: values.requiredText(`steps[${step.step_index}].name`, step.step_name),
         output: this.shown(step.output ?? null),
-        error: this.visibleError(step.error),
-        startedAt: isoOrNull(step.started_at),
-        completedAt: step.completed_at.toISOString(),
+        error: this.visibleError(values.error(`steps[${step.step_index}].error`, step.error)),
+        startedAt: isoOrNull(values.date(`steps[${step.step_index}].startedAt`, step.started_at)),
+        completedAt: values.requiredDate(`steps[${step.step_index}].completedAt`, step.completed_at).toISOString(),
         durationMs: step.duration_ms === null ? null : Math.round(step.duration_ms * 1000) / 1000,
       })),
     };
+    return { ...detail, ...values.report() };
+  }
+
+  /** A page of a stream's values from `offset` (`offset`, `limit` query parameters). @throws WorkflowNotFoundError */
+  async getStream(workflowId: string, key: string, query: Record<string, unknown>): Promise<DashboardStreamPage> {
+    const offset = integerParameter(query.offset, 'offset', 0, 2 ** 31 - 1) ?? 0;
+    const limit = integerParameter(query.limit, 'limit', 1, MAX_PAGE_SIZE) ?? DEFAULT_PAGE_SIZE;
+    const location = await this.streams.locate(workflowId);
+    if (!location) throw new WorkflowNotFoundError(workflowId);
+    const page = await this.streams.read(location, workflowId, key, offset, limit);
+    const values = page.entries.filter((entry) => !entry.closed);
+    const last = values.at(-1);
+    const closedHere = page.entries.some((entry) => entry.closed);
+    return {
+      key,
+      values: values.map((entry) => ({ offset: entry.offset, value: fromStoredJson(entry.valueJson ?? 'null') })),
+      nextOffset: last ? last.offset + 1 : offset,
+      ended: closedHere || (page.finished && page.entries.length < limit),
+    };
+  }
+
+  /** A workflow's streams, each with its last values. */
+  private async streamsOf(workflowId: string): Promise<DashboardStream[]> {
+    const location = await this.streams.locate(workflowId);
+    if (!location) return [];
+    const summaries = await this.streams.summaries(location, workflowId);
+    return Promise.all(
+      summaries.map(async (stream) => {
+        const from = Math.max(stream.values - RECENT_STREAM_VALUES, 0);
+        const page = await this.streams.read(location, workflowId, stream.key, from, RECENT_STREAM_VALUES);
+        return {
+          key: stream.key,
+          values: stream.values,
+          bytes: stream.bytes,
+          closed: stream.closed,
+          lastWrittenAt: stream.lastWrittenAt.toISOString(),
+          recent: page.entries
+            .filter((entry) => !entry.closed)
+            .map((entry) => ({ offset: entry.offset, value: fromStoredJson(entry.valueJson ?? 'null') })),
+        };
+      }),
+    );
   }
 
   async cancel(workflowId: string): Promise<{ workflowId: string; status: WorkflowStatus }> {
@@ -211,7 +269,15 @@ export class DashboardService {
     if (!row) throw new WorkflowNotFoundError(workflowId);
     this.assertDeclared(row.queueName);
     const enqueued = await this.enqueuer.enqueue(
-      { ...row, workflowId: randomUUID(), workflowIdGiven: false, runAt: null, delayMs: null, maxDelayMs: null },
+      {
+        ...row,
+        workflowId: randomUUID(),
+        workflowIdGiven: false,
+        runAt: null,
+        delayMs: null,
+        maxDelayMs: null,
+        deadlineAt: null,
+      },
       {
         onDuplicate: 'reject',
         whenRunning: 'reject',
@@ -273,6 +339,7 @@ export class DashboardService {
       search: textParameter(query.search, 'search')?.trim() || undefined,
       createdFrom,
       createdTo,
+      parentWorkflowId: textParameter(query.parentWorkflowId, 'parentWorkflowId'),
     };
   }
 
@@ -292,24 +359,28 @@ export class DashboardService {
   }
 }
 
-function toSummary(row: SummaryRow): DashboardWorkflowSummary {
+/** A list's row, its unreadable values reported in `unexpectedValues` (see `RowValues`) rather than thrown. */
+function toSummary(row: SummaryRow, values: RowValues): DashboardWorkflowSummary {
+  const status = values.status('status', row.status);
   return {
-    workflowId: row.workflow_id,
-    queueName: row.queue_name,
-    workflowName: row.workflow_name,
-    version: row.workflow_version,
-    forkedFrom: row.forked_from,
-    status: row.status,
-    deduplicationId: row.deduplication_id,
-    holdsDeduplicationId: row.holds_key,
-    partitionKey: row.partition_key,
-    priority: row.priority,
-    attempts: row.attempts,
-    executorId: row.executor_id,
-    createdAt: row.created_at.toISOString(),
-    startedAt: isoOrNull(row.started_at),
-    completedAt: isoOrNull(row.completed_at),
-    notBefore: isoOrNull(row.not_before),
+    workflowId: values.requiredText('workflowId', row.workflow_id),
+    queueName: values.requiredText('queueName', row.queue_name),
+    workflowName: values.requiredText('workflowName', row.workflow_name),
+    version: values.number('version', row.workflow_version),
+    forkedFrom: values.text('forkedFrom', row.forked_from),
+    status,
+    deduplicationId: values.text('deduplicationId', row.deduplication_id),
+    holdsDeduplicationId: row.holds_key === true,
+    partitionKey: values.text('partitionKey', row.partition_key),
+    priority: values.number('priority', row.priority),
+    attempts: values.number('attempts', row.attempts),
+    executorId: values.text('executorId', row.executor_id),
+    createdAt: values.requiredDate('createdAt', row.created_at).toISOString(),
+    startedAt: isoOrNull(values.date('startedAt', row.started_at)),
+    completedAt: isoOrNull(values.date('completedAt', row.completed_at)),
+    notBefore: isoOrNull(values.date('notBefore', row.not_before, true)),
+    parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
+    ...values.report(),
   };
 }
 

@@ -22,6 +22,8 @@ export interface WorkflowListFilter {
   search?: string;
   createdFrom?: Date;
   createdTo?: Date;
+  /** Children of this workflow (see `QueueService.list`'s `parentWorkflowId`). */
+  parentWorkflowId?: string;
 }
 
 export interface SummaryRow {
@@ -41,7 +43,9 @@ export interface SummaryRow {
   started_at: Date | null;
   completed_at: Date | null;
   not_before: Date | null;
-  created_us: string;
+  parent_workflow_id: string | null;
+  /** Null for an infinite `created_at` (a row written by hand): no page can start after it. */
+  created_us: string | null;
   /** bigint, read by pg as a string. */
   seq: string;
 }
@@ -57,7 +61,6 @@ export interface DetailRow extends SummaryRow {
   timeout_ms: number | null;
   deadline_at: Date | null;
   updated_at: Date;
-  parent_workflow_id: string | null;
 }
 
 export interface StepRow {
@@ -80,8 +83,8 @@ export interface StatusCountRow {
 const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, workflow_version, forked_from,
   ${REPORTED_STATUS_SQL} AS status, deduplication_id,
   active_deduplication_id IS NOT NULL AS holds_key, partition_key, priority, attempts, executor_id, created_at,
-  started_at, completed_at, not_before, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us,
-  seq`;
+  started_at, completed_at, not_before, parent_workflow_id,
+  CASE WHEN isfinite(created_at) THEN (extract(epoch FROM created_at) * 1000000)::bigint::text END AS created_us, seq`;
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
 
@@ -237,7 +240,7 @@ export class DashboardStore {
 
   /**
    * The conditions of each branch a read is split into (see `list`). With no queue, name or status, or with a
-   * deduplication ID, partition key or search (few rows to sort), one index walk serves the rows that are not
+   * deduplication ID, partition key, search or parent (few rows to sort), one index walk serves the rows that are not
    * PENDING, and `workflows_running` the PENDING ones.
    */
   private async branches(
@@ -247,7 +250,10 @@ export class DashboardStore {
     params: unknown[],
   ): Promise<string[][]> {
     const selective =
-      filter.deduplicationId !== undefined || filter.partitionKey !== undefined || filter.search !== undefined;
+      filter.deduplicationId !== undefined ||
+      filter.partitionKey !== undefined ||
+      filter.search !== undefined ||
+      filter.parentWorkflowId !== undefined;
     const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
     const param = (value: unknown) => {
       params.push(value);
@@ -275,7 +281,7 @@ export class DashboardStore {
   async findDetail(workflowId: string): Promise<DetailRow | undefined> {
     const rows = await this.database.query<DetailRow>(
       `SELECT ${SUMMARY_COLUMNS}, inputs, output, error, failed_attempts, max_attempts, recovery_attempts,
-              max_recovery_attempts, timeout_ms, deadline_at, updated_at, parent_workflow_id
+              max_recovery_attempts, timeout_ms, deadline_at, updated_at
        FROM ${this.table} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       READ,
@@ -286,8 +292,10 @@ export class DashboardStore {
   /** What a re-run copies: everything a new workflow row needs except its ID and start time. */
   async findRerunSource(
     workflowId: string,
-  ): Promise<Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs'> | undefined> {
-    const rows = await this.database.query<Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs'>>(
+  ): Promise<Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs' | 'deadlineAt'> | undefined> {
+    const rows = await this.database.query<
+      Omit<NewWorkflow, 'workflowId' | 'workflowIdGiven' | 'runAt' | 'delayMs' | 'deadlineAt'>
+    >(
       `SELECT queue_name AS "queueName", workflow_name AS "workflowName", workflow_version AS "version",
               NULL AS "forkedFrom", deduplication_id AS "deduplicationId",
               inputs::text AS "inputsJson", timeout_ms AS "timeoutMs", max_attempts AS "maxAttempts",
@@ -303,7 +311,8 @@ export class DashboardStore {
   async findSteps(workflowId: string): Promise<StepRow[]> {
     return this.database.query<StepRow>(
       `SELECT step_index, step_name, output, error, started_at, completed_at,
-              (extract(epoch FROM completed_at - started_at) * 1000)::float8 AS duration_ms
+              CASE WHEN isfinite(completed_at) AND isfinite(started_at)
+                   THEN (extract(epoch FROM completed_at - started_at) * 1000)::float8 END AS duration_ms
        FROM ${this.steps} WHERE workflow_id = $1 ORDER BY step_index`,
       [workflowId],
       READ,
@@ -325,6 +334,7 @@ export class DashboardStore {
     add((p) => `(workflow_id = ${p} OR deduplication_id = ${p})`, filter.search);
     add((p) => `created_at >= ${p}`, filter.createdFrom);
     add((p) => `created_at < ${p}`, filter.createdTo);
+    add((p) => `parent_workflow_id = ${p}`, filter.parentWorkflowId);
     return { conditions, params };
   }
 }

@@ -1,11 +1,16 @@
 import type { QueueDatabase } from './queue-database';
 import { isUniqueViolationOn } from './sql-errors';
-import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
+import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
 import { NOTIFY_SQL } from './wake-ups.sql';
 import { usedParameters } from './sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { RESUMED_COLUMNS, WorkflowStore, interruptPayload } from './workflow.store';
-import { ACTIVE_STATUSES_SQL, STATUS_SQL, cancellableSql } from './workflow-status.sql';
+import {
+  ACTIVE_STATUSES_SQL,
+  ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
+  STATUS_SQL,
+  cancellableSql,
+} from './workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
   WORKFLOW_COLUMN_LIST,
@@ -73,8 +78,17 @@ export class BulkControlStore {
     this.store = new WorkflowStore(database);
   }
 
-  /** Cancels one batch of a queue's unfinished workflows that match (dead letters are matched, not cancelled). */
-  async cancelBatch(queueName: string, filter: BulkFilter, afterSeq: string, limit: number): Promise<BulkBatch> {
+  /**
+   * Cancels one batch of a queue's unfinished workflows that match; dead letters are matched, and cancelled only with
+   * `deadLetters` (as a tree's descendants are).
+   */
+  async cancelBatch(
+    queueName: string,
+    filter: BulkFilter,
+    afterSeq: string,
+    limit: number,
+    deadLetters = false,
+  ): Promise<BulkBatch> {
     const params = [
       queueName,
       afterSeq,
@@ -86,14 +100,14 @@ export class BulkControlStore {
     ];
     return this.database.transaction(async (query) => {
       const rows = this.database.citus
-        ? await this.cancelMatchedOnItsNode(query, params)
+        ? await this.cancelMatchedOnItsNode(query, params, deadLetters)
         : await query<CancelledRow>(
             `WITH matched AS (
            ${this.matchedSql()}
          ),
-         ${endWorkflowsSql(this.cancelSpec(false))}
+         ${endWorkflowsSql(this.cancelSpec(false, deadLetters))}
          SELECT m.workflow_id, m.seq::text AS seq, e.workflow_id IS NOT NULL AS cancelled, e.attempts, e.workflow_name,
-                ${END_WAKE_UPS_SQL} AS handed_over
+                ${ENDED_WAKE_UPS_SQL} AS handed_over
          FROM matched AS m LEFT JOIN ended AS e ON e.workflow_id = m.workflow_id
          ORDER BY m.seq`,
             params,
@@ -124,12 +138,16 @@ export class BulkControlStore {
            FOR UPDATE`;
   }
 
-  /** The matched rows that are unfinished end CANCELLED: those of `matched AS m` (on Citus, the IDs $8). */
-  private cancelSpec(citus: boolean): EndSpec {
+  /**
+   * The matched rows that are unfinished (and dead letters, with `deadLetters`) end CANCELLED: those of `matched AS m`
+   * (on Citus, the IDs $8).
+   */
+  private cancelSpec(citus: boolean, deadLetters: boolean): EndSpec {
+    const cancellable = deadLetters ? `w.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}` : cancellableSql('w.');
     return {
       tables: this.tables,
       using: citus ? undefined : 'matched AS m',
-      where: `w.queue_name = $1 AND w.workflow_id = ${citus ? 'ANY($8::text[])' : 'm.workflow_id'} AND ${cancellableSql('w.')}`,
+      where: `w.queue_name = $1 AND w.workflow_id = ${citus ? 'ANY($8::text[])' : 'm.workflow_id'} AND ${cancellable}`,
       status: STATUS_SQL.CANCELLED,
       channelParam: '$7',
       citus,
@@ -138,12 +156,15 @@ export class BulkControlStore {
   }
 
   /** On Citus, the cancel of a batch as router statements: the matched rows locked, then `runEndStatements`. */
-  private async cancelMatchedOnItsNode(query: Query, params: unknown[]): Promise<CancelledRow[]> {
+  private async cancelMatchedOnItsNode(query: Query, params: unknown[], deadLetters: boolean): Promise<CancelledRow[]> {
     const matched = await query<{ workflow_id: string; seq: string }>(...usedParameters(this.matchedSql(), params));
     if (matched.length === 0) return [];
     const ids = matched.map((row) => row.workflow_id);
     const ended = new Map(
-      (await runEndStatements(query, this.cancelSpec(true), [...params, ids])).map((row) => [row.workflow_id, row]),
+      (await runEndStatements(query, this.cancelSpec(true, deadLetters), [...params, ids])).map((row) => [
+        row.workflow_id,
+        row,
+      ]),
     );
     return matched.map((row) => ({
       workflow_id: row.workflow_id,

@@ -20,7 +20,15 @@ export const DISTRIBUTION_COLUMN = 'queue_name';
  *   node that is down stops only the queues it holds.
  */
 export const CITUS_TABLES = {
-  distributed: ['workflow_queue', 'workflow_history', 'steps', 'workflow_events', 'workflow_messages'],
+  distributed: [
+    'workflow_queue',
+    'workflow_history',
+    'steps',
+    'workflow_events',
+    'workflow_messages',
+    'workflow_streams',
+    'event_waits',
+  ],
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],
 } as const;

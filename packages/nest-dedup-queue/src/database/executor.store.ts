@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
-import { END_WAKE_UPS_SQL, handOverSql } from './workflow-finish.sql';
+import { END_WAKE_UPS_SQL, handOverCallSql, handOverKeysStatementSql } from './workflow-finish.sql';
 import { sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 import { STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
@@ -223,6 +223,11 @@ export class ExecutorStore {
     );
   }
 
+  /**
+   * Recovers the rows `orphansSql` locks: ENQUEUED again, or dead-lettered past their recovery budget, in which case
+   * their keys go to the follow-ups waiting for them in the same transaction (on one server through the hand-over
+   * function the statement calls; on Citus in a statement of its own after it).
+   */
   private async recover(
     leadingCtes: string,
     orphansSql: string,
@@ -230,15 +235,17 @@ export class ExecutorStore {
     queueName: string,
     moreParams: unknown[] = [],
   ): Promise<RecoveredWorkflow[]> {
-    const rows = await this.database.query<WorkflowRefRow & { status: RecoveredWorkflow['status'] }>(
-      `WITH ${leadingCtes} orphans AS (${orphansSql}),
+    const citus = this.database.citus;
+    const deadLetteredKeys = `SELECT queue_name, held_key AS key FROM recovered
+          WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`;
+    const sql = `WITH ${leadingCtes} orphans AS (${orphansSql}),
        recovered AS (
          UPDATE ${this.workflows} AS w
          SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
                            ELSE ${STATUS_SQL.ENQUEUED} END,
              active_deduplication_id = CASE WHEN ${DEAD_LETTERED} THEN NULL ELSE w.active_deduplication_id END,
              completed_at = ${
-               this.database.citus
+               citus
                  ? nowPlusMsSql(true, `CASE WHEN ${DEAD_LETTERED} THEN 0 END`)
                  : `CASE WHEN ${DEAD_LETTERED} THEN now() END`
              },
@@ -248,20 +255,29 @@ export class ExecutorStore {
          FROM orphans WHERE w.queue_name = $3 AND w.workflow_id = orphans.workflow_id
          RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
        ),
-       ${handOverSql(
-         this.workflows,
-         `SELECT queue_name, held_key AS key FROM recovered
-          WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`,
-         '$1',
-         '$3',
-         this.database.citus,
-       )},
-       ${wakeUpCteSql(this.database.citus, 'woken', '$1', 'recovered')}
-       SELECT workflow_id, queue_name, workflow_name, status, (SELECT count(*) FROM woken) AS woken,
-              ${END_WAKE_UPS_SQL} AS handed_over
-       FROM recovered`,
-      [this.database.wakeUpChannel, parameter, queueName, ...moreParams],
-    );
+       ${citus ? '' : `${handOverCallSql(this.tables, deadLetteredKeys, '$1')},`}
+       ${wakeUpCteSql(citus, 'woken', '$1', 'recovered')}
+       SELECT workflow_id, queue_name, workflow_name, status, held_key, (SELECT count(*) FROM woken) AS woken
+              ${citus ? '' : `, ${END_WAKE_UPS_SQL} AS handed_over`}
+       FROM recovered`;
+    const params = [this.database.wakeUpChannel, parameter, queueName, ...moreParams];
+    type Row = WorkflowRefRow & { status: RecoveredWorkflow['status']; held_key: string | null };
+    const rows = citus
+      ? await this.database.transaction(async (query) => {
+          const recovered = await query<Row>(sql, params);
+          const keys = recovered.flatMap((row) =>
+            row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],
+          );
+          if (keys.length > 0) {
+            await query(handOverKeysStatementSql(this.workflows, '$3::text[]', '$1', '$2'), [
+              this.database.wakeUpChannel,
+              queueName,
+              keys,
+            ]);
+          }
+          return recovered;
+        })
+      : await this.database.query<Row>(sql, params);
     await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
     return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }

@@ -70,7 +70,8 @@ const FORKS_SQL = 'unnest($2::text[], $3::text[], $4::int[]) AS f(fork_id, sourc
  * The SQL of `fork` and `forkMany`: reading sources (with where `'last-failure'` starts), and, in the transaction
  * that inserts the forks, letting go of a parked source's key and copying the recorded positions before each
  * fork's start: its steps (child handles, received messages, waits, patches, whatever a position records, as the
- * steps table holds every kind), and the events as they were there. Every statement names its queue.
+ * steps table holds every kind), the events as they were there, and the streams' values written by then. Every
+ * statement names its queue.
  */
 export class ForkStore {
   private readonly tables: WorkflowTables;
@@ -175,6 +176,30 @@ export class ForkStore {
          AND s.error IS NULL AND left(s.step_name, ${SET_EVENT_STEP_PREFIX.length}) = '${SET_EVENT_STEP_PREFIX}'
        LEFT JOIN ${events} AS e ON e.queue_name = $1 AND e.workflow_id = f.source_id AND e.key = ${key}
        ORDER BY s.queue_name, f.fork_id, ${key}, s.step_index DESC`,
+      params,
+    );
+    await this.copyStreams(query, params);
+  }
+
+  /**
+   * Copies to each fork the values its source's streams held when the last position before the fork's start was
+   * recorded (a body's write is recorded with its value, a step's values are written before its checkpoint); the
+   * fork's run appends after them.
+   */
+  private async copyStreams(query: Query, params: unknown[]): Promise<void> {
+    const { steps, streams, active } = this.tables;
+    await query(
+      `INSERT INTO ${streams} (queue_name, workflow_id, workflow_created_at, stream_key, stream_offset, value, closed,
+                               total_bytes, written_at)
+       SELECT v.queue_name, f.fork_id, w.created_at, v.stream_key, v.stream_offset, v.value, v.closed, v.total_bytes,
+              v.written_at
+       FROM ${FORKS_SQL}
+       JOIN ${active} AS w ON w.queue_name = $1 AND w.workflow_id = f.fork_id
+       JOIN LATERAL (
+         SELECT max(s.completed_at) AS recorded_at FROM ${steps} AS s
+         WHERE s.queue_name = $1 AND s.workflow_id = f.source_id AND s.step_index < f.from_step
+       ) AS r ON true
+       JOIN ${streams} AS v ON v.queue_name = $1 AND v.workflow_id = f.source_id AND v.written_at <= r.recorded_at`,
       params,
     );
   }

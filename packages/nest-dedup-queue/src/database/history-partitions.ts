@@ -12,11 +12,11 @@ const DROP_LOCK_TIMEOUT_MS = 2000;
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
- * The daily partitions of the history, the steps and the messages (by the day, UTC, a workflow was created): a day's
- * workflows, their steps and messages live in `workflow_history_pYYYYMMDD`, `steps_pYYYYMMDD` and
- * `workflow_messages_pYYYYMMDD` (their events, in `workflow_events`, are deleted by creation day when the day is
- * dropped). `extend` creates the days up to a week
- * ahead; `prune` drops a day's two partitions whole once every workflow created that day finished more than the
+ * The daily partitions of the history, the steps, the messages and the streams (by the day, UTC, a workflow was
+ * created): a day's workflows, their steps, messages and streams live in `workflow_history_pYYYYMMDD`,
+ * `steps_pYYYYMMDD`, `workflow_messages_pYYYYMMDD` and `workflow_streams_pYYYYMMDD` (their events, in
+ * `workflow_events`, are deleted by creation day when the day is dropped). `extend` creates the days up to a week
+ * ahead; `prune` drops a day's partitions whole once every workflow created that day finished more than the
  * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
  * `steps_legacy`, `steps_before`) in batches, as retention did before.
  */
@@ -54,6 +54,10 @@ export class HistoryPartitions {
         await query(
           `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.workflow_messages_p${suffix}
              PARTITION OF ${this.database.schemaSql}.workflow_messages FOR VALUES ${range}`,
+        );
+        await query(
+          `CREATE TABLE IF NOT EXISTS ${this.database.schemaSql}.workflow_streams_p${suffix}
+             PARTITION OF ${this.tables.streams} FOR VALUES ${range}`,
         );
       }
       return days;
@@ -99,6 +103,10 @@ export class HistoryPartitions {
        messages_pruned AS (
          DELETE FROM ${this.database.schemaSql}.workflow_messages AS m USING pruned AS p
          WHERE m.queue_name = p.queue_name AND m.workflow_id = p.workflow_id AND m.workflow_created_at = p.created_at
+       ),
+       streams_pruned AS (
+         DELETE FROM ${this.tables.streams} AS s USING pruned AS p
+         WHERE s.queue_name = p.queue_name AND s.workflow_id = p.workflow_id AND s.workflow_created_at = p.created_at
        ),
        steps_pruned AS (
          DELETE FROM ${this.tables.steps} AS s USING pruned AS p
@@ -160,15 +168,23 @@ export class HistoryPartitions {
          WHERE workflow_id = ANY($1::text[]) AND (workflow_created_at IS NULL OR workflow_created_at = ANY($2))`,
         [ids, due.map((row) => row.created_at)],
       );
+      await query(
+        `DELETE FROM ${this.tables.streams} WHERE workflow_id = ANY($1::text[]) AND workflow_created_at = ANY($2)`,
+        [ids, due.map((row) => row.created_at)],
+      );
       return pruned.length;
     });
   }
 
-  /** Drops one day of history, its steps and its events, unless a workflow of it finished within the retention. */
+  /**
+   * Drops one day of history, its steps, messages, streams and events, and its workflows' registrations as
+   * `getEvent` waiters, unless a workflow of it finished within the retention.
+   */
   private async dropDay(day: { name: string; lower: Date; upper: Date }, retentionMs: number): Promise<boolean> {
     const historyPartition = day.name;
     const stepsPartition = historyPartition.replace(/^workflow_history_p/, 'steps_p');
     const messagesPartition = historyPartition.replace(/^workflow_history_p/, 'workflow_messages_p');
+    const streamsPartition = historyPartition.replace(/^workflow_history_p/, 'workflow_streams_p');
     const dropping = this.database.transaction(async (query: Query) => {
       await query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
       const recent = await query(
@@ -181,9 +197,14 @@ export class HistoryPartitions {
         day.lower,
         day.upper,
       ]);
+      await query(`DELETE FROM ${this.tables.eventWaits} WHERE waiter_created_at >= $1 AND waiter_created_at < $2`, [
+        day.lower,
+        day.upper,
+      ]);
       await query(`DROP TABLE ${this.database.schemaSql}.${historyPartition}`);
       await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${stepsPartition}`);
       await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${messagesPartition}`);
+      await query(`DROP TABLE IF EXISTS ${this.database.schemaSql}.${streamsPartition}`);
       return true;
     });
     try {

@@ -1,4 +1,5 @@
-import type { QueueDatabase } from './queue-database';
+import type { TransactionSql } from '../interfaces/transaction-sql.interface';
+import type { QueryOptions, QueueDatabase } from './queue-database';
 import type { StepStore } from './step.store';
 import type { OwnedRun } from './waiting.store';
 import { STATUS_SQL } from './workflow-status.sql';
@@ -66,9 +67,13 @@ export class MessageStore {
     this.messages = `${database.schemaSql}.workflow_messages`;
   }
 
-  /** The queue and creation time of workflow `workflowId`, or undefined when no workflow has that ID. */
-  async findTarget(workflowId: string): Promise<MessageTarget | undefined> {
-    const rows = await this.database.query<{ queue_name: string; created_at: Date }>(
+  /**
+   * The queue and creation time of workflow `workflowId`, or undefined when no workflow has that ID. With
+   * `transaction`, these statements run in it (a workflow body's recorded `send`).
+   */
+  async findTarget(workflowId: string, transaction?: TransactionSql): Promise<MessageTarget | undefined> {
+    const rows = await this.query<{ queue_name: string; created_at: Date }>(
+      transaction,
       `SELECT queue_name, created_at FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
       [workflowId],
       { idempotent: true },
@@ -83,8 +88,10 @@ export class MessageStore {
     topic: string,
     messageJson: string,
     idempotencyKey: string | null,
+    transaction?: TransactionSql,
   ): Promise<boolean> {
-    const rows = await this.database.query(
+    const rows = await this.query(
+      transaction,
       `INSERT INTO ${this.messages} (queue_name, workflow_id, workflow_created_at, topic, message, idempotency_key)
        VALUES ($1, $2, $3, $4, $5::json, $6)
        ON CONFLICT DO NOTHING
@@ -99,8 +106,14 @@ export class MessageStore {
    * (see `countAndWakeSql`). True when it was woken. NOTE: a `recv` suspends only while the count is what it read
    * along with the messages, so a message stored before this statement is either seen by it or wakes it here.
    */
-  async countAndWake(queueName: string, workflowId: string, topic: string): Promise<boolean> {
-    const rows = await this.database.query<{ woken: boolean }>(
+  async countAndWake(
+    queueName: string,
+    workflowId: string,
+    topic: string,
+    transaction?: TransactionSql,
+  ): Promise<boolean> {
+    const rows = await this.query<{ woken: boolean }>(
+      transaction,
       `WITH target AS (
          SELECT workflow_id, 1 AS messages, status = ${STATUS_SQL.WAITING} AND waiting_topic = $3 AS wakes
          FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = $2
@@ -111,8 +124,21 @@ export class MessageStore {
       [queueName, workflowId, topic, this.database.wakeUpChannel],
     );
     const woken = rows[0]?.woken === true;
-    await sendWakeUpsLeftToCaller(this.database, woken ? [queueName] : []);
+    await sendWakeUpsLeftToCaller(this.database, woken ? [queueName] : [], (sql, params) =>
+      this.query(transaction, sql, params),
+    );
     return woken;
+  }
+
+  /** Runs a statement in `transaction` when given, else on the module's pool (with `options`). */
+  private async query<R = Record<string, unknown>>(
+    transaction: TransactionSql | undefined,
+    sql: string,
+    params: unknown[],
+    options?: QueryOptions,
+  ): Promise<R[]> {
+    if (!transaction) return this.database.query<R>(sql, params, options);
+    return (await transaction.executeSql(sql, params)).rows as R[];
   }
 
   /** Whether the run still owns its workflow (undefined if not) and what its inbox holds for `topic`. */

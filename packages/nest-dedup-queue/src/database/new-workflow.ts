@@ -11,6 +11,8 @@ export interface NewWorkflow {
   /** The arguments, already serialised to JSON text. */
   inputsJson: string;
   timeoutMs: number | null;
+  /** A deadline it starts with (a child's, inherited from its parent), by the database's clock; else from `timeoutMs`. */
+  deadlineAt: Date | null;
   maxAttempts: number;
   maxRecoveryAttempts: number;
   partitionKey: string | null;

@@ -36,7 +36,8 @@ export class QueueStatsStore {
       query<{ queue_name: string; status: WorkflowStatus; n: number; oldest_wait: number | null }>(
         `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::float8 AS n,
                 extract(epoch FROM now() - min(greatest(created_at, not_before))
-                                   FILTER (WHERE not_before IS NULL OR not_before <= now()))::float8 AS oldest_wait
+                                   FILTER (WHERE (not_before IS NULL OR not_before <= now())
+                                             AND isfinite(greatest(created_at, not_before))))::float8 AS oldest_wait
          FROM ${this.table} WHERE status = ${STATUS_SQL.ENQUEUED} GROUP BY queue_name, 2
          UNION ALL
          SELECT queue_name, ${STATUS_SQL.PENDING}, count(*)::float8, NULL FROM ${this.table}

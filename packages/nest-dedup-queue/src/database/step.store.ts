@@ -33,7 +33,8 @@ function checkpointValuesSql(citus: boolean): string {
   return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
 }
 
-const STEP_COLUMNS =
+/** The columns of a checkpoint, as an INSERT lists them. */
+export const STEP_COLUMNS =
   'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
 
 /**
@@ -78,6 +79,21 @@ export class StepStore {
       { idempotent: true },
     );
     return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
+  }
+
+  /** The checkpoint of workflow `workflowId` of queue `queueName` at step `index`, if there is one. */
+  async find(queueName: string, workflowId: string, index: number): Promise<RecordedStep | undefined> {
+    const rows = await this.database.query<{
+      step_name: string;
+      output: string | null;
+      error: WorkflowErrorInfo | null;
+    }>(
+      `SELECT step_name, output::text AS output, error FROM ${this.steps}
+       WHERE queue_name = $2 AND workflow_id = $1 AND step_index = $3`,
+      [workflowId, queueName, index],
+      { idempotent: true },
+    );
+    return rows[0] && { name: rows[0].step_name, output: rows[0].output, error: rows[0].error };
   }
 
   /**

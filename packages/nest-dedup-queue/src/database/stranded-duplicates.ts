@@ -185,6 +185,7 @@ function nextWorkflow(queueName: string, message: StrandedRow): NewWorkflow {
     deduplicationId: message.deduplication_id,
     inputsJson: message.message,
     timeoutMs: message.timeout_ms,
+    deadlineAt: null,
     maxAttempts: message.max_attempts,
     maxRecoveryAttempts: message.max_recovery_attempts,
     partitionKey: message.partition_key,

@@ -1,5 +1,6 @@
 import type { QueueDatabase } from './queue-database';
 import { ownedRowSql } from './step.store';
+import { usedParameters } from './sql-parameters';
 import { STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 
@@ -12,6 +13,13 @@ export interface OwnedRun {
   attempt: number;
 }
 
+/** The event a `getEvent` waits for: `key` of workflow `workflowId` of queue `queueName`. */
+export interface EventTarget {
+  queueName: string;
+  workflowId: string;
+  key: string;
+}
+
 /** What `promoteDue` did: how many waiting workflows became due, and when the next one wakes. */
 export interface Promotion {
   woken: number;
@@ -22,15 +30,17 @@ export interface Promotion {
 }
 
 /**
- * The SQL of waiting workflows (`sleep`, `recv`): record a point in time at a step position (a wake-up or a
+ * The SQL of waiting workflows (`sleep`, `recv`, `getEvent`): record a point in time at a step position (a wake-up or a
  * deadline, by the database's clock), suspend a running workflow into `WAITING` (no executor, no slot, its key kept,
  * `not_before` its wake-up), and make due the waiting workflows whose time has come, for the claim to take them.
  */
 export class WaitingStore {
   private readonly tables: WorkflowTables;
+  private readonly eventWaits: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
+    this.eventWaits = this.tables.eventWaits;
   }
 
   /**
@@ -54,11 +64,17 @@ export class WaitingStore {
   }
 
   /**
-   * Suspends the run: its workflow becomes WAITING until `wakeAt` (an ISO time, or `'infinity'`), without an
-   * executor, waiting on `topic` (a `recv`) or nothing (a `sleep`). With `messagesSeen`, only if no message was sent
-   * to it since it counted them. False when the row did not change (not owned, or a message came).
+   * Suspends the run: its workflow becomes WAITING until `wakeAt` (an ISO time, or null for no time: 1.0 stored
+   * `'infinity'`, which reads the same), without an executor, waiting on `topic` (a `recv`) or nothing (a `sleep`).
+   * With `messagesSeen`, only if no message was sent to it since it counted them. False when the row did not change
+   * (not owned, or a message came).
    */
-  async suspend(run: OwnedRun, wakeAt: string, topic: string | null, messagesSeen: number | null): Promise<boolean> {
+  async suspend(
+    run: OwnedRun,
+    wakeAt: string | null,
+    topic: string | null,
+    messagesSeen: number | null,
+  ): Promise<boolean> {
     const rows = await this.database.query(
       `UPDATE ${this.tables.active}
        SET status = ${STATUS_SQL.WAITING}, executor_id = NULL, not_before = $5::timestamptz, waiting_topic = $6,
@@ -69,6 +85,82 @@ export class WaitingStore {
       [run.queueName, run.workflowId, run.executorId, run.attempt, wakeAt, topic, messagesSeen],
     );
     return rows.length === 1;
+  }
+
+  /**
+   * Suspends the run in a `getEvent` until `wakeAt` (an ISO time, or null for none) and registers it as a waiter for
+   * `key` of workflow `target` (of queue `targetQueue`), whose `setEvent` makes it due (`WorkflowEventStore.set`).
+   * False when the run no longer owns its workflow. On one server both in one statement; on Citus, in one
+   * transaction, router statements: the run's row read, the registration (on the target's node), the suspension.
+   * NOTE: the caller looks for the value again after this returns, and wakes the workflow if it is there
+   * (`wakeOwn`): a value set while this ran was either seen by the setter's wake-up statement (which runs after its
+   * value committed) or is seen by that look.
+   */
+  async suspendForEvent(run: OwnedRun, wakeAt: string | null, target: EventTarget): Promise<boolean> {
+    const owned = `queue_name = $1 AND workflow_id = $2 AND status = ${STATUS_SQL.PENDING} AND executor_id = $3
+         AND attempts = $4`;
+    const suspend = `UPDATE ${this.tables.active}
+       SET status = ${STATUS_SQL.WAITING}, executor_id = NULL, not_before = $5::timestamptz, waiting_topic = NULL,
+           updated_at = now()
+       WHERE ${owned}
+       RETURNING queue_name, workflow_id, created_at`;
+    const register = (waiter: string) => `INSERT INTO ${this.eventWaits}
+         (queue_name, workflow_id, key, waiter_queue, waiter_id, waiter_created_at)
+       ${waiter}
+       ON CONFLICT DO NOTHING`;
+    const params = [
+      run.queueName,
+      run.workflowId,
+      run.executorId,
+      run.attempt,
+      wakeAt,
+      target.queueName,
+      target.workflowId,
+      target.key,
+    ];
+    if (!this.database.citus) {
+      const rows = await this.database.query(
+        `WITH suspended AS (${suspend}),
+         registered AS (${register('SELECT $6, $7, $8, queue_name, workflow_id, created_at FROM suspended')})
+         SELECT workflow_id FROM suspended`,
+        params,
+      );
+      return rows.length === 1;
+    }
+    return this.database.transaction(async (query) => {
+      const rows = await query<{ created_at: Date }>(
+        `SELECT created_at FROM ${this.tables.active} WHERE ${owned}`,
+        params.slice(0, 4),
+      );
+      if (rows.length === 0) return false;
+      await query(...usedParameters(register('VALUES ($6, $7, $8, $1, $2, $9)'), [...params, rows[0].created_at]));
+      return (await query(suspend, params.slice(0, 5))).length === 1;
+    });
+  }
+
+  /**
+   * Makes the run's workflow due again if it is still WAITING in that run (the value it suspended for came as it
+   * suspended), and wakes its queue's workers.
+   */
+  async wakeOwn(run: OwnedRun): Promise<void> {
+    const rows = await this.database.query(
+      `UPDATE ${this.tables.active}
+       SET status = ${STATUS_SQL.ENQUEUED}, not_before = NULL, waiting_topic = NULL, updated_at = now()
+       WHERE queue_name = $1 AND workflow_id = $2 AND status = ${STATUS_SQL.WAITING} AND attempts = $3
+       RETURNING workflow_id`,
+      [run.queueName, run.workflowId, run.attempt],
+    );
+    if (rows.length > 0) await this.wakeWorkers(run.queueName);
+  }
+
+  /** Forgets the run's registration as a waiter for `key` of `target` (its `getEvent` is over). */
+  async forgetEventWait(run: OwnedRun, target: EventTarget): Promise<void> {
+    await this.database.query(
+      `DELETE FROM ${this.eventWaits}
+       WHERE queue_name = $1 AND workflow_id = $2 AND key = $3 AND waiter_queue = $4 AND waiter_id = $5`,
+      [target.queueName, target.workflowId, target.key, run.queueName, run.workflowId],
+      { idempotent: true },
+    );
   }
 
   /**

@@ -20,6 +20,8 @@ export interface ClaimedWorkflow {
   maxRecoveryAttempts: number;
   /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
   remainingMs: number | null;
+  /** Its deadline, by the database's clock (its own timeout's, or the parent's it inherited); null without one. */
+  deadlineAt: Date | null;
   /** The W3C `traceparent` stored by the enqueue, if it was traced. */
   traceContext: string | null;
   /** Seconds from when it became due (enqueued, delayed, or waiting to retry) to this start; null after a recovery. */
@@ -66,6 +68,11 @@ interface ClaimedRow {
   max_attempts: number;
   max_recovery_attempts: number;
   remaining_ms: number | null;
+  /**
+   * The deadline in milliseconds since the epoch (a number, as the attached claim's JSON carries it). NOTE: from an
+   * interval, whose `extract` is IMMUTABLE, as Citus wants in a RETURNING (a timestamp's is only STABLE).
+   */
+  deadline_ms: number | null;
   trace_context: string | null;
   wait_seconds: number | null;
 }
@@ -268,8 +275,7 @@ export class WorkflowClaimer {
             citus
               ? // NOTE: a later deadline is never earlier than the first one, so least() keeps the first (no COALESCE on Citus).
                 `least(w.deadline_at, ${nowPlusMsSql(true, 'w.timeout_ms')})`
-              : `CASE WHEN w.timeout_ms IS NOT NULL
-                             THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END`
+              : `coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond')`
           }
       FROM claimable
       WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id
@@ -279,7 +285,8 @@ export class WorkflowClaimer {
       RETURNING w.workflow_id, w.workflow_name, w.workflow_version, w.forked_from IS NOT NULL AS forked,
                 w.inputs::text AS inputs, w.priority, w.seq,
                 w.attempts, w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
-                (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms, w.trace_context,
+                (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms,
+                (extract(epoch FROM w.deadline_at - timestamptz 'epoch') * 1000)::float8 AS deadline_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
                   AS wait_seconds`;
@@ -302,6 +309,7 @@ function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
       maxAttempts: row.max_attempts,
       maxRecoveryAttempts: row.max_recovery_attempts,
       remainingMs: row.remaining_ms,
+      deadlineAt: row.deadline_ms === null ? null : new Date(row.deadline_ms),
       traceContext: row.trace_context,
       waitSeconds: row.wait_seconds,
     }));

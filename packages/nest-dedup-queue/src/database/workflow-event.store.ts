@@ -1,6 +1,8 @@
+import { onePerDatabase } from './one-per-database';
 import type { QueueDatabase } from './queue-database';
 import { STATUS_SQL } from './workflow-status.sql';
 import { workflowTables } from './workflow-tables';
+import { sendWakeUpsLeftToCaller, wakeUpCteSql } from './wake-ups.sql';
 
 /** What `setEvent` records at its position: the step `setEvent <key>`, whose output is the value (since 1.1). */
 export const SET_EVENT_STEP_PREFIX = 'setEvent ';
@@ -11,11 +13,13 @@ export function setEventStepName(key: string): string {
 
 /**
  * The SQL of workflow events (`setEvent` / `getEvent`): the last value of each key a workflow published, keyed by
- * queue, workflow and key; and the waiters of this process, woken at once when a workflow of this process sets a
- * key (other processes' values are found by polling).
+ * queue, workflow and key; the workflows suspended in a `getEvent`, made due when the key is set; and the waiters of
+ * this process outside workflow bodies, woken at once when a workflow of this process sets a key (other processes'
+ * values are found by polling).
  */
 export class WorkflowEventStore {
   private readonly events: string;
+  private readonly eventWaits: string;
   private readonly active: string;
   private readonly workflows: string;
   private readonly waiters = new Map<string, Set<() => void>>();
@@ -23,6 +27,7 @@ export class WorkflowEventStore {
   constructor(private readonly database: QueueDatabase) {
     const tables = workflowTables(database.schemaSql);
     this.events = tables.events;
+    this.eventWaits = tables.eventWaits;
     this.active = tables.active;
     this.workflows = tables.workflows;
   }
@@ -42,7 +47,50 @@ export class WorkflowEventStore {
       { idempotent: true },
     );
     this.wake(workflowId, key);
+    if (rows.length === 1) await this.wakeSuspendedWaiters(queueName, workflowId, key);
     return rows.length === 1;
+  }
+
+  /**
+   * Makes due the workflows suspended in a `getEvent` of `key` of `workflowId` (registered in `event_waits` by
+   * `WaitingStore.suspendForEvent`), and forgets their registrations: a look (usually finding none), then, in one
+   * transaction, the registrations taken and each waiter's queue woken, naming it. The look is a statement after the
+   * value's own, so that it sees every registration committed before the value was (see `suspendForEvent` for the
+   * other side).
+   */
+  private async wakeSuspendedWaiters(queueName: string, workflowId: string, key: string): Promise<void> {
+    const target = `queue_name = $1 AND workflow_id = $2 AND key = $3`;
+    const params = [queueName, workflowId, key];
+    const waiting = await this.database.query(`SELECT 1 FROM ${this.eventWaits} WHERE ${target} LIMIT 1`, params, {
+      idempotent: true,
+    });
+    if (waiting.length === 0) return;
+    await this.database.transaction(async (query) => {
+      const waiters = await query<{ waiter_queue: string; waiter_id: string }>(
+        `DELETE FROM ${this.eventWaits} WHERE ${target} RETURNING waiter_queue, waiter_id`,
+        params,
+      );
+      const byQueue = new Map<string, string[]>();
+      for (const row of waiters) {
+        byQueue.set(row.waiter_queue, [...(byQueue.get(row.waiter_queue) ?? []), row.waiter_id]);
+      }
+      const woken: string[] = [];
+      for (const [waiterQueue, ids] of byQueue) {
+        const rows = await query<{ woken: number }>(
+          `WITH due AS (
+             UPDATE ${this.active}
+             SET status = ${STATUS_SQL.ENQUEUED}, not_before = NULL, waiting_topic = NULL, updated_at = now()
+             WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND status = ${STATUS_SQL.WAITING}
+             RETURNING queue_name
+           ),
+           ${wakeUpCteSql(this.database.citus, 'wake_ups', '$3', 'due')}
+           SELECT (SELECT count(*)::int FROM due) AS woken, (SELECT count(*) FROM wake_ups) AS notified`,
+          [waiterQueue, ids, this.database.wakeUpChannel],
+        );
+        if (rows[0].woken > 0) woken.push(waiterQueue);
+      }
+      await sendWakeUpsLeftToCaller(this.database, woken, query);
+    });
   }
 
   /** The queue of a workflow, or undefined when no workflow has this ID (yet). */
@@ -87,17 +135,8 @@ export class WorkflowEventStore {
   }
 }
 
-const stores = new WeakMap<QueueDatabase, WorkflowEventStore>();
-
 /**
  * The event store of a module's database: one per database, so that `setEvent` (called from a workflow's code,
  * which reaches the database through its execution) and `QueueService.getEvent` share the waiters of this process.
  */
-export function workflowEventStore(database: QueueDatabase): WorkflowEventStore {
-  let store = stores.get(database);
-  if (!store) {
-    store = new WorkflowEventStore(database);
-    stores.set(database, store);
-  }
-  return store;
-}
+export const workflowEventStore = onePerDatabase((database) => new WorkflowEventStore(database));

@@ -1,8 +1,16 @@
-import { WORKFLOW_COLUMN_LIST, WorkflowColumn, WorkflowTables, workflowColumnsSql } from './workflow-tables';
+import {
+  WORKFLOW_COLUMN_LIST,
+  WorkflowColumn,
+  WorkflowTables,
+  workflowColumnsSql,
+  workflowTables,
+} from './workflow-tables';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { nowPlusMsSql } from './time.sql';
 import { usedParameters } from './sql-parameters';
-import { wakeUpCteSql } from './wake-ups.sql';
+import { streamHintPayload, streamHintPayloadSql } from './notification-channels';
+import { NOTIFY_SQL, wakeUpCteSql } from './wake-ups.sql';
+import { PINNED_SEARCH_PATH } from './migrations/019-enqueue-from-sql-secured.migration';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -14,10 +22,11 @@ const PROBE_EACH_ROW = 'OFFSET 0';
 /**
  * "This workflow is finished and its deduplication key is free", written once. A workflow finishes by leaving the
  * active table: every statement that ends workflows (an outcome, a cancel, a timeout) is built by `endWorkflowsSql`
- * (on Citus, the statements of `endWorkflowsStatementsSql`, from the same description), which deletes the active rows, writes them to the history, keeps a key record in the active table for a workflow
- * whose deduplication window is open, and, in the same statement, hands each freed key to the `queue-next`
- * follow-up waiting for it. A key record whose window is over is deleted by `releaseExpiredKeySql` when someone
- * wants its key (never by a sweep).
+ * (on Citus, the statements of `endWorkflowsStatementsSql`, from the same description), which deletes the active
+ * rows, writes them to the history, keeps a key record in the active table for a workflow whose deduplication window
+ * is open, and, in the same transaction, hands each freed key to the `queue-next` follow-up waiting for it
+ * (`handOverKeysSql`, with a snapshot taken after the rows were locked: see `handOverFunctionSql`). A key record whose
+ * window is over is deleted by `releaseExpiredKeySql` when someone wants its key (never by a sweep).
  */
 export interface EndSpec {
   tables: WorkflowTables;
@@ -69,8 +78,10 @@ function finishedColumnsSql(spec: EndSpec): string {
 
 /**
  * The CTEs (without the leading WITH) that end workflows: `ended` returns the rows as they were before (`w.*`) with
- * `end_status` and whatever `returning` adds. The statement must read `END_WAKE_UPS_SQL` in its final SELECT, so that
- * the follow-ups' wake-ups are sent. On Citus, see `endWorkflowsStatementsSql`.
+ * `end_status` and whatever `returning` adds. The statement must read `ENDED_WAKE_UPS_SQL` in its final SELECT, so
+ * that the freed keys are handed over (`hand_over`, which calls `handOverFunctionSql`'s function once the rows are gone
+ * and the key records written) and the readers of the ended workflows' streams are told (`stream_ends`). On Citus,
+ * see `endWorkflowsStatementsSql`.
  */
 export function endWorkflowsSql(spec: EndSpec): string {
   const { active, history } = spec.tables;
@@ -88,14 +99,39 @@ export function endWorkflowsSql(spec: EndSpec): string {
      ),
      key_records AS (
        INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e WHERE e.keeps_key
+       RETURNING workflow_id
      ),
-     ${handOverSql(
-       active,
-       `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE NOT keeps_key`,
+     ${handOverCallSql(
+       spec.tables,
+       `SELECT queue_name, active_deduplication_id AS key FROM ended WHERE active_deduplication_id IS NOT NULL
+        UNION ALL SELECT NULL, NULL FROM key_records`,
        spec.channelParam,
-       spec.queueParam,
-       spec.citus,
-     )}`;
+     )},
+     ${streamEndsSql(spec.tables)}`;
+}
+
+/**
+ * The CTE `stream_ends`: a hint to the readers of the streams of each ended workflow that wrote one (its streams
+ * close as it ends). The `ended` row is the version the DELETE took, after any stream write that held it.
+ */
+function streamEndsSql(tables: WorkflowTables): string {
+  return `stream_ends AS (
+       SELECT pg_notify('${tables.streamChannel}', ${streamHintPayloadSql('workflow_id')})::text FROM ended WHERE has_streams
+     )`;
+}
+
+/**
+ * The CTE `hand_over`: one call of the hand-over function (`handOverFunctionSql`) with the keys that `freedKeysSql`
+ * selects (`queue_name`, `key`; null keys are left out), made once every row it reads has been produced: the
+ * aggregate reads them all first, so the rows that freed the keys are gone (and any key record written) when the
+ * function looks. No call when no key was freed. Read it with `END_WAKE_UPS_SQL`.
+ */
+export function handOverCallSql(tables: WorkflowTables, freedKeysSql: string, channelParam: string): string {
+  return `hand_over AS (
+       SELECT ${tables.handOverKeys}(${channelParam}, array_agg(f.queue_name), array_agg(f.key)) AS handed_over
+       FROM (${freedKeysSql}) AS f
+       HAVING count(f.key) > 0
+     )`;
 }
 
 /** A row that `endWorkflowsStatementsSql` ends, as its first statement locks it (with what `returning` adds). */
@@ -106,11 +142,12 @@ export interface EndingRow {
   attempts: number;
   /** Whether it had been sent messages (`messages_sent > 0`). */
   sent_messages: boolean;
+  /** Whether it wrote to a stream: its readers are told it ended. */
+  has_streams: boolean;
   /** Whether it keeps its key for its deduplication window (a key record stays in the active table). */
   keeps_key: boolean;
-  /** The key it holds, and whether a `queue-next` follow-up waits for it. */
+  /** The key it holds: freed (or kept in a key record, which a waiting follow-up takes precedence over). */
   active_deduplication_id: string | null;
-  followed: boolean;
 }
 
 /** The statements of `endWorkflowsStatementsSql`, in the order they run. */
@@ -135,10 +172,11 @@ export interface EndStatements {
  * read each other's rows would send them to every node). `lock` locks the rows that end (`FOR UPDATE`, which
  * rechecks `where` on a row changed meanwhile) and returns them as `EndingRow`s; then, by their IDs, the history gets
  * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go, the key records are written
- * from the history rows, and the keys that follow-ups wait for are handed over (`handOverSql`; its wake-ups are a
- * statement of their own, since a statement routed to a worker would notify there). The statements read the
- * caller's parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those
- * that keep their key, and the keys handed over: run them with `runEndStatements`.
+ * from the history rows, and the freed keys are handed to the follow-ups that wait for them (`handOverKeysSql`, a
+ * statement of its own, whose snapshot shows a follow-up committed while `lock` waited; its wake-ups are a statement
+ * of their own too, since a statement routed to a worker would notify there). The statements read the caller's
+ * parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those that keep
+ * their key, and the keys they held: run them with `runEndStatements`.
  */
 export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): EndStatements {
   const { active, history } = spec.tables;
@@ -152,10 +190,8 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
        WHERE ${spec.where} AND w.queue_name = ${queue} AND w.workflow_id = ANY(${ids})`;
   return {
     lock: `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-         (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id,
-         EXISTS (SELECT 1 FROM ${active} AS f
-                 WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
-                   AND f.status = ${STATUS_SQL.ENQUEUED} ${PROBE_EACH_ROW}) AS followed
+         w.has_streams,
+         (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id
          ${spec.returning ? `, ${spec.returning}` : ''}
        FROM ${active} AS w ${using}
        WHERE ${spec.where} AND w.queue_name = ${queue}
@@ -164,21 +200,9 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
     remove: `DELETE FROM ${active} WHERE queue_name = ${queue} AND workflow_id = ANY(${ids})`,
     keyRecords: `INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST})
        SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
-    handOver: `WITH ${handOverSql(
-      active,
-      `SELECT ${queue}::text AS queue_name, key FROM unnest(${keys}) AS key`,
-      spec.channelParam,
-      queue,
-      true,
-    )}
-       SELECT count(*)::int AS handed_over FROM handed_over`,
+    handOver: handOverKeysStatementSql(active, keys, spec.channelParam, queue),
     wakeUp: `SELECT pg_notify(${spec.channelParam}, ${queue})::text`,
   };
-}
-
-/** Whether an ending row frees a key that a `queue-next` follow-up waits for. */
-function handsOver(row: EndingRow): boolean {
-  return !row.keeps_key && row.followed && row.active_deduplication_id !== null;
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -195,81 +219,147 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
   const statements = endWorkflowsStatementsSql(spec, params.length);
   const ending = await query<R>(...usedParameters(statements.lock, params));
   if (ending.length === 0) return ending;
+  const freedKeys = ending.flatMap((row) =>
+    row.active_deduplication_id === null ? [] : [row.active_deduplication_id],
+  );
   const values = [
     ...params,
     ending.map((row) => row.workflow_id),
     ending.filter((row) => row.keeps_key).map((row) => row.workflow_id),
-    ending.filter(handsOver).map((row) => row.active_deduplication_id),
+    freedKeys,
   ];
   const run = <T>(sql: string) => query<T>(...usedParameters(sql, values));
   await run(statements.archive);
   await run(statements.remove);
   if (ending.some((row) => row.keeps_key)) await run(statements.keyRecords);
-  if (ending.some(handsOver)) {
+  if (freedKeys.length > 0) {
     const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
     if (handed_over > 0) await run(statements.wakeUp);
   }
+  const withStreams = ending.filter((row) => row.has_streams).map((row) => streamHintPayload(row.workflow_id));
+  if (withStreams.length > 0) await query(NOTIFY_SQL, [spec.tables.streamChannel, withStreams]);
   return ending;
 }
 
 /**
- * The CTEs `handed_over` and `hand_over_wake_ups`: each `queue-next` follow-up waiting for one of the keys that
- * `freedKeysSql` selects (`queue_name`, `key`) takes it and is due at once, and its queue's workers are woken (on
- * Citus by the caller: see wake-ups.sql.ts).
- * NOTE: the key's holder left (or let go of) it earlier in the same statement, so the unique index allows the move.
+ * On Citus, a statement of its own that hands the keys `keysParam` (text[]) of queue `queueParam` to their follow-ups
+ * (`handOverKeysSql`), in the transaction that freed them, after the statements that freed them; returns
+ * `handed_over`. Its wake-ups are the caller's (`NOTIFY_SQL`).
  */
-export function handOverSql(
+export function handOverKeysStatementSql(
+  active: string,
+  keysParam: string,
+  channel: string,
+  queueParam: string,
+): string {
+  return `WITH ${handOverKeysSql(
+    active,
+    `SELECT ${queueParam}::text AS queue_name, key FROM unnest(${keysParam}) AS key`,
+    channel,
+    queueParam,
+    true,
+  )}
+       SELECT count(*)::int AS handed_over FROM handed_over`;
+}
+
+/**
+ * The hand-over of freed keys, written once: the CTEs `followed`, `released`, `handed_over` and `hand_over_wake_ups`.
+ * Of the keys that `freedKeysSql` selects (`queue_name`, `key`), each that a `queue-next` follow-up waits for (ENQUEUED,
+ * holding the key's "next" slot) and that no workflow holds (unfinished, or parked: see `parkedSql`) goes to the
+ * follow-up, which is due at once;
+ * a key record kept for a deduplication window is deleted first (a waiting follow-up takes precedence over a window).
+ * Its queue's workers are woken (on Citus by the caller: see wake-ups.sql.ts). `queue`, when given, is named by every
+ * read, so that on Citus the statement runs on the queue's node.
+ *
+ * NOTE: its snapshot must be taken after the rows that held the keys were locked and ended: a follow-up inserted
+ * while its holder ended locks the holder's row (`FOR SHARE`) until it commits, so the end waited for it, and a
+ * snapshot taken before that wait does not show it (READ COMMITTED). Hence a statement of its own on Citus, and on
+ * one server a volatile function that the ending statement calls (`handOverFunctionSql`), whose queries each take a
+ * new snapshot. The key's holder is gone by then, so the unique index allows the move.
+ */
+export function handOverKeysSql(
   active: string,
   freedKeysSql: string,
-  channelParam: string,
-  queueParam?: string,
+  channel: string,
+  queue?: string,
   citus = false,
 ): string {
-  return `handed_over AS (
+  const inQueue = (alias: string) => (queue ? `AND ${alias}.queue_name = ${queue}` : '');
+  return `followed AS (
+       SELECT DISTINCT fr.queue_name, fr.key FROM (${freedKeysSql}) AS fr
+       WHERE fr.key IS NOT NULL
+         AND EXISTS (SELECT 1 FROM ${active} AS f
+                     WHERE f.queue_name = fr.queue_name AND f.next_deduplication_id = fr.key
+                       AND f.status = ${STATUS_SQL.ENQUEUED} ${inQueue('f')})
+         AND NOT EXISTS (SELECT 1 FROM ${active} AS h
+                         WHERE h.queue_name = fr.queue_name AND h.active_deduplication_id = fr.key
+                           AND h.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} ${inQueue('h')})
+     ),
+     released AS (
+       DELETE FROM ${active} AS r USING followed AS s
+       WHERE r.queue_name = s.queue_name AND r.active_deduplication_id = s.key
+         AND r.status NOT IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL} ${inQueue('r')}
+       RETURNING r.workflow_id
+     ),
+     handed_over AS (
        UPDATE ${active} AS f
        SET active_deduplication_id = f.next_deduplication_id, next_deduplication_id = NULL, not_before = NULL,
            updated_at = now()
-       FROM (${freedKeysSql}) AS freed
-       WHERE freed.key IS NOT NULL AND f.queue_name = freed.queue_name AND f.next_deduplication_id = freed.key
-         AND f.status = ${STATUS_SQL.ENQUEUED} ${queueParam ? `AND f.queue_name = ${queueParam}` : ''}
+       FROM followed AS s
+       WHERE f.queue_name = s.queue_name AND f.next_deduplication_id = s.key AND f.status = ${STATUS_SQL.ENQUEUED}
+         AND (SELECT count(*) FROM released) >= 0 ${inQueue('f')}
        RETURNING f.queue_name
      ),
-     ${wakeUpCteSql(citus, 'hand_over_wake_ups', channelParam, 'handed_over')}`;
+     ${wakeUpCteSql(citus, 'hand_over_wake_ups', channel, 'handed_over')}`;
+}
+
+/**
+ * The function `handOverKeysSql` runs in on one server (`<schema>.hand_over_keys(channel, queues, keys)`, created by
+ * migration 020): it hands the freed keys (`p_keys[i]` of queue `p_queues[i]`) to their follow-ups, sends the wake-ups
+ * on `p_channel`, and returns how many follow-ups took a key. VOLATILE, so that its statement takes a snapshot of its own
+ * when called (see `handOverKeysSql`); the ending statement calls it through `endWorkflowsSql`'s `hand_over` once its
+ * rows are gone. Only the module's role (its owner) may call it, with the `search_path` of the schema's functions.
+ * NOTE: a change to the hand-over must come with a migration that creates the function again.
+ */
+export function handOverFunctionSql(schemaSql: string): string {
+  const { active, handOverKeys } = workflowTables(schemaSql);
+  return `
+    CREATE OR REPLACE FUNCTION ${handOverKeys}(p_channel text, p_queues text[], p_keys text[]) RETURNS int
+    LANGUAGE plpgsql VOLATILE ${PINNED_SEARCH_PATH} AS $hand_over$
+    DECLARE
+      handed int;
+      woken int;
+    BEGIN
+      WITH ${handOverKeysSql(active, 'SELECT q AS queue_name, k AS key FROM unnest(p_queues, p_keys) AS u(q, k)', 'p_channel')}
+      SELECT (SELECT count(*)::int FROM handed_over), (SELECT count(*)::int FROM hand_over_wake_ups) INTO handed, woken;
+      RETURN handed;
+    END $hand_over$;
+    REVOKE ALL ON FUNCTION ${handOverKeys}(text, text[], text[]) FROM PUBLIC;
+  `;
 }
 
 /**
  * A statement that hands stranded follow-ups of queue `$2` their keys (wake-ups on channel `$1`): a `queue-next`
- * follow-up is stranded when no unfinished workflow holds its key. That happens when its holder ended in a statement
- * that began before the follow-up was committed: the holder's DELETE waited for the follow-up's lock, then went on
- * with its earlier snapshot, where the follow-up does not exist (READ COMMITTED). A key record kept for a
- * deduplication window in that case is deleted (a waiting follow-up takes precedence over a window, as at a finish).
- * Returns `handed_over`, the number of follow-ups that took their key.
+ * follow-up is stranded when no unfinished workflow holds its key. The ending transaction hands a freed key over
+ * (`handOverKeysSql`), so nothing should be stranded; the heartbeat runs this as a repair of a schema written by an
+ * earlier version (whose hand-over could miss a follow-up committed while its holder ended). Returns `handed_over`,
+ * the number of follow-ups that took their key.
  */
 export function handOverStrandedSql(active: string, citus: boolean): string {
-  const strandedKeys = `SELECT DISTINCT f.next_deduplication_id AS key FROM ${active} AS f
-       WHERE f.queue_name = $2 AND f.next_deduplication_id IS NOT NULL AND f.status = ${STATUS_SQL.ENQUEUED}
-         AND NOT EXISTS (SELECT 1 FROM ${active} AS h
-                         WHERE h.queue_name = $2 AND h.active_deduplication_id = f.next_deduplication_id
-                           AND h.status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL})`;
-  return `WITH stranded AS (${strandedKeys}),
-     released AS (
-       DELETE FROM ${active} AS r USING stranded AS s
-       WHERE r.queue_name = $2 AND r.active_deduplication_id = s.key
-         AND r.status NOT IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
-       RETURNING r.workflow_id
-     ),
-     ${handOverSql(
-       active,
-       `SELECT $2::text AS queue_name, key FROM stranded WHERE (SELECT count(*) FROM released) >= 0`,
-       '$1',
-       '$2',
-       citus,
-     )}
-     SELECT (SELECT count(*)::int FROM handed_over) AS handed_over, ${END_WAKE_UPS_SQL} AS woken`;
+  const strandedKeys = `SELECT $2::text AS queue_name, f.next_deduplication_id AS key FROM ${active} AS f
+       WHERE f.queue_name = $2 AND f.next_deduplication_id IS NOT NULL AND f.status = ${STATUS_SQL.ENQUEUED}`;
+  return `WITH ${handOverKeysSql(active, strandedKeys, '$1', '$2', citus)}
+     SELECT (SELECT count(*)::int FROM handed_over) AS handed_over, (SELECT count(*) FROM hand_over_wake_ups) AS woken`;
 }
 
-/** Reads the hand-over's wake-ups, so that they are sent (a CTE that no one reads does not run). */
-export const END_WAKE_UPS_SQL = '(SELECT count(*) FROM hand_over_wake_ups)';
+/**
+ * Reads the hand-over of an ending statement (`endWorkflowsSql`'s `hand_over`), so that it runs: a CTE that no one
+ * reads does not run. How many follow-ups took a key (null when no key was freed).
+ */
+export const END_WAKE_UPS_SQL = '(SELECT handed_over FROM hand_over)';
+
+/** In a statement of `endWorkflowsSql`: reads the hand-over and the stream readers' hints (`stream_ends`), so that both run. */
+export const ENDED_WAKE_UPS_SQL = `(coalesce(${END_WAKE_UPS_SQL}, 0) + (SELECT count(*) FROM stream_ends))`;
 
 /**
  * Whether a workflow that ends with `outcome` (an SQL expression: `'SUCCESS'` or `'ERROR'`) keeps its key for its

@@ -5,7 +5,7 @@ import {
   newWorkflowColumns,
 } from './new-workflow.columns';
 import { SqlParameters } from './sql-parameters';
-import { END_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
+import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import type { WorkflowTables } from './workflow-tables';
@@ -270,7 +270,7 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
             coalesce((SELECT json_agg(json_build_object('workflowId', workflow_id, 'workflowName', workflow_name,
                                                         'attempt', attempts, 'heldKey', held_key))
                       FROM ended), '[]'::json) AS ended,
-            ${END_WAKE_UPS_SQL} AS handed_over
+            ${ENDED_WAKE_UPS_SQL} AS handed_over
      FROM blocked AS b`;
   return { sql, params };
 }

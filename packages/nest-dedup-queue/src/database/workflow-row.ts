@@ -1,5 +1,6 @@
 import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-status.interface';
 import { withoutStack } from '../utils/error-info';
+import { RowValues } from './row-values';
 import { DELAYED_SQL } from './workflow-status.sql';
 
 /** The columns of `workflows` that describe a workflow's state, as the queries select them. */
@@ -37,27 +38,36 @@ export const WORKFLOW_ROW_COLUMNS = `workflow_id, queue_name, workflow_name, wor
   attempts, created_at, started_at, completed_at, error, partition_key, priority, not_before, parent_workflow_id,
   superseded_by, supersedes, forked_from`;
 
-/** A row as a status, without the result (which only `getStatus()` reads, apart). */
+/**
+ * A row as a status, without the result (which only `getStatus()` reads, apart). Never throws: a value that is not
+ * of its documented type is replaced and reported in `unexpectedValues` (see `RowValues`). An infinite `not_before`
+ * is no start time (a `queue-next` follow-up waiting for its key; a wait without a timeout, as 1.0 stored it):
+ * `notBefore` null.
+ */
 export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result'> {
+  const values = new RowValues();
+  const status = values.status('status', row.status);
+  const error = values.error('error', row.error);
   return {
-    workflowId: row.workflow_id,
-    status: row.status,
-    queueName: row.queue_name,
-    workflowName: row.workflow_name,
-    version: row.workflow_version,
-    deduplicationId: row.deduplication_id,
-    executorId: row.executor_id,
-    attempts: row.attempts,
-    createdAt: row.created_at,
-    startedAt: row.started_at,
-    completedAt: row.completed_at,
-    error: row.error && withoutStack(row.error),
-    partitionKey: row.partition_key,
-    priority: row.priority,
-    notBefore: row.not_before,
-    parentWorkflowId: row.parent_workflow_id,
-    ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
-    ...(row.supersedes !== null ? { supersedes: row.supersedes } : {}),
-    ...(row.forked_from !== null ? { forkedFrom: row.forked_from } : {}),
+    workflowId: values.requiredText('workflowId', row.workflow_id),
+    status,
+    queueName: values.requiredText('queueName', row.queue_name),
+    workflowName: values.requiredText('workflowName', row.workflow_name),
+    version: values.number('version', row.workflow_version),
+    deduplicationId: values.text('deduplicationId', row.deduplication_id),
+    executorId: values.text('executorId', row.executor_id),
+    attempts: values.number('attempts', row.attempts),
+    createdAt: values.requiredDate('createdAt', row.created_at),
+    startedAt: values.date('startedAt', row.started_at),
+    completedAt: values.date('completedAt', row.completed_at),
+    error: error && withoutStack(error),
+    partitionKey: values.text('partitionKey', row.partition_key),
+    priority: values.number('priority', row.priority),
+    notBefore: values.date('notBefore', row.not_before, true),
+    parentWorkflowId: values.text('parentWorkflowId', row.parent_workflow_id),
+    ...(typeof row.superseded_by === 'string' ? { supersededBy: row.superseded_by } : {}),
+    ...(typeof row.supersedes === 'string' ? { supersedes: row.supersedes } : {}),
+    ...(typeof row.forked_from === 'string' ? { forkedFrom: row.forked_from } : {}),
+    ...values.report(),
   };
 }

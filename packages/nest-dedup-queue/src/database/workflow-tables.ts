@@ -1,9 +1,14 @@
+import { STREAM_CHANNEL_PREFIX } from './notification-channels';
+
 /**
  * The tables of a schema (since migration 013), named once. `active`: what can still run (ENQUEUED, DELAYED,
  * PENDING), dead letters waiting for `resume`, and the key records of finished workflows whose deduplication window
  * is open; keyed by `(workflow_id, queue_name)`. `history`: finished workflows, partitioned by day of creation.
  * `workflows`: a view of both, a row per workflow. `steps`: checkpoints, partitioned like the history. `events`: the
- * values workflows published with `setEvent` (since migration 015).
+ * values workflows published with `setEvent` (since migration 015). `streams`: the values of `writeStream`, partitioned
+ * like the steps (since migration 021). `handOverKeys`: the function that hands freed
+ * keys to their `queue-next` follow-ups in the transaction that freed them; `eventWaits`: the workflows suspended in
+ * a `getEvent`, by the event they wait for (both since migration 020).
  */
 export interface WorkflowTables {
   active: string;
@@ -11,6 +16,11 @@ export interface WorkflowTables {
   workflows: string;
   steps: string;
   events: string;
+  streams: string;
+  /** The channel (unquoted) on which a stream's readers are told it changed; the payload is its workflow's ID. */
+  streamChannel: string;
+  handOverKeys: string;
+  eventWaits: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -20,6 +30,10 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     workflows: `${schemaSql}.workflows`,
     steps: `${schemaSql}.steps`,
     events: `${schemaSql}.workflow_events`,
+    streams: `${schemaSql}.workflow_streams`,
+    streamChannel: `${STREAM_CHANNEL_PREFIX}${schemaSql.slice(1, -1)}`,
+    handOverKeys: `${schemaSql}.hand_over_keys`,
+    eventWaits: `${schemaSql}.event_waits`,
   };
 }
 

@@ -3,7 +3,7 @@ import type { ListWorkflowsOptions } from '../interfaces/list-workflows-options.
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import {
-  END_WAKE_UPS_SQL,
+  ENDED_WAKE_UPS_SQL,
   EndSpec,
   EndingRow,
   endWorkflowsSql,
@@ -67,9 +67,13 @@ export function parseInterruptPayload(payload: string): InterruptPayload {
     : { workflowId: payload.slice(2), reason };
 }
 
-/** Built from IMMUTABLE parts only (text casts and concatenation), as Citus wants in a CASE of a modification. */
-const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"Workflow timed out after ' || w.timeout_ms::text
-  || ' ms"}')::json`;
+/**
+ * Built from IMMUTABLE parts only (text casts, concatenation, coalesce), as Citus wants in a CASE of a modification.
+ * A workflow without a timeout of its own had its parent's deadline.
+ */
+const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"'
+  || coalesce('Workflow timed out after ' || w.timeout_ms::text || ' ms', 'Workflow timed out at its parent''s deadline')
+  || '"}')::json`;
 
 /** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
 const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
@@ -217,7 +221,7 @@ export class WorkflowStore {
        )
        ${claim ? `, ${claim.ctes(11)}` : ''}
        SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
-              ${END_WAKE_UPS_SQL} AS handed_over, sent_messages
+              ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
        ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
       this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
@@ -398,7 +402,7 @@ export class WorkflowStore {
       : await this.database.query<WorkflowRefRow & { attempts: number }>(
           `WITH ${endWorkflowsSql(spec)}
        SELECT attempts, workflow_id, queue_name, workflow_name,
-              pg_notify($3, ${interruptPayloadSql('$4')}), ${END_WAKE_UPS_SQL} AS handed_over
+              pg_notify($3, ${interruptPayloadSql('$4')}), ${ENDED_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
           params,
           { idempotent: true },
@@ -449,7 +453,7 @@ export class WorkflowStore {
        ),
        ${endWorkflowsSql(spec)}
        SELECT workflow_id, queue_name, workflow_name, pg_notify($1, ${interruptPayloadSql('$2')}),
-              ${END_WAKE_UPS_SQL} AS handed_over
+              ${ENDED_WAKE_UPS_SQL} AS handed_over
        FROM ended`,
       params,
       { idempotent: true },
@@ -637,6 +641,7 @@ export class WorkflowStore {
     if (filter.queueName !== undefined) where('queue_name', filter.queueName);
     if (filter.workflowName !== undefined) where('workflow_name', filter.workflowName);
     if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
+    if (filter.parentWorkflowId !== undefined) where('parent_workflow_id', filter.parentWorkflowId);
     if (filter.status !== undefined) {
       const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
       params.push(

@@ -183,6 +183,8 @@ export class EnqueueService {
       deduplicationId: valid.deduplicationId,
       inputsJson,
       timeoutMs: valid.timeoutMs,
+      // NOTE: a child enqueued without its own timeoutMs (undefined, not null) inherits its parent's deadline.
+      deadlineAt: options?.timeoutMs === undefined ? (executionFrames.getStore()?.execution.deadlineAt ?? null) : null,
       maxAttempts: workflowOptions.maxAttempts,
       maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts,
       partitionKey: valid.partitionKey,

@@ -9,6 +9,7 @@ import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import type { DuplicatePolicy, WhenRunningPolicy } from '../interfaces/enqueue-options.interface';
 import type { DeduplicationOutcome } from '../interfaces/deduplication-event.interface';
 import type { TransactionSql } from '../interfaces/transaction-sql.interface';
+import { afterCommitOf } from '../execution/recorded-transaction';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
@@ -80,7 +81,7 @@ export class WorkflowEnqueuer {
   ): Promise<Enqueued> {
     const inserter = transaction ? this.inserter.inTransaction(transaction) : this.inserter;
     if (policy.onDuplicate === 'supersede' && workflow.deduplicationId !== null) {
-      return this.supersede(inserter, workflow, policy, transaction !== undefined);
+      return this.supersede(inserter, workflow, policy, transaction);
     }
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const result = transaction ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
@@ -117,14 +118,17 @@ export class WorkflowEnqueuer {
 
   /**
    * `onDuplicate: 'supersede'`: the holder ends CANCELLED and this workflow takes the key in one transaction; tried
-   * again while the key was free when looked at but taken by the time of the insert (or on a deadlock).
+   * again while the key was free when looked at but taken by the time of the insert (or on a deadlock). In a
+   * transaction, what this process does for the ended holders waits for its commit, when the module runs it (a
+   * workflow body's recorded enqueue); a caller's own transaction leaves them to the cancel notification.
    */
   private async supersede(
     inserter: WorkflowInserter,
     workflow: NewWorkflow,
     policy: EnqueuePolicy,
-    inCallersTransaction: boolean,
+    transaction: TransactionSql | undefined,
   ): Promise<Enqueued> {
+    const afterCommit = transaction ? afterCommitOf(transaction) : (effect: () => void) => effect();
     for (let round = 0; round < MAX_ROUNDS; round++) {
       let result: SupersedeResult;
       try {
@@ -137,7 +141,7 @@ export class WorkflowEnqueuer {
         case 'inserted': {
           this.inserted(workflow);
           for (const ended of result.ended) {
-            if (!inCallersTransaction) this.superseded.ended({ ...ended, queueName: workflow.queueName });
+            afterCommit?.(() => this.superseded.ended({ ...ended, queueName: workflow.queueName }));
           }
           const holder = result.ended.find((ended) => ended.heldKey);
           if (holder) this.hit(workflow, holder.workflowId, 'superseded', undefined);

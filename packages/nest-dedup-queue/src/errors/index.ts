@@ -17,3 +17,5 @@ export * from './workflow-interrupted.error';
 export * from './schedule-not-found.error';
 export * from './child-key-held-by-parent.error';
 export * from './workflow-thread.error';
+export * from './stream-closed.error';
+export * from './stream-limit.error';

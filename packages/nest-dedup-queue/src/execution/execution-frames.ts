@@ -3,6 +3,7 @@ import type { EntityManager } from 'typeorm';
 import type { QueueDatabase } from '../database/queue-database';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import type { WorkflowContext } from '../interfaces/workflow-context.interface';
+import type { RecordedTransaction } from './recorded-transaction';
 
 /** What the workflow's own code reaches of the run it belongs to: its context and its next step. */
 export interface FramedExecution {
@@ -11,7 +12,11 @@ export interface FramedExecution {
   readonly database: QueueDatabase;
   /** The position the next `runStep` call takes (a child workflow's ID is derived from it). */
   readonly nextStep: number;
+  /** The run's deadline by the database's clock (its own timeout's, or its parent's), or null; its children inherit it. */
+  readonly deadlineAt: Date | null;
   runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions): Promise<T>;
+  /** See `WorkflowExecution.runRecorded`. */
+  runRecorded<T>(name: string, operation: (transaction: RecordedTransaction) => Promise<T>): Promise<T>;
   /** `patched(patchId)` at the next position (see `WorkflowExecution.patch`). */
   patch(patchId: string): Promise<boolean>;
   /** `deprecatePatch(patchId)` at the next position (see `WorkflowExecution.deprecatePatch`). */

@@ -1,4 +1,6 @@
+import type { EntityManager } from 'typeorm';
 import type { QueueDatabase } from '../database/queue-database';
+import { isDeadlock } from '../database/sql-errors';
 import type { RecordedStep, StepCheckpoint, StepStore } from '../database/step.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
@@ -10,6 +12,7 @@ import { abortableDelay, backoffDelayMs } from '../utils/backoff';
 import { reviveError, toErrorInfo } from '../utils/error-info';
 import { fromStoredJson, toStoredJson } from '../utils/stored-json';
 import { FramedExecution, executionFrames } from './execution-frames';
+import { RecordedTransaction, recordedTransaction } from './recorded-transaction';
 
 /** The step name a patch's marker is recorded under. */
 export function patchMarker(patchId: string): string {
@@ -38,6 +41,7 @@ export class WorkflowExecution implements FramedExecution {
     private readonly steps: StepStore,
     private readonly interrupt: (reason: 'ownership-lost') => void,
     private readonly trace: RunTrace = { step: (_name, body) => body() },
+    readonly deadlineAt: Date | null = null,
   ) {}
 
   get database(): QueueDatabase {
@@ -64,6 +68,23 @@ export class WorkflowExecution implements FramedExecution {
   }
 
   /**
+   * Runs `operation`, something the body does with other workflows (`send`, a child enqueue), as a recorded operation
+   * at the next position: in one transaction that locks the workflow's row while this run owns it (`FOR SHARE`: a
+   * cancel or a recovery waits for the commit), with the outcome recorded in it, so the operation's writes and its
+   * record commit together, or neither does. Re-executed, it returns (or throws) what was recorded without running
+   * `operation`. An error `operation` throws is recorded and thrown; while the database is unavailable (or the
+   * transaction is a deadlock's victim) it waits and tries again, first looking for the record of a commit whose
+   * answer was lost. Effects `operation` registers with `afterCommit` run once it committed.
+   */
+  async runRecorded<T>(name: string, operation: (transaction: RecordedTransaction) => Promise<T>): Promise<T> {
+    if (this.mismatch) throw this.mismatch;
+    const index = this.nextStepIndex++;
+    const recorded = this.recorded.get(index);
+    if (recorded) return this.replay<T>(index, name, recorded);
+    return this.trace.step(name, () => this.runNewRecorded(index, name, operation));
+  }
+
+  /**
    * Takes the next step position for a durable primitive that records its own checkpoint (`sleep`, `recv`): its
    * index, and what an earlier run recorded there. Throws once the run was interrupted.
    */
@@ -81,7 +102,7 @@ export class WorkflowExecution implements FramedExecution {
       this.throwIfInterrupted();
       try {
         return options.transactional
-          ? await this.runInTransaction(index, name, fn, startedAt)
+          ? await this.runInTransaction(index, name, () => fn(), startedAt)
           : await this.runThenRecord(index, name, fn, startedAt);
       } catch (error) {
         if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
@@ -92,6 +113,44 @@ export class WorkflowExecution implements FramedExecution {
         await abortableDelay(backoffDelayMs(attempt, options.backoff), this.context.signal);
       }
     }
+  }
+
+  private async runNewRecorded<T>(
+    index: number,
+    name: string,
+    operation: (transaction: RecordedTransaction) => Promise<T>,
+  ): Promise<T> {
+    const startedAt = performance.now();
+    for (let attempt = 1; ; attempt++) {
+      this.throwIfInterrupted();
+      const effects: Array<() => void> = [];
+      try {
+        const earlier =
+          attempt > 1 ? await this.steps.find(this.context.queueName, this.context.workflowId, index) : undefined;
+        if (earlier) return this.replay<T>(index, name, earlier);
+        const result = await this.runInTransaction(
+          index,
+          name,
+          (manager) => operation(recordedTransaction(manager, effects)),
+          startedAt,
+        );
+        for (const effect of effects) effect();
+        return result;
+      } catch (error) {
+        if (error instanceof WorkflowInterruptedError || this.context.signal.aborted) throw error;
+        if (error instanceof DatabaseUnavailableError || isDeadlock(error)) {
+          await abortableDelay(backoffDelayMs(attempt, CHECKPOINT_RETRY), this.context.signal);
+          continue;
+        }
+        await this.record(this.checkpoint(index, name, null, error, startedAt));
+        throw error;
+      }
+    }
+  }
+
+  private lockIfOwned(manager: EntityManager): Promise<boolean> {
+    const { queueName, workflowId, attempt } = this.context;
+    return this.steps.lockIfOwned(manager, queueName, workflowId, this.executorId, attempt);
   }
 
   /** The run called `calledName` at position `index`, where `recordedName` was recorded: see `mismatch`. */
@@ -135,20 +194,19 @@ export class WorkflowExecution implements FramedExecution {
     return result;
   }
 
-  private runInTransaction<T>(index: number, name: string, fn: () => Promise<T> | T, startedAt: number): Promise<T> {
+  /**
+   * Runs `fn` in a transaction that holds the workflow's row while this run owns it, and checkpoints its result in
+   * it (a transactional step, a recorded operation).
+   */
+  private runInTransaction<T>(
+    index: number,
+    name: string,
+    fn: (manager: EntityManager) => Promise<T> | T,
+    startedAt: number,
+  ): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (
-        !(await this.steps.lockIfOwned(
-          manager,
-          this.context.queueName,
-          this.context.workflowId,
-          this.executorId,
-          this.context.attempt,
-        ))
-      ) {
-        throw this.ownershipLost();
-      }
-      const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn());
+      if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
+      const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn(manager));
       await this.steps.insert(
         manager,
         this.checkpoint(index, name, result, null, startedAt),

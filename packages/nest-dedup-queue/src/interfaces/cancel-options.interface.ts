@@ -1,8 +1,10 @@
 /** Options of `QueueService.cancel()`. */
 export interface CancelOptions {
   /**
-   * Also cancel the unfinished (ENQUEUED, DELAYED or PENDING) workflows this workflow's body enqueued, and theirs in
-   * turn; never a workflow it only joined (a holder returned by `onDuplicate: 'return-existing'`). Default: false.
+   * Also cancel every unfinished descendant, in the same call: the workflows this workflow's body enqueued, theirs,
+   * and so on to any depth (through finished ones), whatever their state (ENQUEUED, DELAYED, PENDING, WAITING, or
+   * dead-lettered); never a workflow it only joined (a holder returned by `onDuplicate: 'return-existing'`).
+   * Default: false.
    */
   cancelChildren?: boolean;
 }

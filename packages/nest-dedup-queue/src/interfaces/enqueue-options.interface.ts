@@ -44,9 +44,11 @@ export interface EnqueueOptions {
   /**
    * Start-to-close timeout in milliseconds: once started, a workflow still running after this long is cancelled
    * (status CANCELLED, deduplication ID freed), even if its process died; its body sees `workflowContext().signal`
-   * abort and no further step starts.
+   * abort and no further step starts. A workflow enqueued by a running workflow (a child) without this option
+   * inherits its parent's deadline (cancelled when the parent's timeout passes, whether or not it started); with it,
+   * it has its own; `null`: no deadline at all (a child detached from its parent's).
    */
-  timeoutMs?: number;
+  timeoutMs?: number | null;
   /**
    * Workflows with the same partition key share the queue's `partitionConcurrency` (and a per-partition rate limit),
    * and partitions are served round-robin, so a busy key never starves the others. 1 to 255 characters (Unicode

@@ -25,3 +25,4 @@ export * from './isolation-options.interface';
 export * from './input-limits.interface';
 export * from './workflow-version.interface';
 export * from './fork-options.interface';
+export * from './stream-options.interface';

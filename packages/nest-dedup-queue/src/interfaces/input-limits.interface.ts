@@ -16,4 +16,11 @@ export interface InputLimits {
    * (`[{ "a": [1] }]` is 3 deep). Default 64.
    */
   maxDepth?: number;
+  /**
+   * How many values one durable stream may hold (`writeStream`); past it `writeStream` throws `StreamLimitError`
+   * and appends nothing. Default 100000.
+   */
+  maxStreamValues?: number;
+  /** How many bytes of JSON (UTF-8) one durable stream's values may hold together. Default 16 MiB (16777216). */
+  maxStreamBytes?: number;
 }

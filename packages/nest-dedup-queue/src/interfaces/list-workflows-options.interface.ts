@@ -10,6 +10,8 @@ export interface ListWorkflowsOptions {
   status?: WorkflowStatus | WorkflowStatus[];
   workflowName?: string;
   deduplicationId?: string;
+  /** The children of this workflow: those its body enqueued (see docs/composing-workflows.md). */
+  parentWorkflowId?: string;
   /** At most this many rows, newest first. Default 100, at most 10000. */
   limit?: number;
   /** Skip this many rows. Default 0. */

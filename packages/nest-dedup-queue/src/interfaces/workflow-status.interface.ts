@@ -77,8 +77,9 @@ export interface WorkflowStatusInfo<R = unknown> {
   partitionKey: string | null;
   priority: number;
   /**
-   * While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead. While
-   * WAITING: when it wakes (the end of its `sleep()`, or its `recv()` timeout; far in the future for none).
+   * While ENQUEUED or DELAYED: the earliest start (a delay, or a retry's backoff); DELAYED while it is ahead (a
+   * `queue-next` follow-up waiting for its key is DELAYED with null). While WAITING: when it wakes (the end of its
+   * `sleep()`, or the timeout of its `recv()` or `getEvent()`); null when it waits with no timeout.
    */
   notBefore: Date | null;
   /**
@@ -92,4 +93,20 @@ export interface WorkflowStatusInfo<R = unknown> {
   supersedes?: string;
   /** Present when this workflow is a fork (`QueueService.fork`): the workflow it was forked from. */
   forkedFrom?: string;
+  /**
+   * Present only when a stored value of the row is not of its documented type (written by hand, by SQL or by another
+   * version): each such field with what was stored. The field then holds a stand-in: null where it may be null, the
+   * earliest or latest date JavaScript holds for an infinite time, the value as stored for an unknown status. The
+   * rest of the row (and of the list) is read as usual.
+   */
+  unexpectedValues?: UnexpectedValue[];
+}
+
+/**
+ * A stored value that a read could not give as its documented type (a row written by hand, by SQL, or by another
+ * version): the field, and what was stored, as text. The field holds a stand-in meanwhile (see `unexpectedValues`).
+ */
+export interface UnexpectedValue {
+  field: string;
+  value: string;
 }

@@ -59,8 +59,8 @@ export function decodeFromThread(value: unknown, callback: (id: number) => (...a
 export function encodeForThread(value: unknown, keepObject: (object: object) => number): unknown {
   return walk(value, (item) => {
     if (typeof item === 'function') return remote(item, keepObject, true);
-    if (!isObject(item) || isPlain(item) || Array.isArray(item) || isCloneable(item)) return KEEP;
-    return remote(item, keepObject, false);
+    if (!isObject(item) || Array.isArray(item) || isCloneable(item)) return KEEP;
+    return isPlain(item) && !hasMethods(item) ? KEEP : remote(item, keepObject, false);
   });
 }
 
@@ -75,10 +75,20 @@ function remote(item: object, keepObject: (object: object) => number, callable: 
     [MARK]: 'remote',
     id: keepObject(item),
     data,
-    methods: callable ? [] : methodNames(Object.getPrototypeOf(item) as object | null),
+    methods: callable ? [] : [...ownMethodNames(item), ...methodNames(Object.getPrototypeOf(item) as object | null)],
     asyncIterable: typeof (item as { [Symbol.asyncIterator]?: unknown })[Symbol.asyncIterator] === 'function',
     callable,
   };
+}
+
+/** The names of an object's own properties that hold functions. */
+function ownMethodNames(item: object): string[] {
+  return Object.keys(item).filter((key) => typeof (item as Record<string, unknown>)[key] === 'function');
+}
+
+/** Whether a plain object holds functions of its own (`{ [Symbol.asyncIterator]() {...} }`). */
+function hasMethods(item: object): boolean {
+  return Reflect.ownKeys(item).some((key) => typeof (item as Record<string | symbol, unknown>)[key] === 'function');
 }
 
 /** The names of the methods of a prototype and those it inherits, up to `Object.prototype`. */

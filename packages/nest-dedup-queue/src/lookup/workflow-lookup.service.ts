@@ -61,6 +61,9 @@ export class WorkflowLookupService {
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
       throw new InvalidArgumentError('filter.limit', `must be an integer from 1 to ${MAX_LIST_LIMIT}`);
     }
+    if (filter.parentWorkflowId !== undefined && typeof filter.parentWorkflowId !== 'string') {
+      throw new InvalidArgumentError('filter.parentWorkflowId', 'must be a workflow ID (a string)');
+    }
     return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
   }
 

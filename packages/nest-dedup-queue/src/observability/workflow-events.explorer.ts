@@ -1,4 +1,4 @@
-import { Injectable, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_EVENT_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
@@ -20,10 +20,12 @@ const EVENT_NAMES: ReadonlySet<string> = new Set<WorkflowEventName>([
 
 /**
  * Finds the `@OnWorkflowEvent()` methods of the application's providers (class, factory and value providers) and
- * calls them, bound to their instance, for the workflow lifecycle events of this process.
+ * calls them, bound to their instance, for the workflow lifecycle events of this process. It listens until
+ * `onApplicationShutdown`, after the scheduler's `beforeApplicationShutdown` has waited for the running workflows
+ * and written their outcomes, so that the events of workflows that finish during a graceful shutdown are delivered.
  */
 @Injectable()
-export class WorkflowEventsExplorer implements OnModuleInit, OnModuleDestroy {
+export class WorkflowEventsExplorer implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new ModuleLogger('DedupQueue');
   private readonly handlers = new Map<string, { declaredAt: string; handle: Handler }[]>();
   private unlisten?: () => void;
@@ -59,7 +61,7 @@ export class WorkflowEventsExplorer implements OnModuleInit, OnModuleDestroy {
     if (this.handlers.size > 0) this.unlisten = this.lifecycle.listen((event) => this.deliver(event));
   }
 
-  onModuleDestroy(): void {
+  onApplicationShutdown(): void {
     this.unlisten?.();
   }
 

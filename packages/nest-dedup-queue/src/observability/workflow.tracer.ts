@@ -1,4 +1,4 @@
-import { Injectable, OnModuleDestroy } from '@nestjs/common';
+import { Injectable, OnApplicationShutdown } from '@nestjs/common';
 import type * as OpenTelemetry from '@opentelemetry/api';
 import type { NewWorkflow } from '../database/new-workflow';
 import type { WorkflowOutcome } from '../database/workflow.store';
@@ -33,7 +33,7 @@ export interface TracedRun {
  * the spans are non-recording and nothing else is done.
  */
 @Injectable()
-export class WorkflowTracer implements OnModuleDestroy {
+export class WorkflowTracer implements OnApplicationShutdown {
   private readonly unlisten: () => void;
 
   constructor(lifecycle: WorkflowLifecycle) {
@@ -42,7 +42,8 @@ export class WorkflowTracer implements OnModuleDestroy {
     });
   }
 
-  onModuleDestroy(): void {
+  /** NOTE: after `beforeApplicationShutdown`, in which the workflows running at shutdown finish. */
+  onApplicationShutdown(): void {
     this.unlisten();
   }
 

@@ -1,4 +1,4 @@
-import { Inject, Injectable, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import type * as PromClient from 'prom-client';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
@@ -55,7 +55,7 @@ interface Metrics {
  * past `scrapeTimeoutMs` the gauges are left out, and the failure is logged once until a read succeeds again.
  */
 @Injectable()
-export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
+export class QueueMetrics implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new ModuleLogger('DedupQueue');
   private readonly stats: QueueStatsStore;
   private registry?: MetricsRegistry;
@@ -128,7 +128,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     this.unlisten = this.lifecycle.listen((event) => this.count(event));
   }
 
-  onModuleDestroy(): void {
+  /** NOTE: after `beforeApplicationShutdown`, so that the workflows finishing during a graceful shutdown count. */
+  onApplicationShutdown(): void {
     this.unlisten?.();
     if (!this.metrics || !this.registry) return;
     const metrics = Object.values(this.metrics) as Metrics[keyof Metrics][];

@@ -88,6 +88,7 @@ export class BodyRunner {
         this.steps,
         (reason) => control.interrupt(reason),
         trace,
+        claimed.deadlineAt,
       );
       const result = await this.runBody(workflow, execution, claimed.inputsJson);
       if (execution.mismatch) return this.parked(queueName, claimed, execution.mismatch);

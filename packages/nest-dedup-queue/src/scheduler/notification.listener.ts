@@ -32,7 +32,9 @@ export class NotificationListener {
   private stopped = false;
   private disabled = false;
   private selfTestArrived?: () => void;
-  private handlers: ReadonlyMap<string, ChannelHandler> = new Map();
+  private readonly handlers = new Map<string, ChannelHandler>();
+  /** Between `start` (or the first `listenTo`) and `stop`. */
+  private running = false;
 
   constructor(
     private readonly database: QueueDatabase,
@@ -56,7 +58,10 @@ export class NotificationListener {
    * without waiting for it.
    */
   async start(handlers: ReadonlyMap<string, ChannelHandler>): Promise<void> {
-    this.handlers = handlers;
+    const added = [...handlers.keys()].filter((channel) => !this.handlers.has(channel));
+    handlers.forEach((handle, channel) => this.handlers.set(channel, handle));
+    if (this.running) return this.listenOnConnection(added);
+    this.running = true;
     this.stopped = false;
     const listen = this.config.listen;
     if (listen.mode === 'off') {
@@ -66,7 +71,28 @@ export class NotificationListener {
     if (await this.connect()) void this.selfTest();
   }
 
+  /**
+   * Listens on one more channel: on the connection the module holds, or, in a process that holds none yet (one
+   * that runs no workers), on one opened now, as `start` does. Resolves once LISTEN is in place or failed (retried
+   * in the background, never thrown).
+   */
+  async listenTo(channel: string, handler: ChannelHandler): Promise<void> {
+    await this.start(new Map([[channel, handler]]));
+  }
+
+  /** A LISTEN on the held connection for channels added after it connected (a reconnect LISTENs on every channel). */
+  private async listenOnConnection(channels: string[]): Promise<void> {
+    const connection = this.connection;
+    if (!connection) return;
+    try {
+      for (const channel of channels) await connection.client.query(`LISTEN "${channel}"`);
+    } catch {
+      // NOTE: the connection broke: its 'error' or 'end' listener reconnects, and LISTENs on every channel again.
+    }
+  }
+
   async stop(): Promise<void> {
+    this.running = false;
     this.stopped = true;
     clearTimeout(this.reconnectTimer);
     const connection = this.connection;
@@ -189,5 +215,7 @@ export class NotificationListener {
       `Wake-ups by LISTEN/NOTIFY are off: ${reason}. Workers poll every ${this.config.pollIntervalMs} ms, so new ` +
         `work starts within about that long instead of within milliseconds`,
     );
+    // NOTE: those waiting for a notification since the connection was made look once more, then poll.
+    if (connection) this.handlers.forEach((handle) => handle(undefined));
   }
 }

@@ -1,7 +1,8 @@
 'use strict';
-// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/schedules, #/versions) over the JSON
-// API next to the page. No dependencies; every value is put in the DOM as text, never as HTML. Until a view's first
-// data arrives, the page says "Loading…" (shown by the HTML itself, before this script runs).
+// The dashboard page: hash routes (#/, #/queue/<name>, #/search/<text>, #/workflow/<id>, #/children/<id>,
+// #/schedules, #/versions) over the JSON API next to the page. No dependencies; every value is put in the DOM as
+// text, never as HTML. Until a view's first data arrives, the page says "Loading…" (shown by the HTML itself, before
+// this script runs).
 (() => {
   const settings = JSON.parse(document.getElementById('settings').textContent);
   const api = `${location.pathname.replace(/\/+$/, '')}/api`;
@@ -78,6 +79,21 @@
   const queueLink = (name, status) =>
     `#/queue/${encodeURIComponent(name)}${status ? `?status=${encodeURIComponent(status)}` : ''}`;
   const workflowLink = (id) => `#/workflow/${encodeURIComponent(id)}`;
+  const childrenLink = (id) => `#/children/${encodeURIComponent(id)}`;
+  /** A mark on a row with stored values of unexpected types (the API reports them in `unexpectedValues`). */
+  const unexpectedMark = (workflow) =>
+    workflow.unexpectedValues
+      ? h(
+          'span',
+          {
+            class: 'unexpected',
+            title: `Unexpected stored values: ${workflow.unexpectedValues
+              .map(({ field, value }) => `${field} = ${value}`)
+              .join('; ')}`,
+          },
+          ' ⚠',
+        )
+      : '';
 
   function say(message, isError) {
     notice.textContent = message;
@@ -242,7 +258,7 @@
           h('a', { href: workflowLink(workflow.workflowId), class: 'mono' }, workflow.workflowId),
         ),
         h('td', {}, workflow.workflowName),
-        h('td', {}, statusBadge(workflow.status)),
+        h('td', {}, statusBadge(workflow.status), unexpectedMark(workflow)),
         h(
           'td',
           { class: 'mono' },
@@ -321,6 +337,7 @@
       field('workflowName', 'Workflow name'),
       field('deduplicationId', 'Deduplication ID'),
       field('partitionKey', 'Partition key'),
+      field('parentWorkflowId', 'Parent workflow ID'),
       field('createdFrom', 'Created from', 'datetime-local'),
       field('createdTo', 'Created before', 'datetime-local'),
       h('button', { type: 'submit' }, 'Apply filters'),
@@ -509,6 +526,20 @@
     return parts.length ? `Limits: ${parts.join(', ')}.` : 'No limits.';
   }
 
+  async function showChildren(token, parentId) {
+    const list = workflowList(`Workflows enqueued by ${parentId} (in any queue)`);
+    view.replaceChildren(
+      h('p', {}, h('a', { href: workflowLink(parentId) }, `← Workflow ${parentId}`)),
+      h('h1', {}, 'Children'),
+      list.element,
+    );
+    refreshView = async (isRefresh) => {
+      await list.show(new URLSearchParams({ parentWorkflowId: parentId }).toString(), isRefresh);
+      if (token === routeToken) stamp();
+    };
+    await refreshView(false);
+  }
+
   async function showSearch(token, text) {
     const list = workflowList(`Workflows whose ID or deduplication ID is “${text}”`);
     view.replaceChildren(h('h1', {}, 'Search results'), list.element);
@@ -580,6 +611,50 @@
               h('td', {}, step.error ? errorBlock(step.error) : h('pre', {}, json(step.output))),
             );
           }),
+        ),
+      ),
+    );
+  }
+
+  function streamsTable(workflow) {
+    if (!workflow.streams.length) return h('p', {}, 'No streams written.');
+    return h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        { class: 'streams' },
+        h('caption', {}, 'Streams (writeStream), by key'),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['Key', 'Values', 'Bytes', 'State', 'Last written', 'Last values'].map((label) =>
+              h('th', { scope: 'col' }, label),
+            ),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          workflow.streams.map((stream) =>
+            h(
+              'tr',
+              {},
+              h('th', { scope: 'row', class: 'mono' }, stream.key),
+              h('td', { class: 'num' }, stream.values),
+              h('td', { class: 'num' }, stream.bytes),
+              h('td', {}, stream.closed ? 'closed' : 'open'),
+              h('td', {}, formatTime(stream.lastWrittenAt)),
+              h(
+                'td',
+                {},
+                h('pre', {}, stream.recent.map((entry) => `${entry.offset}: ${json(entry.value)}`).join('\n')),
+              ),
+            ),
+          ),
         ),
       ),
     );
@@ -751,6 +826,19 @@
                     h('li', {}, h('a', { href: workflowLink(child.workflowId), class: 'mono' }, child.workflowId)),
                   ),
                 ),
+                h('a', { href: childrenLink(workflow.workflowId) }, 'List them with their statuses'),
+              )
+            : [],
+          workflow.unexpectedValues
+            ? field(
+                'Unexpected values',
+                h(
+                  'ul',
+                  { class: 'unexpected' },
+                  workflow.unexpectedValues.map(({ field: name, value }) =>
+                    h('li', { class: 'mono' }, `${name} = ${value}`),
+                  ),
+                ),
               )
             : [],
         ),
@@ -758,6 +846,8 @@
       ),
       h('h2', {}, 'Steps'),
       stepsTable(workflow),
+      h('h2', {}, 'Streams'),
+      streamsTable(workflow),
     );
     placeBars(element);
     return element;
@@ -961,6 +1051,7 @@
     try {
       if (parts[0] === 'queue' && parts[1]) await showQueue(token, parts[1], params);
       else if (parts[0] === 'search' && parts[1]) await showSearch(token, parts[1]);
+      else if (parts[0] === 'children' && parts[1]) await showChildren(token, parts[1]);
       else if (parts[0] === 'workflow' && parts[1]) await showWorkflow(token, parts[1]);
       else if (parts[0] === 'schedules') await showSchedules(token);
       else if (parts[0] === 'versions') await showVersions(token);

@@ -17,6 +17,8 @@ import { waitingAndMessages } from './016-waiting-and-messages.migration';
 import { keysWithTheQueue } from './017-keys-with-the-queue.migration';
 import { moreDuplicatePolicies } from './018-more-duplicate-policies.migration';
 import { enqueueFromSqlSecured } from './019-enqueue-from-sql-secured.migration';
+import { wholeRecord } from './020-the-whole-record.migration';
+import { durableStreams } from './021-durable-streams.migration';
 import { workflowVersions } from './022-workflow-versions.migration';
 import type { Migration } from './migration.interface';
 
@@ -41,6 +43,8 @@ export const MIGRATIONS: readonly Migration[] = [
   keysWithTheQueue,
   moreDuplicatePolicies,
   enqueueFromSqlSecured,
+  wholeRecord,
+  durableStreams,
   workflowVersions,
 ];
 

@@ -41,8 +41,14 @@ export class ThreadRun {
       get nextStep(): never {
         throw notInThread('the next step position');
       },
-      runStep: (name, fn, options) => this.call({ function: 'runStep' }, [name, fn, options]) as Promise<never>,
-      patch: (patchId) => this.call({ function: 'patched' }, [patchId]) as Promise<boolean>,
+      get deadlineAt(): never {
+        throw notInThread("the run's deadline");
+      },
+      runStep: (name, fn, options) => this.send({ function: 'runStep' }, [name, fn, options]) as Promise<never>,
+      runRecorded: () => {
+        throw notInThread('a recorded operation');
+      },
+      patch: (patchId) => this.send({ function: 'patched' }, [patchId]) as Promise<boolean>,
       deprecatePatch: () => {
         throw notInThread('deprecatePatch() on the execution');
       },
@@ -50,8 +56,19 @@ export class ThreadRun {
     this.frame = { execution, inStep: false, forward: (target, args) => this.call(target, args) };
   }
 
-  /** Forwards a call to the main thread; resolves or rejects as it did there. */
-  call(target: ForwardedCallTarget, args: unknown[]): Promise<unknown> {
+  /**
+   * Forwards a call to the main thread; resolves or rejects as it did there. What it returns can also be iterated
+   * with `for await` when the call returns an async iterable (`readStream`), as it can be on the main thread.
+   */
+  call(target: ForwardedCallTarget, args: unknown[]): Promise<unknown> & AsyncIterable<unknown> {
+    const result = this.send(target, args);
+    return Object.assign(result, {
+      [Symbol.asyncIterator]: () =>
+        lazyIterator(async () => ((await result) as AsyncIterable<unknown>)[Symbol.asyncIterator]()),
+    });
+  }
+
+  private send(target: ForwardedCallTarget, args: unknown[]): Promise<unknown> {
     // NOTE: the run is over for its worker (suspended): the body waits forever, as a suspended body does in process.
     if (this.ended) return new Promise(() => undefined);
     const callId = ++this.lastId;
@@ -129,17 +146,22 @@ export class ThreadRun {
     >;
     for (const method of remote.methods) stub[method] = (...args: unknown[]) => this.call(target(method), args);
     if (remote.asyncIterable) {
-      let iterator: Promise<AsyncIterator<unknown>> | undefined;
-      const remoteIterator = () =>
-        (iterator ??= this.call(target('@@asyncIterator'), []) as Promise<AsyncIterator<unknown>>);
-      stub[Symbol.asyncIterator] = () => ({
-        next: async (...args: [] | [unknown]) => (await remoteIterator()).next(...args),
-        return: async (value?: unknown) => {
-          const it = await remoteIterator();
-          return it.return ? it.return(value) : { done: true as const, value };
-        },
-      });
+      stub[Symbol.asyncIterator] = () =>
+        lazyIterator(() => this.send(target('@@asyncIterator'), []) as Promise<AsyncIterator<unknown>>);
     }
     return stub;
   }
+}
+
+/** An async iterator that steps through the iterator `source` resolves with, asked for at the first step. */
+function lazyIterator(source: () => Promise<AsyncIterator<unknown>>): AsyncIterator<unknown> {
+  let iterator: Promise<AsyncIterator<unknown>> | undefined;
+  const resolved = () => (iterator ??= source());
+  return {
+    next: async (...args: [] | [unknown]) => (await resolved()).next(...args),
+    return: async (value?: unknown) => {
+      const it = await resolved();
+      return it.return ? it.return(value) : { done: true, value };
+    },
+  };
 }
