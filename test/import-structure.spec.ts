@@ -25,6 +25,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
       'dashboard/',
       'decorators/',
       'filters/',
+      'isolation/thread/',
     ],
   },
   {
@@ -48,6 +49,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
       'scheduler/',
       'execution/',
       'composition/',
+      'isolation/',
       'observability/',
       'queue-settings.ts',
       'workflow-completions.ts',

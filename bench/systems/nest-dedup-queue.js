@@ -57,6 +57,9 @@ async function createApp(ctx, { worker }) {
   }
   common.Injectable()(BenchTasks);
   lib.Workflow()(BenchTasks.prototype, 'run', Object.getOwnPropertyDescriptor(BenchTasks.prototype, 'run'));
+  // `options.isolate` (bench/isolation/measure.js): the same workflow with isolate: 'thread', counted as it reports.
+  const isolated = ctx.options && ctx.options.isolate ? require('./nest-dedup-queue-isolated') : null;
+  const stopListening = isolated && worker ? isolated.listenForJobs((payload) => onJob(payload)) : () => {};
 
   class BenchModule {}
   common.Module({
@@ -71,11 +74,14 @@ async function createApp(ctx, { worker }) {
         worker,
       }),
     ],
-    providers: [BenchTasks],
+    providers: [isolated ? isolated.IsolatedBenchTasks : BenchTasks],
   })(BenchModule);
 
   const app = await core.NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
-  return { app, lib, tasks: app.get(BenchTasks), queueService: app.get(lib.QueueService) };
+  const close = app.close.bind(app);
+  app.close = () => close().finally(stopListening);
+  const tasks = app.get(isolated ? isolated.IsolatedBenchTasks : BenchTasks);
+  return { app, lib, tasks, queueService: app.get(lib.QueueService) };
 }
 
 /**

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { hostname } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_INPUT_LIMITS,
@@ -11,10 +11,12 @@ import {
   DEFAULT_RETRY_DELAY_MS,
   DEFAULT_SCHEMA,
   DEFAULT_SHUTDOWN_GRACE_MS,
+  DEFAULT_THREAD_IDLE_MS,
   DEFAULT_WORKER_CONCURRENCY,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
+import type { IsolationResourceLimits } from './interfaces/isolation-options.interface';
 import type { InputLimits } from './interfaces/input-limits.interface';
 import {
   DatabaseEndpoint,
@@ -41,6 +43,17 @@ export interface ResolvedQueue {
   workerConcurrency: number;
   partitionConcurrency?: number;
   rateLimit?: RateLimit;
+}
+
+/** The pool of worker threads for isolated bodies (`forRoot({ isolation })`), with defaults applied. */
+export interface ResolvedIsolation {
+  threads: number;
+  resourceLimits?: IsolationResourceLimits;
+  /** Undefined: threads are never recycled for their number of runs. */
+  maxRunsPerThread?: number;
+  idleTimeoutMs: number;
+  /** Undefined: the threads take the process's own. */
+  execArgv?: string[];
 }
 
 /** The module's options, validated, with defaults applied. */
@@ -73,6 +86,7 @@ export class DedupQueueConfig {
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
   /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
   readonly distribution!: 'single' | 'citus';
+  readonly isolation!: ResolvedIsolation;
   /** What callers may store, with the defaults applied. */
   readonly inputLimits!: Required<InputLimits>;
 
@@ -110,6 +124,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'metrics',
   'externalWorkflows',
   'distribution',
+  'isolation',
   'inputLimits',
   'isGlobal',
 ] satisfies readonly (keyof DedupQueueModuleOptions | 'isGlobal')[];
@@ -179,6 +194,7 @@ export function resolveConfig(
   }
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
+    isolation: resolveIsolation(options.isolation, fail),
     inputLimits: resolveInputLimits(options.inputLimits, fail),
     schema,
     endpoint,
@@ -262,6 +278,47 @@ function resolveExternalWorkflows(names: unknown, fail: (message: string) => nev
     external.add(name);
   }
   return external;
+}
+
+const ISOLATION_OPTION_KEYS = ['threads', 'resourceLimits', 'maxRunsPerThread', 'idleTimeoutMs', 'execArgv'];
+const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb'];
+
+function resolveIsolation(
+  isolation: DedupQueueModuleOptions['isolation'],
+  fail: (message: string) => never,
+): ResolvedIsolation {
+  if (isolation === undefined) return { threads: availableParallelism(), idleTimeoutMs: DEFAULT_THREAD_IDLE_MS };
+  if (isolation === null || typeof isolation !== 'object') {
+    fail('`isolation` must be { threads?, resourceLimits?, maxRunsPerThread?, idleTimeoutMs?, execArgv? }');
+  }
+  const unknownOption = unknownKey(isolation, ISOLATION_OPTION_KEYS);
+  if (unknownOption) fail(`\`isolation.${unknownOption.key}\` ${unknownOption.reason}`);
+  const { resourceLimits, execArgv } = isolation;
+  if (resourceLimits !== undefined) {
+    if (resourceLimits === null || typeof resourceLimits !== 'object') {
+      fail('`isolation.resourceLimits` must be { maxOldGenerationSizeMb?, maxYoungGenerationSizeMb?, ... }');
+    }
+    const unknownLimit = unknownKey(resourceLimits, RESOURCE_LIMIT_KEYS);
+    if (unknownLimit) fail(`\`isolation.resourceLimits.${unknownLimit.key}\` ${unknownLimit.reason}`);
+    for (const key of RESOURCE_LIMIT_KEYS) {
+      positiveIntegerOrUndefined(
+        resourceLimits[key as keyof IsolationResourceLimits],
+        `isolation.resourceLimits.${key}`,
+        fail,
+      );
+    }
+  }
+  if (execArgv !== undefined && !(Array.isArray(execArgv) && execArgv.every((arg) => typeof arg === 'string'))) {
+    fail('`isolation.execArgv` must be an array of strings (Node options, e.g. ["--require", "ts-node/register"])');
+  }
+  return {
+    threads: positiveIntegerOrUndefined(isolation.threads, 'isolation.threads', fail) ?? availableParallelism(),
+    resourceLimits: resourceLimits && { ...resourceLimits },
+    maxRunsPerThread: positiveIntegerOrUndefined(isolation.maxRunsPerThread, 'isolation.maxRunsPerThread', fail),
+    idleTimeoutMs:
+      positiveIntegerOrUndefined(isolation.idleTimeoutMs, 'isolation.idleTimeoutMs', fail) ?? DEFAULT_THREAD_IDLE_MS,
+    execArgv: execArgv && [...execArgv],
+  };
 }
 
 function resolveListen(

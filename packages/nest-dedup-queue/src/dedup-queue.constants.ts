@@ -25,6 +25,8 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 export const DEFAULT_RETRY_ATTEMPTS = 9;
 export const DEFAULT_RETRY_DELAY_MS = 3_000;
 export const DEFAULT_MAX_RECOVERY_ATTEMPTS = 10;
+/** A worker thread of isolated bodies idle this long ends. */
+export const DEFAULT_THREAD_IDLE_MS = 60_000;
 /** Metadata key under which `@Step()` stores its options on the decorated method. */
 export const STEP_METADATA = 'dedup-queue:step';
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;

@@ -48,6 +48,10 @@ import { DuplicateDeliveries } from './scheduler/duplicate-deliveries';
 import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
 import { NotificationListener } from './scheduler/notification.listener';
 import { OutcomeWriter } from './scheduler/outcome.writer';
+import { BodyRunner } from './scheduler/body-runner';
+import { IsolatedWorkflowCheck } from './discovery/isolated-workflow.check';
+import { IsolatedBodies, THREAD_SERVICES } from './isolation/isolated-bodies';
+import { ThreadPool } from './isolation/thread-pool';
 import { QueueWorkerFactory } from './scheduler/queue-worker.factory';
 import { WorkflowCompletions } from './workflow-completions';
 import { SCHEDULE_CLOCK, systemClock } from './scheduling/schedule.clock';
@@ -117,6 +121,19 @@ import { StreamReaders } from './composition/stream-readers';
     WorkflowWaits,
     MessageSender,
     OutcomeWriter,
+    ThreadPool,
+    IsolatedBodies,
+    { provide: IsolatedWorkflowCheck, useExisting: IsolatedBodies },
+    {
+      provide: THREAD_SERVICES,
+      useFactory: (queueService: QueueService, schedules: ScheduleService) =>
+        new Map<string, object>([
+          [QueueService.name, queueService],
+          [ScheduleService.name, schedules],
+        ]),
+      inject: [QueueService, ScheduleService],
+    },
+    BodyRunner,
     ExecutorHeartbeat,
     NotificationListener,
     QueueWorkerFactory,

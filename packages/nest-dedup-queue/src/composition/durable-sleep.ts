@@ -1,6 +1,7 @@
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import { abortableDelay } from '../utils/backoff';
 import { runWaitsOf } from './run-waits';
 
@@ -17,7 +18,7 @@ import { runWaitsOf } from './run-waits';
  * @throws DedupQueueError outside a running workflow
  * @throws InvalidArgumentError when `ms` is not a finite number of 0 or more
  */
-export async function sleep(ms: number): Promise<void> {
+export const sleep = insideWorkflowFunction('sleep', async (ms: number): Promise<void> => {
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
     throw new InvalidArgumentError('ms', `must be a finite number of milliseconds, 0 or more (got ${String(ms)})`);
   }
@@ -27,4 +28,4 @@ export async function sleep(ms: number): Promise<void> {
   const waits = runWaitsOf(frame.execution);
   if (frame.inStep || !waits) return abortableDelay(ms, frame.execution.context.signal);
   return waits.sleep(ms);
-}
+});

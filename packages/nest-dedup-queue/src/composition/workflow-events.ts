@@ -5,6 +5,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import type { GetEventOptions } from '../interfaces/get-event-options.interface';
 import { fromStoredJson } from '../utils/stored-json';
 import { requiredKey, storedArgument } from '../utils/enqueue-options.validation';
@@ -24,7 +25,7 @@ export const DEFAULT_GET_EVENT_TIMEOUT_MS = 60_000;
  * @throws DedupQueueError when called outside a running workflow (inside a `@Workflow()` method)
  * @throws InvalidArgumentError when `key` is not a non-empty string, or `value` cannot be stored as JSON
  */
-export async function setEvent(key: string, value: unknown): Promise<void> {
+export const setEvent = insideWorkflowFunction('setEvent', async (key: string, value: unknown): Promise<void> => {
   const frame = executionFrames.getStore();
   if (!frame) {
     throw new DedupQueueError('setEvent() is only available while a workflow runs (inside a @Workflow() method)');
@@ -44,7 +45,7 @@ export async function setEvent(key: string, value: unknown): Promise<void> {
   }
   // NOTE: the value is recorded with the position, so that a fork has each key's value as it was there.
   await execution.runStep(setEventStepName(key), publish, {});
-}
+});
 
 /** Reads the events workflows publish with `setEvent`, waiting for a key until it is set. */
 @Injectable()

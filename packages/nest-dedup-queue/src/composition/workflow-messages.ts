@@ -2,6 +2,7 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { optionalKey } from '../utils/enqueue-options.validation';
 import { executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import type { RecvOptions } from '../interfaces/message-options.interface';
 import { runWaitsOf } from './run-waits';
 
@@ -31,17 +32,21 @@ export function topicOf(topic: unknown, field: string): string {
  * @throws DedupQueueError outside a running workflow, or inside a step
  * @throws InvalidArgumentError for an empty topic or a negative timeout
  */
-export async function recv<T = unknown>(topic?: string, options: RecvOptions = {}): Promise<T | undefined> {
-  const stored = topicOf(topic, 'topic');
-  const timeoutMs = options.timeoutMs ?? DEFAULT_RECV_TIMEOUT_MS;
-  if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs) || timeoutMs < 0) {
-    throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more, or Infinity');
-  }
-  const frame = executionFrames.getStore();
-  if (!frame) throw new DedupQueueError('recv() is only available while a workflow runs (inside a @Workflow() method)');
-  const waits = runWaitsOf(frame.execution);
-  if (frame.inStep || !waits) {
-    throw new DedupQueueError('recv() cannot be called inside a step: call it in the workflow body');
-  }
-  return waits.recv<T>(stored, timeoutMs);
-}
+export const recv = insideWorkflowFunction(
+  'recv',
+  async <T = unknown>(topic?: string, options: RecvOptions = {}): Promise<T | undefined> => {
+    const stored = topicOf(topic, 'topic');
+    const timeoutMs = options.timeoutMs ?? DEFAULT_RECV_TIMEOUT_MS;
+    if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs) || timeoutMs < 0) {
+      throw new InvalidArgumentError('options.timeoutMs', 'must be a number of milliseconds, 0 or more, or Infinity');
+    }
+    const frame = executionFrames.getStore();
+    if (!frame)
+      throw new DedupQueueError('recv() is only available while a workflow runs (inside a @Workflow() method)');
+    const waits = runWaitsOf(frame.execution);
+    if (frame.inStep || !waits) {
+      throw new DedupQueueError('recv() cannot be called inside a step: call it in the workflow body');
+    }
+    return waits.recv<T>(stored, timeoutMs);
+  },
+);

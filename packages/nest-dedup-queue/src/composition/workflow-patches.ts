@@ -1,6 +1,7 @@
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { type ExecutionFrame, executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 
 /**
  * Changes a running workflow's code safely, at one point of its body: resolves `true` for a run that reaches this
@@ -21,9 +22,9 @@ import { type ExecutionFrame, executionFrames } from '../execution/execution-fra
  * @throws DedupQueueError outside a running workflow, or inside a step
  * @throws InvalidArgumentError when `patchId` is not a non-empty string
  */
-export async function patched(patchId: string): Promise<boolean> {
+export const patched = insideWorkflowFunction('patched', async (patchId: string): Promise<boolean> => {
   return frameFor('patched', patchId).execution.patch(patchId);
-}
+});
 
 /**
  * The second life of a patch: resolves `true` and records nothing; a run that recorded the patch's marker at this
@@ -34,9 +35,9 @@ export async function patched(patchId: string): Promise<boolean> {
  * @throws DedupQueueError outside a running workflow, or inside a step
  * @throws InvalidArgumentError when `patchId` is not a non-empty string
  */
-export async function deprecatePatch(patchId: string): Promise<true> {
+export const deprecatePatch = insideWorkflowFunction('deprecatePatch', async (patchId: string): Promise<true> => {
   return Promise.resolve(frameFor('deprecatePatch', patchId).execution.deprecatePatch(patchId));
-}
+});
 
 function frameFor(name: string, patchId: unknown): ExecutionFrame {
   if (typeof patchId !== 'string' || patchId === '') {

@@ -13,6 +13,7 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import { StreamClosedError } from '../errors/stream-closed.error';
 import { StreamLimitError } from '../errors/stream-limit.error';
 import { type ExecutionFrame, executionFrames } from '../execution/execution-frames';
+import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import { WorkflowExecution } from '../execution/workflow-execution';
 import { abortableDelay, backoffDelayMs } from '../utils/backoff';
 import { requiredKey, storedArgument } from '../utils/enqueue-options.validation';
@@ -47,11 +48,11 @@ export function attachStreamReaders(database: QueueDatabase, hint: (workflowId: 
  *   `maxStreamBytes`)
  * @throws StreamClosedError when `closeStream(key)` closed the stream
  */
-export async function writeStream(key: string, value: unknown): Promise<void> {
+export const writeStream = insideWorkflowFunction('writeStream', async (key: string, value: unknown): Promise<void> => {
   const frame = frameOf('writeStream');
   requiredKey(key, 'key');
   await appendToStream(frame, key, storedArgument(value, 'value', frame.execution.database.inputLimits));
-}
+});
 
 /**
  * Closes the stream `key` of the running workflow: its readers end after its last value, and nothing more can be
@@ -62,11 +63,11 @@ export async function writeStream(key: string, value: unknown): Promise<void> {
  * @throws DedupQueueError when called outside a running workflow (inside a `@Workflow()` method)
  * @throws InvalidArgumentError when `key` is not a non-empty string of at most 255 characters
  */
-export async function closeStream(key: string): Promise<void> {
+export const closeStream = insideWorkflowFunction('closeStream', async (key: string): Promise<void> => {
   const frame = frameOf('closeStream');
   requiredKey(key, 'key');
   await appendToStream(frame, key, null);
-}
+});
 
 function frameOf(call: string): ExecutionFrame {
   const frame = executionFrames.getStore();

@@ -1,6 +1,7 @@
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
+import { callerFile } from '../utils/call-site';
 
 /**
  * Registers a method of an `@Injectable()` provider as a workflow that queues can run.
@@ -18,10 +19,13 @@ import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
  * ```
  */
 export function Workflow(options: WorkflowOptions = {}): MethodDecorator {
+  // NOTE: a worker thread loads an isolated workflow's class from the file that declares it: this call's.
+  const declaredIn = options?.isolate === undefined ? undefined : callerFile();
   return (target, propertyKey, descriptor) => {
     const metadata: WorkflowMetadata = {
       name: options.name ?? `${target.constructor.name}.${String(propertyKey)}`,
       options,
+      declaredIn,
     };
     Reflect.defineMetadata(WORKFLOW_METADATA, metadata, descriptor.value as object);
     return descriptor;

@@ -8,6 +8,8 @@ export interface DecoratedMethod<M> {
   methodName: string;
   /** What the decorator recorded on the method. */
   metadata: M;
+  /** The name of the provider's class. */
+  className: string;
   /** Where it was declared, for messages: `ClassName.methodName`. */
   declaredAt: string;
 }
@@ -54,7 +56,7 @@ export function findDecoratedMethods<M>(
     if (!instance || seen.has(instance)) continue;
     seen.add(instance);
     for (const { methodName, metadata } of methods) {
-      found.push({ instance, methodName, metadata, declaredAt: `${className}.${methodName}` });
+      found.push({ instance, methodName, metadata, className, declaredAt: `${className}.${methodName}` });
     }
   }
   return found;

@@ -5,11 +5,13 @@ import { QueueDatabase } from '../database/queue-database';
 import { WorkflowVersionStore } from '../database/workflow-versions.store';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
+import { IsolatedWorkflowCheck } from './isolated-workflow.check';
 import { WorkflowRegistry } from './workflow.registry';
 
 /**
  * Finds the `@Workflow()` methods of the application's providers (class, factory and value providers) and registers
- * them, bound to their instance; then records their names and versions in the database (`registered_workflows`).
+ * them, bound to their instance; then checks that worker threads can run the isolated ones, and records their names
+ * and versions in the database (`registered_workflows`).
  */
 @Injectable()
 export class WorkflowExplorer implements OnModuleInit {
@@ -19,6 +21,7 @@ export class WorkflowExplorer implements OnModuleInit {
     private readonly registry: WorkflowRegistry,
     private readonly database: QueueDatabase,
     private readonly versions: WorkflowVersionStore,
+    private readonly isolation: IsolatedWorkflowCheck,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -30,15 +33,20 @@ export class WorkflowExplorer implements OnModuleInit {
         '@Workflow()',
         'workflows run outside any request',
       );
-      for (const { instance, methodName, metadata, declaredAt } of methods) {
+      for (const { instance, methodName, metadata, className, declaredAt } of methods) {
         const method = instance[methodName];
         this.registry.register({
           name: metadata.name,
           options: metadata.options,
           declaredAt,
           run: async (args) => await method.apply(instance, args),
+          isolated:
+            metadata.declaredIn === undefined
+              ? undefined
+              : { file: metadata.declaredIn, className, methodName, workflowName: metadata.name },
         });
       }
+      await this.isolation.verify(this.registry.isolated());
       await this.versions.recordRegistrations(this.registry.registrations());
     } catch (error) {
       // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.

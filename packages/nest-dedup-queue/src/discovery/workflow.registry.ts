@@ -10,6 +10,15 @@ import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
 import { MAX_WORKFLOW_VERSION, WorkflowRegistration, claimKey } from '../database/workflow-registrations';
 
+/** Where a worker thread finds an isolated workflow: the file that declares its class, the class, the method. */
+export interface IsolatedTarget {
+  /** A path, or a `file:` URL for an ES module. */
+  file: string;
+  className: string;
+  methodName: string;
+  workflowName: string;
+}
+
 /** A `@Workflow()` method bound to the provider instance that runs it. */
 export interface RegisteredWorkflow {
   name: string;
@@ -17,6 +26,8 @@ export interface RegisteredWorkflow {
   /** Where it was declared, for messages: `ClassName.methodName`. */
   declaredAt: string;
   run(args: unknown[]): Promise<unknown>;
+  /** Set for `@Workflow({ isolate: 'thread' })`: its body runs in a worker thread, which loads it from here. */
+  isolated?: IsolatedTarget;
 }
 
 /**
@@ -62,6 +73,7 @@ export class WorkflowRegistry {
           `(declared: ${describe(this.config.queues.keys())}); declare it in forRoot({ queues }) or registerQueue()`,
       );
     }
+    assertIsolable(workflow);
     const version = versionOf(workflow);
     const aliases = aliasesOf(workflow);
     for (const name of [workflow.name, ...aliases]) {
@@ -93,6 +105,13 @@ export class WorkflowRegistry {
     this.workflows.set(workflow.name, new Map([...versions].sort(([a], [b]) => a - b)));
     for (const name of [workflow.name, ...aliases]) this.byClaimKey.set(claimKey(name, version), workflow);
     for (const alias of aliases) this.aliases.set(alias, workflow.name);
+  }
+
+  /** The workflows whose bodies run in worker threads. */
+  isolated(): IsolatedTarget[] {
+    return [...this.workflows.values()].flatMap((versions) =>
+      [...versions.values()].flatMap(({ isolated }) => (isolated ? [isolated] : [])),
+    );
   }
 
   /** The names of the registered workflows (without their aliases). */
@@ -199,6 +218,33 @@ export class WorkflowRegistry {
 
   private describeNames(): string {
     return describe(this.names());
+  }
+}
+
+function assertIsolable({ options, declaredAt, isolated }: RegisteredWorkflow): void {
+  const { isolate, threadModule } = options;
+  if (isolate !== undefined && isolate !== 'thread') {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate }) must be 'thread' (the body runs in a worker thread), or left out`,
+    );
+  }
+  if (threadModule !== undefined && (isolate === undefined || typeof threadModule !== 'function')) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ threadModule }) takes a function that returns a module (() => MyThreadModule), ` +
+        `with isolate: 'thread'`,
+    );
+  }
+  if (isolate !== undefined && !isolated) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate: 'thread' }) could not tell the file that declares the class, which the ` +
+        `worker thread loads (the stack of the decorator's call named none)`,
+    );
+  }
+  if (isolated && isolated.file === require.main?.filename) {
+    throw new DedupQueueConfigurationError(
+      `${declaredAt}: @Workflow({ isolate: 'thread' }) is declared in the application's entry file (${isolated.file}), ` +
+        `which a worker thread would run again, starting a second application; move the class to a file of its own`,
+    );
   }
 }
 

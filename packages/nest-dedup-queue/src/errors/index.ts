@@ -16,5 +16,6 @@ export * from './workflow-determinism.error';
 export * from './workflow-interrupted.error';
 export * from './schedule-not-found.error';
 export * from './child-key-held-by-parent.error';
+export * from './workflow-thread.error';
 export * from './stream-closed.error';
 export * from './stream-limit.error';

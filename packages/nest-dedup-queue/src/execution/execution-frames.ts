@@ -23,11 +23,22 @@ export interface FramedExecution {
   deprecatePatch(patchId: string): true;
 }
 
+/** What a call from an isolated body names in the main thread: an inside-workflow function, a service's method, or a method of an object an earlier call returned. */
+export type ForwardedCallTarget =
+  { function: string } | { service: string; method: string } | { object: number; method: string | null };
+
 /** What the code running at a given moment belongs to: a workflow, maybe a step of it, maybe its transaction. */
 export interface ExecutionFrame {
   execution: FramedExecution;
   inStep: boolean;
   manager?: EntityManager;
+  /**
+   * In the worker thread of an isolated body: sends an inside-workflow call to the main thread, which runs it in the
+   * run's own frame there and answers with its outcome.
+   */
+  forward?: (target: ForwardedCallTarget, args: unknown[]) => Promise<unknown>;
+  /** In the main thread: the call was forwarded by an isolated body (see `forward`). */
+  isolated?: boolean;
 }
 
 /** NOTE: one storage for the process is safe: each frame carries its own execution, store and connection. */

@@ -3,6 +3,7 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 import { executionFrames } from './execution-frames';
+import { insideWorkflowFunction } from './inside-workflow-function';
 
 /** The context of the workflow whose code is running. Throws outside a workflow. */
 export function workflowContext(): WorkflowContext {
@@ -32,10 +33,22 @@ export function stepManager(): EntityManager {
  * runs again after a crash or retry, the recorded outcome is returned without calling `fn`. Outside a workflow, or
  * inside another step, `fn` simply runs.
  */
-export function runStep<T>(name: string, fn: () => Promise<T> | T, options: StepOptions = {}): Promise<T> {
-  const frame = executionFrames.getStore();
-  if (!frame || frame.inStep) {
-    return Promise.resolve().then(fn);
-  }
-  return frame.execution.runStep(name, fn, options);
-}
+export const runStep = insideWorkflowFunction(
+  'runStep',
+  <T>(name: string, fn: () => Promise<T> | T, options: StepOptions = {}): Promise<T> => {
+    const frame = executionFrames.getStore();
+    if (!frame || frame.inStep) {
+      return Promise.resolve().then(fn);
+    }
+    if (options?.transactional && frame.isolated) {
+      return Promise.reject(
+        new DedupQueueError(
+          `Step "${name}" is transactional, which an isolated body (@Workflow({ isolate: 'thread' })) cannot run: ` +
+            `its transaction cannot cross into the worker thread. Call it from a workflow that is not isolated, ` +
+            `or make it a step without { transactional: true }`,
+        ),
+      );
+    }
+    return frame.execution.runStep(name, fn, options);
+  },
+);

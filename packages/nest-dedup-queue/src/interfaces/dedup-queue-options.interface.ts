@@ -1,4 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { IsolationOptions } from './isolation-options.interface';
 import type { InputLimits } from './input-limits.interface';
 import type { DedupQueueMetricsOptions } from './metrics-options.interface';
 import type { QueueOptions } from './queue-options.interface';
@@ -115,6 +116,12 @@ export interface DedupQueueModuleOptions {
    * plain schema with `'citus'` distributes its tables in place, keeping their rows.
    */
   distribution?: 'single' | 'citus';
+  /**
+   * The worker threads that run the bodies of `@Workflow({ isolate: 'thread' })` in this process: how many, their
+   * memory caps, when they are recycled (see `IsolationOptions` and docs/isolation.md). Default: as many threads as
+   * `os.availableParallelism()`, no caps, never recycled, ended after a minute idle.
+   */
+  isolation?: IsolationOptions;
   /**
    * Limits on what callers store: the size and nesting depth of arguments, messages, event values and results
    * (keys are at most 255 characters, a fixed limit). Enforced by the JavaScript API and by

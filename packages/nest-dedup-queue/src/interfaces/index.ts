@@ -21,6 +21,7 @@ export * from './dashboard-options.interface';
 export * from './cancel-options.interface';
 export * from './get-event-options.interface';
 export * from './message-options.interface';
+export * from './isolation-options.interface';
 export * from './input-limits.interface';
 export * from './workflow-version.interface';
 export * from './fork-options.interface';

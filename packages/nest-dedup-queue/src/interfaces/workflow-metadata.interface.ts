@@ -4,4 +4,6 @@ import type { WorkflowOptions } from './workflow-options.interface';
 export interface WorkflowMetadata {
   name: string;
   options: WorkflowOptions;
+  /** For an isolated workflow: the file (or `file:` URL) whose code applied the decorator, which its thread loads. */
+  declaredIn?: string;
 }

@@ -1,3 +1,4 @@
+import type { Type } from '@nestjs/common';
 import type { BackoffOptions } from './backoff-options.interface';
 
 /**
@@ -38,4 +39,20 @@ export interface WorkflowOptions {
    * `MAX_RECOVERY_ATTEMPTS_EXCEEDED`. Default: the module's `maxRecoveryAttempts`.
    */
   maxRecoveryAttempts?: number;
+  /**
+   * `'thread'`: the body runs in a worker thread of the module's pool (`forRoot({ isolation })`), so that CPU-bound
+   * work leaves the process's event loop free (HTTP answers, heartbeats keep the lease), a cancel, timeout or
+   * supersede stops it even when it ignores its signal (its thread is terminated), and a body past
+   * `isolation.resourceLimits` fails its attempt instead of the process. Arguments and the result cross as JSON; steps,
+   * `sleep`, `recv`, `setEvent`, `QueueService` and the logger work inside as in any other body. The class must be
+   * exported from its own file, which the thread loads. See docs/isolation.md.
+   */
+  isolate?: 'thread';
+  /**
+   * With `isolate: 'thread'`, the module the thread builds (as a Nest application context) to make this workflow's
+   * provider, when its constructor needs more than `QueueService`, `ScheduleService` and `@InjectQueue()` queues
+   * (which every thread provides). Given as a function, `() => ReportsThreadModule`, since that module usually lists
+   * this class among its providers. It must provide the class, and must not import `DedupQueueModule.forRoot()`.
+   */
+  threadModule?: () => Type;
 }

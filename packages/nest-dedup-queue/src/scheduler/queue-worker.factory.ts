@@ -1,14 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { StepStore } from '../database/step.store';
 import { WorkflowClaimer } from '../database/workflow-claimer';
 import { WorkflowStore } from '../database/workflow.store';
-import { WorkflowWaits } from '../composition/workflow-waits';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
-import { WorkflowTracer } from '../observability/workflow.tracer';
 import { QueueSettings } from '../queue-settings';
 import { WorkflowCompletions } from '../workflow-completions';
+import { BodyRunner } from './body-runner';
 import { OutcomeWriter } from './outcome.writer';
 import { QueueWorker, QueueWorkerDependencies } from './queue.worker';
 
@@ -23,13 +21,11 @@ export class QueueWorkerFactory {
     private readonly store: WorkflowStore,
     private readonly claimer: WorkflowClaimer,
     private readonly settings: QueueSettings,
-    private readonly steps: StepStore,
     private readonly registry: WorkflowRegistry,
+    private readonly runner: BodyRunner,
     private readonly outcomes: OutcomeWriter,
     private readonly completions: WorkflowCompletions,
     private readonly lifecycle: WorkflowLifecycle,
-    private readonly tracer: WorkflowTracer,
-    private readonly waits: WorkflowWaits,
   ) {}
 
   create(queueName: string, hooks: QueueWorkerHooks): QueueWorker {
@@ -37,14 +33,12 @@ export class QueueWorkerFactory {
       store: this.store,
       claimer: this.claimer,
       settings: this.settings,
-      steps: this.steps,
       registry: this.registry,
+      runner: this.runner,
       outcomes: this.outcomes,
       completions: this.completions,
       executorId: this.config.executorId,
       lifecycle: this.lifecycle,
-      tracer: this.tracer,
-      waits: this.waits,
       ...hooks,
     });
   }

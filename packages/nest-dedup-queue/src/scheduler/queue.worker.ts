@@ -1,43 +1,33 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
-import type { StepStore } from '../database/step.store';
 import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
-import type { RegisteredWorkflow, WorkflowRegistry, WorkflowRunOptions } from '../discovery/workflow.registry';
+import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
-import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
-import { WorkflowExecution } from '../execution/workflow-execution';
 import { type WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
-import type { RunTrace, WorkflowTracer } from '../observability/workflow.tracer';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
-import { toErrorInfo } from '../utils/error-info';
-import { toStoredJson } from '../utils/stored-json';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueSettings } from '../queue-settings';
 import type { WorkflowCompletions } from '../workflow-completions';
+import { AbandonedRuns } from './abandoned-runs';
+import { type BodyRunner, SUSPENDED } from './body-runner';
+import { ClaimBuffer } from './claim-buffer';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
-import { SUSPENDED, type WorkflowWaits } from '../composition/workflow-waits';
 import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
-/** A cancelled body still running this long after its slot was freed is reported as abandoned. */
-const ABANDONED_WARNING_AFTER_MS = 1000;
-/** Later reminders that an abandoned body still runs: at 1 minute, then each time its age doubles, at least hourly. */
-const ABANDONED_REMINDER = { firstMs: 60_000, maxIntervalMs: 3_600_000 };
 /** A queue's workflows are quick while their bodies take less than this, on average (see `QueueWorker`). */
 const QUICK_BODY_MS = 10;
-/** A buffered workflow not started within this long is put back in its queue, for any process to take. */
-const BUFFER_HOLD_MS = 250;
 
 export interface QueueWorkerDependencies {
   store: WorkflowStore;
   claimer: WorkflowClaimer;
   settings: QueueSettings;
-  steps: StepStore;
   registry: WorkflowRegistry;
+  runner: BodyRunner;
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
@@ -46,9 +36,6 @@ export interface QueueWorkerDependencies {
   /** A claim failed with the connection: it may have taken workflows this process never heard of. */
   claimMayHaveBeenLost(): void;
   lifecycle: WorkflowLifecycle;
-  tracer: WorkflowTracer;
-  /** Durable waits (`sleep`, `recv`): a run they suspend ends without an outcome, its workflow WAITING. */
-  waits: WorkflowWaits;
 }
 
 /** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
@@ -61,23 +48,10 @@ interface RunningWorkflow {
   /** Resolves when the run no longer holds a slot: it returned, or it was abandoned. */
   freed: Promise<void>;
   free: () => void;
-  /** Set once the body was suspended in a durable wait: the run ends, and nothing is recorded. */
-  suspended?: boolean;
 }
 
-/** Claimed ahead of a free slot: PENDING under this executor, started in claim order as slots free. */
-interface BufferedWorkflow {
-  workflow: ClaimedWorkflow;
-  bufferedAt: number;
-}
-
-interface AbandonedRun {
-  run: RunningWorkflow;
-  reason: 'cancelled' | 'timed-out';
-  abandonedAt: number;
-  warned: boolean;
-  reminder?: NodeJS.Timeout;
-}
+/** The cancels announced while a claim was in flight, for workflows not known here: ID and the run each ended. */
+type CancelledMeanwhile = Map<string, number | undefined>;
 
 /**
  * Drains one queue in this process: claim, run, record. It claims when woken (work was announced, a timer fired)
@@ -87,27 +61,25 @@ interface AbandonedRun {
  * are at most `workerConcurrency`, with one exception: while a queue without global limits is quick (its bodies
  * average under `QUICK_BODY_MS`), a slot frees as soon as the body returns (the outcome is written meanwhile), and
  * a claim riding in an outcome write asks for up to `workerConcurrency` more than the free slots, into a local
- * buffer started in claim order as slots free, so that the next workflows are already here while the write is in
- * the database. Claims in flight count against the room. A buffered workflow not started within `BUFFER_HOLD_MS`,
- * or still buffered at shutdown or when its queue's pause reaches this process, is given back to its queue.
+ * buffer (`ClaimBuffer`) started in claim order as slots free, so that the next workflows are already here while
+ * the write is in the database. Claims in flight count against the room.
  */
 export class QueueWorker {
   private readonly logger = new ModuleLogger('DedupQueueScheduler');
   private readonly running = new Map<string, RunningWorkflow>();
   /** Runs whose body returned while their outcome is being written: still PENDING here, outside any slot. */
   private readonly recording = new Map<string, RunningWorkflow>();
-  private readonly buffered: BufferedWorkflow[] = [];
-  private bufferTimer?: NodeJS.Timeout;
-  private givingBack: Promise<unknown> = Promise.resolve();
+  private readonly buffer: ClaimBuffer;
+  private readonly abandoned: AbandonedRuns;
   /** A moving average of how long bodies take, in milliseconds; undefined before the first returns. */
   private bodyMs?: number;
-  private readonly abandoned = new Map<RunningWorkflow, AbandonedRun>();
-  /** The claims in flight (one of `claimLoop`, and those attached to outcome writes) and what they ask for in all. */
   /**
-   * The claims in flight, each with the cancels announced meanwhile for workflows not known here (ID and the run the
-   * cancel ended): the claim may have taken them before the cancel, so they are dropped when it returns.
+   * The claims in flight (one of `claimLoop`, and those attached to outcome writes), each with the cancels announced
+   * meanwhile for workflows not known here: the claim may have taken them before the cancel, so they are dropped
+   * when it returns.
    */
-  private readonly claims = new Map<Promise<void>, Map<string, number | undefined>>();
+  private readonly claims = new Map<Promise<void>, CancelledMeanwhile>();
+  /** What the claims in flight ask for in all. */
   private claimingLimit = 0;
   private claimLoopRun?: Promise<void>;
   private claimAgain = false;
@@ -121,7 +93,17 @@ export class QueueWorker {
   constructor(
     private readonly queueName: string,
     private readonly deps: QueueWorkerDependencies,
-  ) {}
+  ) {
+    this.buffer = new ClaimBuffer(queueName, {
+      store: deps.store,
+      settings: deps.settings,
+      executorId: deps.executorId,
+      logger: this.logger,
+      hasFreeSlot: () => this.running.size < this.deps.settings.effective(this.queueName).workerConcurrency,
+      start: (workflow) => this.start(workflow),
+    });
+    this.abandoned = new AbandonedRuns(queueName, this.logger);
+  }
 
   /**
    * Asks the worker to look for work now (new work was announced, or a timer fired). Cheap to call often:
@@ -129,32 +111,26 @@ export class QueueWorker {
    */
   wake(): void {
     this.mayHaveWork = true;
-    this.startBuffered();
+    this.buffer.startInFreeSlots();
     this.claimSoon();
-  }
-
-  private claimSoon(): void {
-    if (this.stopped || !this.mayHaveWork) return;
-    if (this.claimLoopRun) {
-      this.claimAgain = true;
-      return;
-    }
-    this.claimLoopRun = this.claimLoop().finally(() => (this.claimLoopRun = undefined));
   }
 
   /** Stops claiming and gives back the buffered workflows; running workflows go on. */
   stop(): void {
     this.stopped = true;
     clearTimeout(this.retryTimer);
-    clearTimeout(this.bufferTimer);
-    this.giveBack(this.buffered.splice(0));
+    this.buffer.stop();
   }
 
   /** Aborts the signal of a workflow running here, if it is; a buffered one is dropped (it is no longer ours). */
   interrupt(workflowId: string, reason: InterruptReason): void {
     const run = this.running.get(workflowId);
     if (run) abort(run, reason);
-    this.dropBuffered(workflowId);
+    this.buffer.drop(workflowId);
+  }
+
+  interruptAll(reason: InterruptReason): void {
+    for (const workflowId of this.running.keys()) this.interrupt(workflowId, reason);
   }
 
   /**
@@ -171,18 +147,14 @@ export class QueueWorker {
       this.abandon(run, reason);
       return;
     }
-    if (this.dropBuffered(workflowId, attempt)) return;
+    if (this.buffer.drop(workflowId, attempt)) return;
     for (const cancelled of this.claims.values()) cancelled.set(workflowId, attempt);
     this.endedElsewhere();
   }
 
   /** Whether this worker may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
   mayHold(workflowId: string): boolean {
-    return (
-      this.running.has(workflowId) ||
-      this.claims.size > 0 ||
-      this.buffered.some(({ workflow }) => workflow.workflowId === workflowId)
-    );
+    return this.running.has(workflowId) || this.claims.size > 0 || this.buffer.workflowIds().includes(workflowId);
   }
 
   /** A workflow not held here ended: a queue with global limits looks for work, since it may have held a slot. */
@@ -192,19 +164,7 @@ export class QueueWorker {
 
   /** The bodies of cancelled or timed-out workflows that still run in this process, outside any slot. */
   abandonedRuns(): AbandonedRunInfo[] {
-    const now = Date.now();
-    return [...this.abandoned.values()].map(({ run, reason, abandonedAt }) => ({
-      workflowId: run.workflowId,
-      queueName: this.queueName,
-      workflowName: run.workflowName,
-      reason,
-      abandonedAt: new Date(abandonedAt),
-      abandonedForMs: now - abandonedAt,
-    }));
-  }
-
-  interruptAll(reason: InterruptReason): void {
-    for (const workflowId of this.running.keys()) this.interrupt(workflowId, reason);
+    return this.abandoned.list();
   }
 
   /**
@@ -222,7 +182,7 @@ export class QueueWorker {
           ...[...this.recording.values()].map((run) => run.done),
         ]);
       }
-      await this.givingBack;
+      await this.buffer.givenBack();
       return true as const;
     })();
     try {
@@ -239,12 +199,22 @@ export class QueueWorker {
 
   /** The workflows PENDING under this executor that this worker knows: running, being recorded, or buffered. */
   runningIds(): string[] {
-    const buffered = this.buffered.map(({ workflow }) => workflow.workflowId);
-    return [...new Set([...this.running.keys(), ...this.recording.keys(), ...buffered])];
+    return [...new Set([...this.running.keys(), ...this.recording.keys(), ...this.buffer.workflowIds()])];
   }
 
   get runningCount(): number {
     return this.running.size;
+  }
+
+  // Claim
+
+  private claimSoon(): void {
+    if (this.stopped || !this.mayHaveWork) return;
+    if (this.claimLoopRun) {
+      this.claimAgain = true;
+      return;
+    }
+    this.claimLoopRun = this.claimLoop().finally(() => (this.claimLoopRun = undefined));
   }
 
   /**
@@ -318,7 +288,7 @@ export class QueueWorker {
    */
   private claimRoom(queue: ResolvedQueue, freeing = 0, ahead = false): number {
     const capacity = queue.workerConcurrency * (ahead ? 2 : 1);
-    return capacity - (this.running.size - freeing) - this.buffered.length - this.claimingLimit;
+    return capacity - (this.running.size - freeing) - this.buffer.size - this.claimingLimit;
   }
 
   /** Whether the queue's bodies are quick (see the class doc): never with global limits, whose counts stay exact. */
@@ -327,10 +297,10 @@ export class QueueWorker {
   }
 
   /** Counts a claim of `limit` as in flight until the returned function is called. */
-  private claimStarted(limit: number): { settle: () => void; cancelled: Map<string, number | undefined> } {
+  private claimStarted(limit: number): { settle: () => void; cancelled: CancelledMeanwhile } {
     let resolve = () => undefined as void;
     const claim = new Promise<void>((done) => (resolve = done));
-    const cancelled = new Map<string, number | undefined>();
+    const cancelled: CancelledMeanwhile = new Map();
     this.claims.set(claim, cancelled);
     this.claimingLimit += limit;
     const settle = () => {
@@ -342,68 +312,19 @@ export class QueueWorker {
   }
 
   /**
-   * Starts claimed workflows in free slots and buffers the rest (given back at once when stopped), but for those a
-   * cancel ended while their claim was in flight (`cancelled`): they are no longer PENDING, so they are dropped.
+   * Starts claimed workflows in free slots and buffers the rest, but for those a cancel ended while their claim was
+   * in flight (`cancelled`): they are no longer PENDING, so they are dropped.
    */
-  private take(workflows: ClaimedWorkflow[], cancelled: Map<string, number | undefined>): void {
-    const bufferedAt = performance.now();
-    for (const workflow of workflows) {
-      const endedRun = cancelled.get(workflow.workflowId);
-      if (cancelled.has(workflow.workflowId) && (endedRun === undefined || workflow.attempts <= endedRun)) continue;
-      this.buffered.push({ workflow, bufferedAt });
-    }
-    this.startBuffered();
-    if (this.stopped) this.giveBack(this.buffered.splice(0));
-    else if (this.buffered.length > 0)
-      this.bufferTimer ??= setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
-  }
-
-  /**
-   * Starts buffered workflows in the free slots. Gives them all back while the queue is paused, and gives back
-   * instead of starting one held past `BUFFER_HOLD_MS` (after an event-loop stall its lease may have been lost and
-   * the workflow recovered elsewhere).
-   */
-  private startBuffered(): void {
-    const { workerConcurrency, paused } = this.deps.settings.effective(this.queueName);
-    if (paused) return this.giveBack(this.buffered.splice(0));
-    const stale: BufferedWorkflow[] = [];
-    while (this.running.size < workerConcurrency && this.buffered.length > 0) {
-      const entry = this.buffered.shift()!;
-      const waited = performance.now() - entry.bufferedAt;
-      if (waited > BUFFER_HOLD_MS) stale.push(entry);
-      else this.start({ ...entry.workflow, remainingMs: remainingAfter(entry.workflow.remainingMs, waited) });
-    }
-    this.giveBack(stale);
-  }
-
-  /** Removes a buffered workflow (of `attempt` or earlier, when given); whether one was. */
-  private dropBuffered(workflowId: string, attempt?: number): boolean {
-    const index = this.buffered.findIndex(
-      ({ workflow }) => workflow.workflowId === workflowId && (attempt === undefined || workflow.attempts <= attempt),
+  private take(workflows: ClaimedWorkflow[], cancelled: CancelledMeanwhile): void {
+    this.buffer.add(
+      workflows.filter(({ workflowId, attempts }) => {
+        const endedRun = cancelled.get(workflowId);
+        return !cancelled.has(workflowId) || (endedRun !== undefined && attempts > endedRun);
+      }),
     );
-    if (index >= 0) this.buffered.splice(index, 1);
-    return index >= 0;
   }
 
-  private giveBackStale(): void {
-    this.bufferTimer = undefined;
-    const heldSince = performance.now() - BUFFER_HOLD_MS;
-    const firstFresh = this.buffered.findIndex(({ bufferedAt }) => bufferedAt > heldSince);
-    this.giveBack(this.buffered.splice(0, firstFresh < 0 ? this.buffered.length : firstFresh));
-    if (this.buffered.length > 0) this.bufferTimer = setTimeout(() => this.giveBackStale(), BUFFER_HOLD_MS).unref();
-  }
-
-  private giveBack(entries: BufferedWorkflow[]): void {
-    if (entries.length === 0) return;
-    const runs = entries.map(({ workflow }) => ({ workflowId: workflow.workflowId, attempt: workflow.attempts }));
-    const given = this.deps.store.giveBack(this.deps.executorId, this.queueName, runs).catch((error: unknown) => {
-      this.logger.warn(
-        `Giving back ${runs.length} buffered workflow(s) of queue "${this.queueName}" failed (they stay PENDING ` +
-          `for recovery): ${describeError(error)}`,
-      );
-    });
-    this.givingBack = Promise.all([this.givingBack, given]);
-  }
+  // Run
 
   private start(claimed: ClaimedWorkflow): void {
     // NOTE: claimed again while an earlier run still holds its slot: it was cancelled and resumed before the cancel
@@ -425,6 +346,42 @@ export class QueueWorker {
     run.done = this.execute(claimed, run).finally(() => this.finished(run));
   }
 
+  private async execute(claimed: ClaimedWorkflow, run: RunningWorkflow): Promise<void> {
+    const remainingMs = claimed.remainingMs;
+    const timeout =
+      remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
+    const ref = { workflowId: claimed.workflowId, queueName: this.queueName, workflowName: claimed.workflowName };
+    this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
+    const startedAt = performance.now();
+    try {
+      const outcome = await this.deps.runner.run(this.queueName, claimed, {
+        signal: run.controller.signal,
+        interrupt: (reason) => abort(run, reason),
+      });
+      if (outcome === SUSPENDED) return;
+      const durationMs = performance.now() - startedAt;
+      this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
+      if (run.controller.signal.aborted) return;
+      await this.record(run, outcome, durationMs);
+    } finally {
+      clearTimeout(timeout);
+    }
+  }
+
+  // Record
+
+  private async record(run: RunningWorkflow, outcome: WorkflowOutcome, durationMs: number): Promise<void> {
+    if (outcome.status === 'ERROR') {
+      this.logger.warn(`Workflow ${run.workflowName} (${run.workflowId}) failed: ${outcome.error?.message}`);
+    }
+    if (this.quick(this.deps.settings.effective(this.queueName))) this.bodyReturned(run);
+    if (await this.deps.outcomes.write(outcome, this.queueName)) {
+      const ref = { workflowId: run.workflowId, queueName: this.queueName, workflowName: run.workflowName };
+      this.deps.lifecycle.emit(runOutcomeEvent(ref, run.attempt, outcome, durationMs));
+    }
+    if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
+  }
+
   /** The body of a quick queue returned and its outcome is being written: its slot goes to the next workflow. */
   private bodyReturned(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) !== run) return;
@@ -432,23 +389,15 @@ export class QueueWorker {
     this.recording.set(run.workflowId, run);
     run.free();
     if (this.claims.size > 0) this.claimAgain = true;
-    this.startBuffered();
+    this.buffer.startInFreeSlots();
   }
 
   private finished(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) === run) this.running.delete(run.workflowId);
     if (this.recording.get(run.workflowId) === run) this.recording.delete(run.workflowId);
     run.free();
-    this.startBuffered();
-    const abandoned = this.abandoned.get(run);
-    if (abandoned) {
-      this.abandoned.delete(run);
-      clearTimeout(abandoned.reminder);
-      if (abandoned.warned) {
-        const age = seconds(Date.now() - abandoned.abandonedAt);
-        this.logger.log(`The abandoned body of workflow ${describe(run)} returned after ${age}`);
-      }
-    }
+    this.buffer.startInFreeSlots();
+    this.abandoned.returned(run);
     this.deps.completions.finished(run.workflowId);
     this.claimSoon();
   }
@@ -457,164 +406,9 @@ export class QueueWorker {
     abort(run, reason);
     this.running.delete(run.workflowId);
     run.free();
-    const abandoned: AbandonedRun = { run, reason, abandonedAt: Date.now(), warned: false };
-    this.abandoned.set(run, abandoned);
-    this.remindLater(abandoned, ABANDONED_WARNING_AFTER_MS);
-    this.startBuffered();
+    this.abandoned.add(run, reason);
+    this.buffer.startInFreeSlots();
     this.claimSoon();
-  }
-
-  private remindLater(abandoned: AbandonedRun, delayMs: number): void {
-    abandoned.reminder = setTimeout(() => this.remind(abandoned), delayMs);
-    abandoned.reminder.unref();
-  }
-
-  private remind(abandoned: AbandonedRun): void {
-    const ageMs = Date.now() - abandoned.abandonedAt;
-    const what = abandoned.reason === 'timed-out' ? 'timed out' : 'was cancelled';
-    this.logger.warn(
-      abandoned.warned
-        ? `The abandoned body of workflow ${describe(abandoned.run)} is still running, ${seconds(ageMs)} after ` +
-            `it ${what}`
-        : `Workflow ${describe(abandoned.run)} ${what} but its body ignores its signal and is still running after ` +
-            `${seconds(ageMs)}; its slot is freed and its outcome will be ignored (abandoned)`,
-    );
-    abandoned.warned = true;
-    const { firstMs, maxIntervalMs } = ABANDONED_REMINDER;
-    const next = ageMs < firstMs ? firstMs : Math.min(ageMs * 2, ageMs + maxIntervalMs);
-    this.remindLater(abandoned, next - ageMs);
-  }
-
-  private async execute(claimed: ClaimedWorkflow, run: RunningWorkflow): Promise<void> {
-    const { controller } = run;
-    const remainingMs = claimed.remainingMs;
-    const timeout =
-      remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
-    const ref = { workflowId: claimed.workflowId, queueName: this.queueName, workflowName: claimed.workflowName };
-    this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
-    const startedAt = performance.now();
-    try {
-      const workflow = this.deps.registry.find(claimed.workflowName, claimed.version);
-      const outcome = await this.deps.tracer.process(this.queueName, claimed, async (trace) =>
-        workflow
-          ? this.run(claimed, workflow, run, trace)
-          : this.failure(
-              claimed,
-              new Error(
-                `Workflow "${claimed.workflowName}" version ${claimed.version} is not registered in this process`,
-              ),
-            ),
-      );
-      if (run.suspended) return;
-      const durationMs = performance.now() - startedAt;
-      this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
-      if (controller.signal.aborted) return;
-      if (outcome.status === 'ERROR') {
-        this.logger.warn(`Workflow ${claimed.workflowName} (${claimed.workflowId}) failed: ${outcome.error?.message}`);
-      }
-      if (this.quick(this.deps.settings.effective(this.queueName))) this.bodyReturned(run);
-      if (await this.deps.outcomes.write(outcome, this.queueName)) {
-        this.deps.lifecycle.emit(runOutcomeEvent(ref, claimed.attempts, outcome, durationMs));
-      }
-      if (outcome.retryDelayMs !== undefined) setTimeout(() => this.wake(), outcome.retryDelayMs).unref();
-    } finally {
-      clearTimeout(timeout);
-    }
-  }
-
-  private async run(
-    claimed: ClaimedWorkflow,
-    workflow: RegisteredWorkflow,
-    run: RunningWorkflow,
-    trace: RunTrace,
-  ): Promise<WorkflowOutcome> {
-    const workflowId = claimed.workflowId;
-    const own = this.deps.registry.runOptions(claimed.workflowName, claimed.version);
-    await this.recordRunOptions(claimed, own);
-    let execution: WorkflowExecution | undefined;
-    try {
-      const replays = claimed.attempts > 1 || claimed.forked;
-      const recorded = replays ? await this.deps.steps.load(this.queueName, workflowId) : new Map();
-      execution = new WorkflowExecution(
-        {
-          workflowId,
-          workflowName: claimed.workflowName,
-          version: claimed.version,
-          queueName: this.queueName,
-          attempt: claimed.attempts,
-          signal: run.controller.signal,
-        },
-        this.deps.executorId,
-        recorded,
-        this.deps.steps,
-        (reason) => abort(run, reason),
-        trace,
-        claimed.deadlineAt,
-      );
-      const running = execution;
-      const result = await this.deps.waits.run(running, () =>
-        running.run(() => workflow.run(JSON.parse(claimed.inputsJson) as unknown[])),
-      );
-      if (running.mismatch) return this.parked(claimed, running.mismatch);
-      if (result === SUSPENDED) {
-        // NOTE: the workflow is WAITING in Postgres already; this placeholder is never written.
-        run.suspended = true;
-        return { workflowId, queueName: this.queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
-      }
-      const outputJson =
-        result === undefined ? null : toStoredJson(result, 'The result', this.deps.steps.database.inputLimits);
-      return {
-        workflowId,
-        queueName: this.queueName,
-        attempt: claimed.attempts,
-        status: 'SUCCESS',
-        outputJson,
-        error: null,
-      };
-    } catch (thrown) {
-      const mismatch = execution?.mismatch ?? (thrown instanceof WorkflowDeterminismError ? thrown : undefined);
-      if (mismatch) return this.parked(claimed, mismatch);
-      const retryable = claimed.failedAttempts + 1 < own.maxAttempts;
-      if (retryable) {
-        const delay = backoffDelayMs(claimed.failedAttempts + 1, own.backoff);
-        return { ...this.failure(claimed, thrown), status: 'RETRY', retryDelayMs: delay };
-      }
-      return this.failure(claimed, thrown);
-    }
-  }
-
-  /**
-   * This process's options decide how the workflow retries and when it is dead-lettered, whatever the enqueuing
-   * process stored (it may not have the workflow, or have other options); the row is corrected when they differ.
-   */
-  private async recordRunOptions(claimed: ClaimedWorkflow, own: WorkflowRunOptions): Promise<void> {
-    if (claimed.maxAttempts === own.maxAttempts && claimed.maxRecoveryAttempts === own.maxRecoveryAttempts) return;
-    try {
-      await this.deps.store.recordRunOptions(this.queueName, claimed.workflowId, claimed.attempts, own);
-    } catch (error) {
-      this.logger.warn(`Recording the options of workflow ${claimed.workflowId} failed: ${describeError(error)}`);
-    }
-  }
-
-  /** A run that met changed code: dead-lettered with the determinism error, keeping its key (see `WorkflowOutcome`). */
-  private parked(claimed: ClaimedWorkflow, mismatch: WorkflowDeterminismError): WorkflowOutcome {
-    this.logger.warn(
-      `Workflow ${claimed.workflowName} version ${claimed.version} (${claimed.workflowId}) is dead-lettered, keeping ` +
-        `its key: ${mismatch.message}`,
-    );
-    return { ...this.failure(claimed, mismatch), status: 'PARKED' };
-  }
-
-  private failure(claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
-    const { workflowId, attempts: attempt } = claimed;
-    return {
-      workflowId,
-      queueName: this.queueName,
-      attempt,
-      status: 'ERROR',
-      outputJson: null,
-      error: toErrorInfo(thrown),
-    };
   }
 
   /**
@@ -638,22 +432,7 @@ export class QueueWorker {
   }
 }
 
-const NOTHING_RECORDED = { status: 'SUCCESS', outputJson: null, error: null } as const;
-
-/** A claim's time left until its timeout, `waitedMs` later. */
-function remainingAfter(remainingMs: number | null, waitedMs: number): number | null {
-  return remainingMs === null ? null : remainingMs - waitedMs;
-}
-
 /** Aborts a run's signal; the first reason stays. */
 function abort(run: RunningWorkflow, reason: InterruptReason): void {
   run.controller.abort(new WorkflowInterruptedError(run.workflowId, reason));
-}
-
-function describe(run: RunningWorkflow): string {
-  return `${run.workflowName} (${run.workflowId})`;
-}
-
-function seconds(ms: number): string {
-  return ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
 }
