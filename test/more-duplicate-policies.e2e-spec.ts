@@ -382,7 +382,9 @@ describe('maxDelayMs (a capped debounce)', () => {
     expect(replaces).toBeGreaterThanOrEqual(5);
     expect(lastNotBefore).toBe(deadline);
     expect((row.started_at as Date).getTime()).toBeGreaterThanOrEqual(deadline);
-    expect((row.started_at as Date).getTime() - deadline).toBeLessThan(1000);
+    // A delayed start is picked up by the next poll (docs/flow-control.md: within pollIntervalMs, 1 s here), plus the
+    // claim's own time on a loaded machine.
+    expect((row.started_at as Date).getTime() - deadline).toBeLessThan(2000);
     expect(result).toMatch(new RegExp(`^${key}:\\d+$`));
   });
 
