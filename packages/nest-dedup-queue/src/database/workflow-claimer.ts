@@ -1,5 +1,5 @@
 import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.config';
-import type { QueueDatabase } from './queue-database';
+import type { QueueDatabase, TransactionQuery } from './queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { nowPlusMsSql, startTimeSql } from './time.sql';
@@ -77,8 +77,6 @@ interface ClaimedRow {
   wait_seconds: number | null;
 }
 
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
-
 const LOCK_TIMEOUT = '5s';
 
 /**
@@ -129,7 +127,7 @@ export class WorkflowClaimer {
       if (queue?.paused) return { workflows: [] };
       const { limit, retryInMs } = await this.allowedStarts(query, request);
       if (limit <= 0) return { workflows: [], retryInMs };
-      const rows = await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
+      const rows = await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit), { prepared: true });
       return { workflows: toClaimed(rows), retryInMs };
     });
   }
@@ -145,7 +143,10 @@ export class WorkflowClaimer {
     };
   }
 
-  private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
+  private async allowedStarts(
+    query: TransactionQuery,
+    request: ClaimRequest,
+  ): Promise<{ limit: number; retryInMs?: number }> {
     const { concurrency, rateLimit } = request.queue;
     const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
     if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
@@ -160,6 +161,7 @@ export class WorkflowClaimer {
        WHERE $2::float8 > 0
          AND started_at > ${startTimeSql(this.database.citus)} - $2::float8 * interval '1 millisecond'`,
       [request.queue.name, queueWideRate?.periodMs ?? 0],
+      { prepared: true },
     );
     let limit = request.limit;
     if (concurrency !== undefined) limit = Math.min(limit, concurrency - counts.running);
