@@ -62,11 +62,16 @@ describe('enqueueing during boot', () => {
     await pool.end();
   });
 
-  it('refuses an enqueue before app.init() with ModuleNotInitialisedError, by method or by name', async () => {
+  it('refuses an enqueue before app.init() with ModuleNotInitialisedError, by method, by name or into the default queue', async () => {
     const queues = app.get(QueueService);
     const tasks = app.get(BootTasks);
-    for (const workflow of [tasks.greet, 'BootTasks.greet']) {
-      const error = await queues.enqueue('tasks', workflow, ['too early']).catch((caught: unknown) => caught);
+    const early = [
+      () => queues.enqueue('tasks', tasks.greet, ['too early']),
+      () => queues.enqueue('tasks', 'BootTasks.greet', ['too early']),
+      () => queues.enqueue(tasks.greet, ['too early']),
+    ];
+    for (const enqueue of early) {
+      const error = await enqueue().catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(ModuleNotInitialisedError);
       expect((error as Error).message).toBe(
         'DedupQueueModule is not initialised yet: call app.init() or listen() first (an enqueue works from ' +
