@@ -59,8 +59,8 @@ export class WorkflowControlService {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
         const row = await this.store.findRow(workflowId);
         const key = row?.deduplication_id as string;
-        const holder = await this.inserter.findHolder(row?.queue_name as string, key);
         const queueName = row?.queue_name as string;
+        const holder = await this.inserter.findHolder(queueName, key);
         throw new QueueDeduplicatedError(
           queueName,
           key,
