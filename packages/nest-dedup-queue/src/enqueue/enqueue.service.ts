@@ -1,5 +1,4 @@
 import { Injectable } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
 import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
@@ -19,6 +18,7 @@ import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from '../u
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { DeduplicationEvents } from './deduplication-events';
 import { WorkflowEnqueuer } from './workflow-enqueuer';
+import { newWorkflowId } from '../utils/workflow-id';
 
 const BULK_CHUNK = 1000;
 
@@ -186,7 +186,7 @@ export class EnqueueService {
     const version = valid.version ?? (await this.versionToEnqueue(workflowName));
     const workflowOptions = this.registry.runOptions(workflowName, version);
     const row: NewWorkflow = {
-      workflowId: valid.workflowId ?? randomUUID(),
+      workflowId: valid.workflowId ?? newWorkflowId(),
       workflowIdGiven: typeof valid.workflowId === 'string',
       queueName,
       workflowName,
