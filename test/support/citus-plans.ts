@@ -3,7 +3,7 @@ import type { Pool } from 'pg';
 /**
  * How Citus plans a statement, from its `EXPLAIN` and the planner's DEBUG2 messages on the coordinator:
  * - `fast-path router`: one distribution-column value, planned on Citus's fast path ("Distributed planning for a
- *   fast-path router query", or a router `INSERT … VALUES`) and sent whole to the one node that holds it;
+ *   fast-path router query") and sent whole to the one node that holds it;
  * - `router insert`: `INSERT … VALUES` of one distribution-column value, sent whole to that node;
  * - `router`: one task on one node, but through the full planner (a CTE, a subquery, a join);
  * - `coordinator`: no distributed table in it (a NOTIFY, a reference or coordinator table), run on the coordinator;
@@ -12,7 +12,14 @@ import type { Pool } from 'pg';
  * - `multi-task`: more than one task (a fan-out over shards).
  */
 export type CitusPlanKind =
-  'fast-path router' | 'router' | 'coordinator' | 'pull to coordinator' | 'repartition' | 'subplan' | 'multi-task';
+  | 'fast-path router'
+  | 'router insert'
+  | 'router'
+  | 'coordinator'
+  | 'pull to coordinator'
+  | 'repartition'
+  | 'subplan'
+  | 'multi-task';
 
 /** The plan kinds that run a statement on one node without the coordinator handling its rows. */
 export const ROUTER_PLAN_KINDS: readonly CitusPlanKind[] = [
