@@ -252,6 +252,28 @@ describe('enqueueMany', () => {
     expect(await countRows('nowhere')).toBe(0);
   });
 
+  it('generates time-ordered workflow IDs (UUID version 7): an ID made later sorts after one made earlier', async () => {
+    const before = Date.now();
+    const made: string[] = [];
+    for (let call = 0; call < 3; call++) {
+      const results = await app.queues.enqueueMany(
+        'bulk',
+        tasks.process,
+        Array.from({ length: 2000 }, (_, n) => ({ args: [`ordered-${call}`, n] })),
+      );
+      made.push(...results.map((result) => result.workflowId));
+    }
+    const after = Date.now();
+    expect(made).toHaveLength(6000);
+    expect(
+      made.filter((id) => !/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(id)),
+    ).toEqual([]);
+    expect(made.filter((id, n) => n > 0 && id <= made[n - 1])).toEqual([]);
+    const millisOf = (id: string) => parseInt(id.replace(/-/g, '').slice(0, 12), 16);
+    expect(millisOf(made[0])).toBeGreaterThanOrEqual(before);
+    expect(millisOf(made[made.length - 1])).toBeLessThanOrEqual(after + 5);
+  });
+
   describe('concurrent calls from two processes with overlapping keys', () => {
     let children: FixtureProcess[] = [];
     let round = 0;

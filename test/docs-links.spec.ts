@@ -3,14 +3,17 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { brokenLinks, documentationPages, headingSlug } from './support/doc-links';
 
-/** Every relative link and #anchor of the README and docs/ resolves (no network: http links are not fetched). */
-describe('the links of the README and docs/', () => {
+/**
+ * Every relative link and #anchor of the README, the CHANGELOG and docs/ resolves (no network: http links are not
+ * fetched). test/packed-package.e2e-spec.ts checks the same in the npm package.
+ */
+describe('the links of the README, the CHANGELOG and docs/', () => {
   const ROOT = path.resolve(__dirname, '..');
 
   it('all resolve: files exist, anchors name headings as GitHub makes them', () => {
     const pages = documentationPages(ROOT);
     expect(pages).toEqual(expect.arrayContaining(['README.md', 'docs/api.md', 'docs/deduplication.md']));
-    expect(brokenLinks(ROOT, [...pages, 'bench/README.md'])).toEqual([]);
+    expect(brokenLinks(ROOT, [...pages, 'CHANGELOG.md', 'bench/README.md'])).toEqual([]);
   });
 
   it("makes GitHub's anchors of headings", () => {
@@ -52,6 +55,14 @@ describe('the links of the README and docs/', () => {
       await writeFile(path.join(dir, 'docs/page.md'), '# Page\n\n## A section\n\n[back](../README.md#title)\n');
     });
     afterAll(() => rm(dir, { recursive: true, force: true }));
+
+    it('names a link out of the root, even to a file that exists', async () => {
+      const root = path.join(dir, 'docs');
+      await writeFile(path.join(root, 'out.md'), '[up](../README.md) [in](page.md)\n');
+      expect(brokenLinks(root, ['out.md'])).toEqual([
+        { where: 'out.md:1', target: '../README.md', problem: '../README.md is outside the root' },
+      ]);
+    });
 
     it('names each: a missing file, a missing anchor in another page and in the same page', () => {
       expect(brokenLinks(dir, ['README.md', 'docs/page.md'])).toEqual([

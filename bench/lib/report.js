@@ -334,7 +334,7 @@ function readmeSection({ systems, summary, targets, machine, startedAt, duration
     `Latest full run: ${startedAt.slice(0, 10)}, ${Math.round(durationS)} s, medians of ${config.reps} ` +
       `(stale statistics: ${config.staleReps}); ${machine.cpuModel}, ${machine.cores} cores shared by every process; ` +
       `PostgreSQL ${machine.postgres} (synchronous_commit ${machine.postgresSettings.synchronous_commit}); ` +
-      `repository at ${machine.repoCommit}. Definitions and notes: [bench/README.md](../bench/README.md#latest-results).`,
+      `repository at ${machine.repoCommit}. Definitions and notes: the repository's \`bench/README.md\`, "Latest results".`,
     '',
     ...resultTables({ systems, summary, config }),
     '',

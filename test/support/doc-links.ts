@@ -2,8 +2,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 /**
- * The relative links of Markdown files, checked without a network: each target file exists, and each `#anchor`
- * names a heading of its page as GitHub makes anchors of headings. Links to http(s) and mailto are left alone.
+ * The relative links of Markdown files, checked without a network: each target file exists inside the checked
+ * tree (the repository, or the unpacked npm package), and each `#anchor` names a heading of its page as GitHub
+ * makes anchors of headings. Links to http(s) and mailto are left alone.
  */
 
 /** The code of a Markdown text taken out (fences and inline spans), so that code that looks like a link is not one. */
@@ -45,7 +46,7 @@ export interface BrokenLink {
   problem: string;
 }
 
-/** Every relative link and anchor of `files` (paths relative to `root`) that does not resolve. */
+/** Every relative link and anchor of `files` (paths relative to `root`) that does not resolve to a file in `root`. */
 export function brokenLinks(root: string, files: string[]): BrokenLink[] {
   const broken: BrokenLink[] = [];
   const anchorsOf = new Map<string, Set<string>>();
@@ -67,6 +68,11 @@ export function brokenLinks(root: string, files: string[]): BrokenLink[] {
       const where = `${file}:${text.slice(0, index).split('\n').length}`;
       const [pathPart, anchor] = target.split('#', 2) as [string, string | undefined];
       const resolved = pathPart === '' ? absolute : path.resolve(path.dirname(absolute), decodeURI(pathPart));
+      const relative = path.relative(root, resolved);
+      if (relative.startsWith('..') || path.isAbsolute(relative)) {
+        broken.push({ where, target, problem: `${relative} is outside the root` });
+        continue;
+      }
       if (!existsSync(resolved)) {
         broken.push({ where, target, problem: `${path.relative(root, resolved)} does not exist` });
         continue;

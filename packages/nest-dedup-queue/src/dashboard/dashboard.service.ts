@@ -1,5 +1,4 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueDatabase } from '../database/queue-database';
 import { WorkflowEnqueuer } from '../enqueue/workflow-enqueuer';
@@ -32,6 +31,7 @@ import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } f
 import { exceedsCharacters } from '../utils/character-length';
 import { RowValues } from '../database/row-values';
 import { nestsDeeperThan } from '../utils/json-depth';
+import { newWorkflowId } from '../utils/workflow-id';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -271,7 +271,7 @@ export class DashboardService {
     const enqueued = await this.enqueuer.enqueue(
       {
         ...row,
-        workflowId: randomUUID(),
+        workflowId: newWorkflowId(),
         workflowIdGiven: false,
         runAt: null,
         delayMs: null,

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { DUPLICATE_TOPIC, countAndWakeSql } from './message.store';
 import type { NewWorkflow } from './new-workflow';
 import type { QueueDatabase } from './queue-database';
@@ -6,6 +5,7 @@ import { WorkflowInserter } from './workflow-inserter';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
+import { newWorkflowId } from '../utils/workflow-id';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -177,7 +177,7 @@ export class StrandedDuplicates {
 /** The next workflow of a key whose holder ended with `message` unreceived: the holder's, with its arguments. */
 function nextWorkflow(queueName: string, message: StrandedRow): NewWorkflow {
   return {
-    workflowId: randomUUID(),
+    workflowId: newWorkflowId(),
     workflowIdGiven: false,
     queueName,
     workflowName: message.workflow_name,

@@ -14,7 +14,9 @@ import { interruptPayload } from './workflow.store';
 import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
-import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
+import { ACTIVE_WORKFLOW_STATUSES, FINISHED_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
+import type { DeduplicationHolderState } from '../errors/queue-deduplicated.error';
+import { REPORTED_STATUS_SQL } from './workflow-row';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
 import { countAndWakeSql } from './message.store';
 import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
@@ -301,6 +303,35 @@ export class WorkflowInserter {
     }
     await sendWakeUpsLeftToCaller(this.database, woken, query);
     return results;
+  }
+
+  /**
+   * What a refused duplicate tells about the key's holder: its reported status, a delayed one's start, a finished
+   * one's window end. Read on the module's own connections (never in a caller's transaction, which a failed read
+   * would abort); empty when the holder is gone or the read fails.
+   */
+  async holderState(queueName: string, workflowId: string): Promise<DeduplicationHolderState> {
+    try {
+      const [row] = await this.database.query<{
+        status: WorkflowStatus;
+        not_before: unknown;
+        dedup_expires_at: unknown;
+      }>(
+        `SELECT ${REPORTED_STATUS_SQL} AS status, not_before, dedup_expires_at FROM ${this.table}
+         WHERE queue_name = $1 AND workflow_id = $2`,
+        [queueName, workflowId],
+        { idempotent: true },
+      );
+      if (!row) return {};
+      const finished = FINISHED_WORKFLOW_STATUSES.includes(row.status);
+      return {
+        status: row.status,
+        ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
+        ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
+      };
+    } catch {
+      return {};
+    }
   }
 
   /**

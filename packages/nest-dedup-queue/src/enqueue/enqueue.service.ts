@@ -1,5 +1,4 @@
 import { Injectable } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
 import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/new-workflow';
 import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
@@ -19,6 +18,7 @@ import { ValidEnqueueOptions, serialiseArgs, validateEnqueueOptions } from '../u
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { DeduplicationEvents } from './deduplication-events';
 import { WorkflowEnqueuer } from './workflow-enqueuer';
+import { newWorkflowId } from '../utils/workflow-id';
 
 const BULK_CHUNK = 1000;
 
@@ -29,6 +29,22 @@ function bulkPolicy(options: BulkEnqueueOptions): 'reject' | 'supersede' {
     throw new InvalidArgumentError('options.onDuplicate', "must be 'reject' or 'supersede' in enqueueMany");
   }
   return policy;
+}
+
+/** The options of `enqueue` that an `enqueueMany` item does not take: the call's options, or none at all. */
+const NOT_PER_ITEM: ReadonlyArray<{ options: readonly (keyof EnqueueOptions)[]; hint: string }> = [
+  {
+    options: ['onDuplicate', 'manager', 'db'],
+    hint: 'is an option of the whole call: enqueueMany(queue, workflow, items, { onDuplicate, manager, db })',
+  },
+  { options: ['whenRunning', 'requireSameArgs', 'maxDelayMs'], hint: 'is not taken by enqueueMany' },
+];
+
+function assertBulkItemOptions(given: EnqueueOptions, index: number): void {
+  for (const { options, hint } of NOT_PER_ITEM) {
+    const option = options.find((name) => given[name] !== undefined);
+    if (option !== undefined) throw new InvalidArgumentError(`items[${index}].options.${option}`, hint);
+  }
 }
 
 /**
@@ -77,12 +93,7 @@ export class EnqueueService {
     bulkPolicy(options ?? {});
     const prepared = [];
     for (const [index, item] of items.entries()) {
-      const given: EnqueueOptions = item?.options ?? {};
-      for (const option of ['requireSameArgs', 'maxDelayMs'] as const) {
-        if (given[option] !== undefined) {
-          throw new InvalidArgumentError(`items[${index}].options.${option}`, 'is not taken by enqueueMany');
-        }
-      }
+      assertBulkItemOptions(item?.options ?? {}, index);
       prepared.push(
         await this.prepare(
           queueName,
@@ -175,7 +186,7 @@ export class EnqueueService {
     const version = valid.version ?? (await this.versionToEnqueue(workflowName));
     const workflowOptions = this.registry.runOptions(workflowName, version);
     const row: NewWorkflow = {
-      workflowId: valid.workflowId ?? randomUUID(),
+      workflowId: valid.workflowId ?? newWorkflowId(),
       workflowIdGiven: typeof valid.workflowId === 'string',
       queueName,
       workflowName,
