@@ -50,6 +50,7 @@ async function main() {
   if (process.argv.includes('--wal')) return require('./storage/wal-per-job').main();
   if (process.argv.includes('--storage')) return require('./storage/study').main();
   if (process.argv.includes('--streams')) return require('./streams/measure').main();
+  if (process.argv.includes('--startup')) return require('./startup/measure').main();
   if (process.argv.includes('--citus')) {
     const root = path.resolve(BENCH_DIR, '..');
     execSync(`node -r ./test/support/swc-register.js bench/citus/cluster.ts`, { cwd: root, stdio: 'inherit' });

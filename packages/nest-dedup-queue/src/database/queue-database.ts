@@ -66,7 +66,12 @@ export interface ConnectionSettings {
 const RETRY_DELAY_MS = 100;
 const GUARDED = Symbol('nest-dedup-queue: pool connections guarded');
 
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+/** A statement of a transaction; `options.prepared` as for `QueueDatabase.query` (`idempotent` has no use there). */
+export type TransactionQuery = <R = Record<string, unknown>>(
+  sql: string,
+  params?: unknown[],
+  options?: Pick<QueryOptions, 'prepared'>,
+) => Promise<R[]>;
 
 /**
  * The module's access to Postgres: the TypeORM `DataSource` (the module's own or the application's) and the
@@ -148,7 +153,7 @@ export class QueueDatabase implements OnApplicationShutdown {
     params: unknown[] = [],
     options: QueryOptions = {},
   ): Promise<T[]> {
-    const name = options.prepared && this.settings.preparedStatements ? statementName(sql) : undefined;
+    const name = this.preparedName(sql, options);
     for (let attempt = 1; ; attempt++) {
       let sent = false;
       try {
@@ -175,12 +180,12 @@ export class QueueDatabase implements OnApplicationShutdown {
   }
 
   /** Runs `work` inside BEGIN/COMMIT on one connection, rolling back if it throws. */
-  async transaction<T>(work: (query: Query) => Promise<T>): Promise<T> {
+  async transaction<T>(work: (query: TransactionQuery) => Promise<T>): Promise<T> {
     const connection = await this.connect();
     try {
       await connection.client.query('BEGIN');
-      const query: Query = async <R>(sql: string, params: unknown[] = []) =>
-        (await connection.client.query<R>(sql, params)).rows;
+      const query: TransactionQuery = async <R>(sql: string, params: unknown[] = [], options = {}) =>
+        (await connection.client.query<R>({ text: sql, values: params, name: this.preparedName(sql, options) })).rows;
       const result = await work(query);
       await connection.client.query('COMMIT');
       connection.release();
@@ -194,6 +199,11 @@ export class QueueDatabase implements OnApplicationShutdown {
       connection.release(rolledBack && keepsConnection(error) ? undefined : (error as Error));
       throw this.classify(error);
     }
+  }
+
+  /** The name to prepare a hot-path statement under, unless prepared statements are off (a transaction pooler). */
+  private preparedName(sql: string, options: Pick<QueryOptions, 'prepared'>): string | undefined {
+    return options.prepared && this.settings.preparedStatements ? statementName(sql) : undefined;
   }
 
   /**

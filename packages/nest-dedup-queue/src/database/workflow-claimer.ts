@@ -1,5 +1,5 @@
 import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../dedup-queue.config';
-import type { QueueDatabase } from './queue-database';
+import type { QueueDatabase, TransactionQuery } from './queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from './workflow-status.sql';
 import { WorkflowTables, workflowTables } from './workflow-tables';
 import { nowPlusMsSql, startTimeSql } from './time.sql';
@@ -49,7 +49,7 @@ export interface AttachedClaim {
    * On Citus, in place of `ctes`: the claim as router statements of its own in the caller's transaction (see
    * `claimOnCitus`); its rows as JSON text, for `read`.
    */
-  runInTransaction(query: Query): Promise<string[]>;
+  runInTransaction(query: TransactionQuery): Promise<string[]>;
   /** The workflows claimed, from the rows of `claimed` as JSON. */
   read(rowsJson: string[]): ClaimedWorkflow[];
 }
@@ -81,8 +81,6 @@ interface ClaimedRow {
   trace_context: string | null;
   wait_seconds: number | null;
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 const LOCK_TIMEOUT = '5s';
 
@@ -141,7 +139,7 @@ export class WorkflowClaimer {
       if (limit <= 0) return { workflows: [], retryInMs };
       const rows = this.database.citus
         ? await this.claimOnCitus(query, request, limit, partitioned)
-        : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
+        : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit), { prepared: true });
       return { workflows: toClaimed(rows), retryInMs };
     });
   }
@@ -166,7 +164,7 @@ export class WorkflowClaimer {
    * results pass through the coordinator.
    */
   private async claimOnCitus(
-    query: Query,
+    query: TransactionQuery,
     request: ClaimRequest,
     limit: number,
     partitioned: boolean,
@@ -178,7 +176,10 @@ export class WorkflowClaimer {
     return query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
   }
 
-  private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
+  private async allowedStarts(
+    query: TransactionQuery,
+    request: ClaimRequest,
+  ): Promise<{ limit: number; retryInMs?: number }> {
     const { concurrency, rateLimit } = request.queue;
     const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
     if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
@@ -193,6 +194,7 @@ export class WorkflowClaimer {
        WHERE $2::float8 > 0
          AND started_at > ${startTimeSql(this.database.citus)} - $2::float8 * interval '1 millisecond'`,
       [request.queue.name, queueWideRate?.periodMs ?? 0],
+      { prepared: true },
     );
     let limit = request.limit;
     if (concurrency !== undefined) limit = Math.min(limit, concurrency - counts.running);

@@ -80,6 +80,14 @@ const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5:
   AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
 
 /**
+ * The outcomes as FROM items `o`: on one server, the `outcomes` CTE of `recordOutcomes` (see there); on Citus, whose
+ * statements each read the parameters, `OUTCOMES_SQL`.
+ */
+function outcomesSql(citus: boolean): string {
+  return citus ? OUTCOMES_SQL : 'outcomes AS o';
+}
+
+/**
  * The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run (on Citus, of
  * the queue $11, so that the statement runs on its node).
  */
@@ -201,6 +209,9 @@ export class WorkflowStore {
   ): Promise<OutcomesRecorded> {
     if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
+    // The outcomes are unnested once (MATERIALIZED): the prepared statement's generic plan, which cannot know the
+    // batch's size, may join them as the inner side of a nested loop over this executor's PENDING rows, and would
+    // then unnest every array again for each of those rows.
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const parks = outcomes.some((o) => o.status === 'PARKED');
     const wakes = wakeQueues.length > 0;
@@ -209,7 +220,7 @@ export class WorkflowStore {
       claimed: string | null;
       sent_messages: boolean | null;
     }>(
-      `WITH retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
+      `WITH outcomes AS MATERIALIZED (SELECT * FROM ${OUTCOMES_SQL}), retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
        ${endWorkflowsSql(this.outcomesEndSpec(false))},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
@@ -308,7 +319,7 @@ export class WorkflowStore {
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
              not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
              failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
-         FROM ${OUTCOMES_SQL}
+         FROM ${outcomesSql(citus)}
          WHERE o.status = 'RETRY' AND ${outcomeRowSql(citus)}
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        `;
@@ -323,7 +334,7 @@ export class WorkflowStore {
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}, executor_id = NULL, updated_at = now(),
              completed_at = now(), error = o.error::json
-         FROM ${OUTCOMES_SQL}
+         FROM ${outcomesSql(citus)}
          WHERE o.status = 'PARKED' AND ${outcomeRowSql(citus)}
          RETURNING w.workflow_id, w.queue_name, o.status AS outcome
        `;
@@ -334,7 +345,7 @@ export class WorkflowStore {
     const queueParam = citus ? '$11' : undefined;
     return {
       tables: this.tables,
-      using: OUTCOMES_SQL,
+      using: outcomesSql(citus),
       where: `o.status NOT IN ('RETRY', 'PARKED') AND ${outcomeRowSql(citus)}`,
       status: 'o.status',
       output: 'o.output::json',

@@ -37,6 +37,8 @@ export class WorkflowTracer implements OnApplicationShutdown {
   private readonly unlisten: () => void;
 
   constructor(lifecycle: WorkflowLifecycle) {
+    // NOTE: loaded at boot, so that the first enqueue and the first run do not wait for its modules to load.
+    optionalPeer('@opentelemetry/api');
     this.unlisten = lifecycle.listen((event) => {
       if (event.event === 'deduplicated') this.markDeduplicated(event);
     });

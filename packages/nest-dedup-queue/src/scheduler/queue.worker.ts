@@ -53,6 +53,15 @@ interface RunningWorkflow {
 /** The cancels announced while a claim was in flight, for workflows not known here: ID and the run each ended. */
 type CancelledMeanwhile = Map<string, number | undefined>;
 
+/** A claim counted as in flight (see `QueueWorker.claimStarted`). */
+interface InFlightClaim {
+  /** Stops counting it; called once it returned or failed. */
+  settle: () => void;
+  cancelled: CancelledMeanwhile;
+  /** Whether a wake-up arrived since the claim was made: work its snapshot may not hold. */
+  wokenSince: () => boolean;
+}
+
 /**
  * Drains one queue in this process: claim, run, record. It claims when woken (work was announced, a timer fired)
  * and after each recorded outcome, runs each claimed workflow in one of `workerConcurrency` slots with its recorded
@@ -83,8 +92,10 @@ export class QueueWorker {
   private claimingLimit = 0;
   private claimLoopRun?: Promise<void>;
   private claimAgain = false;
-  /** False once an unconstrained claim came back short and nothing announced new work since. */
+  /** False once an unconstrained claim came back short and nothing announced new work since it was made. */
   private mayHaveWork = true;
+  /** Counts the wake-ups, so that a claim knows whether one arrived while it was in flight (see `claimStarted`). */
+  private wakeUps = 0;
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
@@ -107,9 +118,11 @@ export class QueueWorker {
 
   /**
    * Asks the worker to look for work now (new work was announced, or a timer fired). Cheap to call often:
-   * concurrent wake-ups fold into one claim.
+   * concurrent wake-ups fold into one claim. One that arrives while claims are in flight leads to a claim made after
+   * it (when a slot is free), since theirs may not hold the new work.
    */
   wake(): void {
+    this.wakeUps += 1;
     this.mayHaveWork = true;
     this.buffer.startInFreeSlots();
     this.claimSoon();
@@ -240,11 +253,11 @@ export class QueueWorker {
         if (claimedJson) {
           const workflows = attached.read(claimedJson);
           this.take(workflows, claim.cancelled);
-          if (workflows.length < limit) this.mayHaveWork = this.claimAgain;
+          this.claimReturned(claim, workflows.length === limit);
         } else if (error instanceof DatabaseUnavailableError) {
           this.deps.claimMayHaveBeenLost();
         }
-        if (this.claimAgain) this.claimSoon();
+        if (this.claimAgain || claim.wokenSince()) this.claimSoon();
       },
     };
   }
@@ -263,10 +276,13 @@ export class QueueWorker {
         this.failedClaims = 0;
         this.claimFailures.succeeded();
         this.take(workflows, claim.cancelled);
-        if (retryInMs !== undefined) this.wakeLater(retryInMs);
-        else if (workflows.length === limit) this.claimAgain = true;
-        else if (!hasGlobalLimits(queue)) this.mayHaveWork = this.claimAgain;
-      } while (this.claimAgain && !this.stopped);
+        if (retryInMs !== undefined) {
+          this.wakeLater(retryInMs);
+        } else {
+          if (workflows.length === limit) this.claimAgain = true;
+          if (!hasGlobalLimits(queue)) this.claimReturned(claim, workflows.length === limit);
+        }
+      } while (this.claimAgain && this.mayHaveWork && !this.stopped);
     } catch (error) {
       this.failedClaims += 1;
       const delay = backoffDelayMs(this.failedClaims, CLAIM_BACKOFF);
@@ -296,8 +312,22 @@ export class QueueWorker {
     return !hasGlobalLimits(queue) && this.bodyMs !== undefined && this.bodyMs < QUICK_BODY_MS;
   }
 
-  /** Counts a claim of `limit` as in flight until the returned function is called. */
-  private claimStarted(limit: number): { settle: () => void; cancelled: CancelledMeanwhile } {
+  /**
+   * An unconstrained claim came back: `full` (it took all it asked for), the queue may hold more; short, it holds no
+   * more than the claim saw, unless a wake-up arrived while it was in flight: the claim's snapshot may predate the
+   * enqueue that announced it, so the work stays to be claimed.
+   */
+  private claimReturned(claim: InFlightClaim, full: boolean): void {
+    if (full) this.mayHaveWork = true;
+    else if (!claim.wokenSince()) this.mayHaveWork = false;
+  }
+
+  /**
+   * Counts a claim of `limit` as in flight until its `settle` is called, and notes the wake-ups so far: those after
+   * are ones its statement, sent after this call, may not have seen.
+   */
+  private claimStarted(limit: number): InFlightClaim {
+    const wakeUps = this.wakeUps;
     let resolve = () => undefined as void;
     const claim = new Promise<void>((done) => (resolve = done));
     const cancelled: CancelledMeanwhile = new Map();
@@ -308,7 +338,7 @@ export class QueueWorker {
       this.claimingLimit -= limit;
       resolve();
     };
-    return { settle, cancelled };
+    return { settle, cancelled, wokenSince: () => this.wakeUps !== wakeUps };
   }
 
   /**
