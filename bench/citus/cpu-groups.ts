@@ -52,7 +52,10 @@ export class CpuGroup {
   readonly name: string;
   private removed = false;
 
-  /** Creates the groups, `quota` CPUs each (e.g. 0.3: 30,000 µs per 100,000 µs period), no process in them yet. */
+  /**
+   * Creates the groups, `quota` CPUs each (e.g. 0.3: 30,000 µs per 100,000 µs period; 0: no quota, the group only
+   * counts), no process in them yet.
+   */
   constructor(
     server: string,
     private readonly quota: number,
@@ -65,7 +68,7 @@ export class CpuGroup {
 
   /** Puts the quota on (`true`) or lifts it (`false`: the server's set-up work, which is not measured). */
   limit(on: boolean): void {
-    const quotaUs = on ? String(Math.round(this.quota * PERIOD_US)) : '-1';
+    const quotaUs = on && this.quota > 0 ? String(Math.round(this.quota * PERIOD_US)) : '-1';
     writeFileSync(join(CPU_ROOT, this.name, 'cpu.cfs_quota_us'), quotaUs);
   }
 

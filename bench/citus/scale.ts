@@ -13,7 +13,8 @@
  * with each server's CPU per call or job (`cpuacct.usage` of its group) and its share of the quota, which says which
  * server is saturated. Each measurement has a schema of its own, created and filled (W2's prefill) with the quotas of
  * its servers lifted and dropped afterwards; only the measurement runs under them. Without cgroups (not root, no v1
- * `cpu` and `cpuacct` hierarchies) it says so and runs without quotas, the CPU read from /proc. Prints the tables and
+ * `cpu` and `cpuacct` hierarchies) it says so and runs without quotas, the CPU read from /proc; with
+ * CITUS_SCALE_QUOTA=none, the groups are made without a quota and only count. Prints the tables and
  * writes bench/results/citus-scale-<time>.json and citus-scale-latest.md. The cgroups and servers are removed at the
  * end, on an error and on SIGINT or SIGTERM; a later run removes the groups of a run that was killed.
  */
@@ -112,7 +113,14 @@ interface Target extends BenchDatabase {
   servers: Server[];
   /** Four queue names, the i-th on worker node i modulo the nodes. */
   queues: string[];
-  meter: CpuMeter;
+}
+
+/** The CPU of the target's servers: from their cgroups, or (without cgroups) from /proc. */
+function meterOf(target: Target): CpuMeter {
+  const groups = target.servers.flatMap((server) => (server.group ? [server.group] : []));
+  return groups.length === target.servers.length
+    ? groupCpuMeter(groups)
+    : procCpuMeter(target.servers.map((server) => server.dataDir));
 }
 
 /** One measurement, per call (W1) or job (W2). */
@@ -178,9 +186,14 @@ function sample(target: Target, run: Measured, capacity: number, throttledBefore
 /** One workload on one target, in a schema of its own: set up with the quotas lifted, measured under them. */
 async function measure(target: Target, workload: Workload, rep: number, capacity: number): Promise<Sample> {
   const schema = `bench_scale_${workload.id}_${rep}`;
-  const limited = target.servers.every((server) => server.group);
+  const grouped = target.servers.every((server) => server.group);
   const throttling = () =>
-    limited ? target.servers.map((server) => Object.values(server.group!.throttling())) : undefined;
+    grouped
+      ? target.servers.map((server) => {
+          const { periods, throttled } = server.group!.throttling();
+          return [periods, throttled];
+        })
+      : undefined;
   limit([target], false);
   try {
     if (workload.queues === 0) {
@@ -188,7 +201,7 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
       try {
         limit([target], true);
         const before = throttling();
-        const run = await enqueueStorm(producer, settings.calls, target.meter);
+        const run = await enqueueStorm(producer, settings.calls, meterOf(target));
         return sample(target, run, capacity, before);
       } finally {
         limit([target], false);
@@ -199,7 +212,7 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
     await prefill(target, schema, queues, settings.jobs);
     limit([target], true);
     const before = throttling();
-    const run = await drain(target, schema, queues, settings.jobs, target.meter);
+    const run = await drain(target, schema, queues, settings.jobs, meterOf(target));
     return sample(target, run, capacity, before);
   } finally {
     limit([target], false);
@@ -268,18 +281,28 @@ function report(
 
 async function main(): Promise<void> {
   const startedAt = new Date();
-  const unavailable = settings.quota === 0 ? 'CITUS_SCALE_QUOTA=none' : cpuGroupsUnavailable();
+  const unavailable = cpuGroupsUnavailable();
+  // Why there are no quotas, if there are none: cgroups unavailable, or none asked for (the groups then only count).
+  const noQuota = unavailable
+    ? `cgroups unavailable: ${unavailable}`
+    : settings.quota === 0
+      ? 'CITUS_SCALE_QUOTA=none'
+      : undefined;
   if (unavailable) {
     log(`cgroups unavailable (${unavailable}): running WITHOUT CPU quotas; each server's CPU is read from /proc`);
   } else {
     const stale = removeStaleGroups();
     if (stale.length) log(`removed ${stale.length} cgroup(s) left by an earlier run: ${stale.join(', ')}`);
-    log(`each server in a cgroup of ${settings.quota} CPU (cpu.cfs_quota_us ${settings.quota * 100_000} per 100,000)`);
+    log(
+      noQuota
+        ? `${noQuota}: each server in a cgroup WITHOUT a CPU quota, to read its CPU`
+        : `each server in a cgroup of ${settings.quota} CPU (cpu.cfs_quota_us ${settings.quota * 100_000} per 100,000)`,
+    );
   }
-  const capacity = unavailable ? 1 : settings.quota;
-  const capacityName = unavailable ? 'one core (no quota)' : 'its quota';
-  const quotaLabel = unavailable ? 'no quota' : `${settings.quota} CPU`;
-  const eachLabel = unavailable ? 'no quota' : `${settings.quota} each`;
+  const capacity = noQuota ? 1 : settings.quota;
+  const capacityName = noQuota ? 'one core (no quota)' : 'its quota';
+  const quotaLabel = noQuota ? 'no quota' : `${settings.quota} CPU`;
+  const eachLabel = noQuota ? 'no quota' : `${settings.quota} each`;
 
   log(`starting one server and Citus clusters of 1 + ${settings.nodes.join(', 1 + ')} nodes`);
   const single: TestPostgresServer = await startPostgresServer({
@@ -302,7 +325,6 @@ async function main(): Promise<void> {
       distribution: 'single',
       servers: [{ label: 'server', dataDir: single.dataDir }],
       queues: ['q0', 'q1', 'q2', 'q3'],
-      meter: () => () => [],
     },
     ...clusters.map((cluster): Target => ({
       id: `citus${cluster.workers.length}`,
@@ -314,24 +336,18 @@ async function main(): Promise<void> {
         ...cluster.workers.map((worker, i) => ({ label: `node ${i + 1}`, dataDir: worker.dataDir })),
       ],
       queues: [],
-      meter: () => () => [],
     })),
   ];
 
   // Every server into its group before anything is measured: the postmaster, then each child it has.
-  for (const target of targets) {
-    if (!unavailable) {
-      for (const server of target.servers) {
-        const group = new CpuGroup(`${target.id}-${server.label.replace(' ', '')}`, settings.quota);
-        undo.unshift(() => group.remove()); // after the servers are stopped
-        server.group = group;
-        const placed = group.place(postmasterPid(server.dataDir));
-        log(`${target.column}, ${server.label}: ${placed} processes placed in ${group.name}`);
-      }
+  for (const target of unavailable ? [] : targets) {
+    for (const server of target.servers) {
+      const group = new CpuGroup(`${target.id}-${server.label.replace(' ', '')}`, settings.quota);
+      undo.unshift(() => group.remove()); // after the servers are stopped
+      server.group = group;
+      const placed = group.place(postmasterPid(server.dataDir));
+      log(`${target.column}, ${server.label}: ${placed} processes placed in ${group.name}`);
     }
-    target.meter = unavailable
-      ? procCpuMeter(target.servers.map((server) => server.dataDir))
-      : groupCpuMeter(target.servers.map((server) => server.group!));
   }
   for (const [index, cluster] of clusters.entries()) {
     const target = targets[index + 1];
@@ -372,8 +388,8 @@ async function main(): Promise<void> {
   const cores = cpus().length;
   const header =
     `Citus scale-out (${startedAt.toISOString().slice(0, 16)}Z, ${Math.round(durationS)} s): ` +
-    (unavailable
-      ? `NO CPU quotas (${unavailable})`
+    (noQuota
+      ? `NO CPU quotas (${noQuota})`
       : `every server in a cgroup of ${settings.quota} CPU (cfs quota ${settings.quota * 100_000} µs per 100,000), the worker process unlimited`) +
     `; medians of ${settings.reps}, W1 ${settings.calls.toLocaleString('en-US')} calls, W2 ${settings.jobs.toLocaleString('en-US')} jobs; ` +
     `${cpus()[0]?.model ?? 'unknown CPU'}, ${cores} cores, load average (1 min) ${Math.min(loadAtStart, ...loads).toFixed(1)} to ${Math.max(loadAtStart, ...loads).toFixed(1)}.`;
@@ -384,7 +400,7 @@ async function main(): Promise<void> {
   const json = {
     startedAt: startedAt.toISOString(),
     durationS,
-    settings: { ...settings, cgroups: !unavailable, unavailable: unavailable ?? null, saturatedAt: SATURATED },
+    settings: { ...settings, cgroups: !unavailable, noQuota: noQuota ?? null, saturatedAt: SATURATED },
     machine: { cpuModel: cpus()[0]?.model, cores, loadAverageAtStart: loadAtStart },
     targets: targets.map((t) => ({
       id: t.id,
