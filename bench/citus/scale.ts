@@ -18,6 +18,7 @@
  * writes bench/results/citus-scale-<time>.json and citus-scale-latest.md. The cgroups and servers are removed at the
  * end, on an error and on SIGINT or SIGTERM; a later run removes the groups of a run that was killed.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -279,8 +280,21 @@ function report(
   return `${lines.join('\n')}\n`;
 }
 
+/** The commit measured, `+changes` when the library's source differs from it. */
+function commitMeasured(): string {
+  const git = (...args: string[]) =>
+    execFileSync('git', args, { cwd: __dirname, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  try {
+    const changed = git('status', '--porcelain', '--', '../../packages/nest-dedup-queue/src');
+    return `${git('rev-parse', '--short', 'HEAD')}${changed ? '+changes' : ''}`;
+  } catch {
+    return 'unknown';
+  }
+}
+
 async function main(): Promise<void> {
   const startedAt = new Date();
+  const commit = commitMeasured();
   const unavailable = cpuGroupsUnavailable();
   // Why there are no quotas, if there are none: cgroups unavailable, or none asked for (the groups then only count).
   const noQuota = unavailable
@@ -387,7 +401,7 @@ async function main(): Promise<void> {
   );
   const cores = cpus().length;
   const header =
-    `Citus scale-out (${startedAt.toISOString().slice(0, 16)}Z, ${Math.round(durationS)} s): ` +
+    `Citus scale-out (${startedAt.toISOString().slice(0, 16)}Z, commit ${commit}, ${Math.round(durationS)} s): ` +
     (noQuota
       ? `NO CPU quotas (${noQuota})`
       : `every server in a cgroup of ${settings.quota} CPU (cfs quota ${settings.quota * 100_000} µs per 100,000), the worker process unlimited`) +
@@ -400,6 +414,7 @@ async function main(): Promise<void> {
   const json = {
     startedAt: startedAt.toISOString(),
     durationS,
+    commit,
     settings: { ...settings, cgroups: !unavailable, noQuota: noQuota ?? null, saturatedAt: SATURATED },
     machine: { cpuModel: cpus()[0]?.model, cores, loadAverageAtStart: loadAtStart },
     targets: targets.map((t) => ({
