@@ -5,15 +5,28 @@
  * messages, events, child workflows, bulk control, `enqueue_workflow` from SQL, recovery, look-ups) on a cluster,
  * captures every statement the module sends, EXPLAINs each with its parameters, and fails on a plan with more than
  * one task, but for the calls that cannot know the queue (listed in FAN_OUT_BY_DESIGN and in docs/citus.md).
+ *
+ * Before it, the hot path alone (enqueue, claim, steps, a retry, outcomes, wake-ups, `enqueue_workflow`) is audited
+ * more strictly (test/support/citus-plans.ts): no statement of it may be planned with a distributed subplan, "pull to
+ * coordinator", a repartition or more than one task; the enqueue inserts must be router inserts (`INSERT … VALUES`),
+ * and the statements of `enqueue_workflow` may not show any of those in the planner's messages.
  */
 import { appendFileSync } from 'node:fs';
 import type { Pool } from 'pg';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
 import { testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
-import { captureStatements } from './support/statement-capture';
-import { ACTIVE_WORK_OPTIONS, ACTIVE_WORK_PROVIDERS, runActiveWorkWorkload } from './fixtures/active-work-workload';
+import { CapturedStatement, captureStatements } from './support/statement-capture';
+import {
+  ACTIVE_WORK_OPTIONS,
+  ACTIVE_WORK_PROVIDERS,
+  StepTasks,
+  runActiveWorkWorkload,
+} from './fixtures/active-work-workload';
+import { RecordingTasks } from './fixtures/recording-tasks';
+import { CitusPlanKind, ROUTER_PLAN_KINDS, explainOnCitus } from './support/citus-plans';
 import { describeWithTools } from './support/system-tools';
+import { waitFor } from './support/wait-for';
 
 /** The calls that cannot know the queue, and so ask every node (docs/citus.md lists them with their cost). */
 const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
@@ -46,6 +59,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
   let cluster: CitusCluster;
   let pool: Pool;
   let app: QueueApp;
+  let hot: CapturedStatement[] = [];
+  let fromSql: string[] = [];
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
@@ -67,6 +82,47 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     await app?.close();
     await pool?.end();
     await cluster?.stop();
+  });
+
+  it('runs the hot path: enqueues (one, a batch, a duplicate, from SQL), claims, steps, a retry, outcomes', async () => {
+    const from = capture.captured.length;
+    fromSql = await runHotPath(app, pool, schema);
+    hot = capture.captured.slice(from);
+  }, 60_000);
+
+  it('plans every hot statement as a router statement, on the fast path but for the shapes that cannot be', async () => {
+    const statements = new Map(hot.map((statement) => [statement.text, statement]));
+    const kinds: Array<{ kind: CitusPlanKind; text: string }> = [];
+    for (const { text, values } of statements.values()) {
+      if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
+      const { kind, plan } = await explainOnCitus(pool, text, values);
+      kinds.push({ kind, text: text.trim() });
+      if (process.env.CITUS_PLANS) appendFileSync(process.env.CITUS_PLANS, `[${kind}]\n${text}\n${plan}\n\n`);
+    }
+    if (process.env.CITUS_PLANS) {
+      appendFileSync(
+        process.env.CITUS_PLANS,
+        kinds.map(({ kind, text }) => `${kind.padEnd(20)} ${text.replace(/\s+/g, ' ').slice(0, 160)}`).join('\n'),
+      );
+    }
+    const background = FAN_OUT_BY_DESIGN.filter(({ what }) => what.startsWith('retention'));
+    const offRouter = kinds.filter(
+      ({ kind, text }) => !ROUTER_PLAN_KINDS.includes(kind) && !background.some(({ shape }) => shape.test(text)),
+    );
+    expect(offRouter).toEqual([]);
+    const kindOf = (shape: RegExp) => kinds.filter(({ text }) => shape.test(text)).map(({ kind }) => kind);
+    const active = /^INSERT INTO \S+\.workflow_queue \(/;
+    expect(kindOf(active).length).toBeGreaterThanOrEqual(2);
+    expect(new Set(kindOf(active))).toEqual(new Set(['router insert']));
+    expect(new Set(kindOf(/^WITH claimable AS/))).toEqual(new Set(['router']));
+    expect(new Set(kindOf(/^INSERT INTO \S+\.steps \(/))).toEqual(new Set(['router']));
+    expect(kindOf(/^SELECT pg_notify\(/)).toEqual(['coordinator']);
+    expect(kinds.filter(({ kind }) => kind === 'fast-path router').length).toBeGreaterThanOrEqual(4);
+  });
+
+  it("runs each statement of the SQL function enqueue_workflow on one node, none through the coordinator's rows", () => {
+    expect(fromSql.filter((message) => /pull to coordinator|subplan|repartition/i.test(message))).toEqual([]);
+    expect(fromSql.some((message) => /fast-path router query/i.test(message))).toBe(true);
   });
 
   it('runs a workload through every path that touches active work', async () => {
@@ -131,3 +187,53 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     expect(onWorker).toEqual([]);
   });
 });
+
+/**
+ * The hot path, alone: enqueues (one, one with a key and its rejected duplicate, a batch with a duplicate in it, from
+ * SQL), and the claims, steps, retry and outcomes of draining them; every call names its queue. Returns the planner's
+ * messages for the statements of the SQL function `enqueue_workflow`, called with `client_min_messages = debug2`.
+ */
+async function runHotPath(app: QueueApp, pool: Pool, schema: string): Promise<string[]> {
+  const tasks = app.get(RecordingTasks);
+  const { queues } = app;
+  const results: Array<Promise<unknown>> = [];
+  results.push((await queues.enqueue('work', tasks.echo, ['hot'])).getResult());
+  const keyed = await queues.enqueue('work', tasks.blocked, ['hot-keyed'], { deduplicationId: 'hot' });
+  await expect(queues.enqueue('work', tasks.echo, ['hot-duplicate'], { deduplicationId: 'hot' })).rejects.toThrow();
+  const batch = await queues.enqueueMany('work', tasks.echo, [
+    { args: ['hot-1'] },
+    { args: ['hot-2'], options: { deduplicationId: 'hot-batch' } },
+    { args: ['hot-3'], options: { deduplicationId: 'hot-batch' } },
+  ]);
+  expect(batch.map((result) => result.status)).toEqual(['created', 'created', 'duplicate']);
+  results.push((await queues.enqueue('work', app.get(StepTasks).stepsThenFailOnce, ['hot'])).getResult());
+  const client = await pool.connect();
+  const planner: string[] = [];
+  client.on('notice', (notice: { message?: string }) => planner.push(notice.message ?? ''));
+  try {
+    await client.query('BEGIN');
+    await client.query(`SET LOCAL citus.multi_task_query_log_level = 'error'`);
+    await client.query('SET LOCAL client_min_messages = debug2');
+    const { rows } = await client.query<{ workflow_id: string }>(
+      `SELECT * FROM "${schema}".enqueue_workflow(queue_name => 'work', workflow_name => 'RecordingTasks.echo',
+         args => '["hot from sql"]'::json, deduplication_id => 'hot-sql')`,
+    );
+    await client.query('COMMIT');
+    await waitFor(
+      async () =>
+        (
+          await pool.query(
+            `SELECT 1 FROM "${schema}".workflow_history WHERE queue_name = 'work' AND workflow_id = $1 AND status = 'SUCCESS'`,
+            [rows[0].workflow_id],
+          )
+        ).rowCount === 1,
+      { what: 'the workflow enqueued from SQL to succeed' },
+    );
+  } finally {
+    client.release();
+  }
+  tasks.gate('hot-keyed').open();
+  results.push(keyed.getResult());
+  await Promise.all(results);
+  return planner;
+}

@@ -403,6 +403,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         queueName: 'held',
         deduplicationId: 'user-c1',
         existingWorkflowId: taker.workflowId,
+        existingStatus: 'ENQUEUED',
       });
       expect(await statusInDb(ids.cancelled1)).toBe('CANCELLED');
     });
@@ -453,6 +454,7 @@ describe('dashboard admin API over HTTP (Express)', () => {
         statusCode: 409,
         deduplicationId: 'user-1',
         existingWorkflowId: ids.held1,
+        existingStatus: 'ENQUEUED',
       });
       expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflows`)).rows[0].n).toBe(before);
       await post('/workflows/nope/rerun').expect(404);

@@ -41,8 +41,13 @@ describe('demo app over HTTP', () => {
       queueName: 'user_tasks',
       deduplicationId: 'u1',
       existingWorkflowId: first.body.workflow_id,
+      // Claimed at once or a moment later: the message says which.
+      existingStatus: expect.stringMatching(/^(ENQUEUED|PENDING)$/),
       location: `/workflows/${first.body.workflow_id}`,
     });
+    expect(duplicate.body.message).toContain(
+      duplicate.body.existingStatus === 'PENDING' ? 'which is running' : 'which is queued',
+    );
     const holder = await request(server).get(duplicate.headers.location).expect(200);
     expect(holder.body.progress_url).toBe(`/workflows/${first.body.workflow_id}/progress`);
     // The refused caller follows the holder's progress, published with setEvent as it works.

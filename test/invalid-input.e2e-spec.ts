@@ -48,13 +48,38 @@ describe('bad input is refused with a typed error before anything is written', (
       'a function that is not a @Workflow()',
       () => app.queues.enqueue('tasks', async () => 1, []),
       UnknownWorkflowError,
-      /pass the @Workflow\(\) method itself/,
+      /"\(anonymous function\)" is not registered: the function has no @Workflow\(\) decorator/,
+    ],
+    [
+      'a method of a provider without @Workflow(), naming the decorator and the registered workflows',
+      () => app.queues.enqueue('tasks', tasks.gate as never, ['x']),
+      UnknownWorkflowError,
+      /^Workflow "gate" is not registered: the function has no @Workflow\(\) decorator: decorate the method with @Workflow\(\).*\(registered: "RecordingTasks\.echo", .*"RecordingTasks\.blocked"/,
     ],
     [
       'a bound workflow method',
       () => app.queues.enqueue('tasks', tasks.echo.bind(tasks), [1]),
       UnknownWorkflowError,
       /not a bound or wrapped function/,
+    ],
+    [
+      "enqueueMany with an item's own onDuplicate (a policy of the whole call)",
+      () =>
+        app.queues.enqueueMany('tasks', tasks.echo, [
+          { args: [1], options: { deduplicationId: 'bulk-1' } },
+          { args: [2], options: { deduplicationId: 'held', onDuplicate: 'return-existing' } as never },
+        ]),
+      InvalidArgumentError,
+      /^items\[1\]\.options\.onDuplicate is an option of the whole call: enqueueMany\(queue, workflow, items, \{ onDuplicate/,
+    ],
+    [
+      "enqueueMany with an item's own whenRunning",
+      () =>
+        app.queues.enqueueMany('tasks', tasks.echo, [
+          { args: [1], options: { deduplicationId: 'held', whenRunning: 'queue-next' } as never },
+        ]),
+      InvalidArgumentError,
+      /^items\[0\]\.options\.whenRunning is not taken by enqueueMany/,
     ],
     [
       'args that are not an array',

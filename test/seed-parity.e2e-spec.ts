@@ -246,9 +246,9 @@ describe('parity with DBOS queue semantics (one process)', () => {
           field: 'options.onDuplicate',
         });
         const bulk = app.queues.enqueueMany('plain', tasks.quick, [
-          // enqueueMany's items take no policy in their type; a JavaScript caller can still pass one.
-          { args: ['ok'], options: { deduplicationId: 'bulk-ok', onDuplicate } as never },
-          { args: ['bad'], options: { onDuplicate } as never },
+          // enqueueMany's items take no policy in their type; a JavaScript caller can still pass one, and is refused.
+          { args: ['ok'], options: { deduplicationId: 'bulk-ok' } },
+          { args: ['bad'], options: { deduplicationId: 'bulk-bad', onDuplicate } as never },
         ]);
         await expect(bulk).rejects.toBeInstanceOf(InvalidArgumentError);
         await expect(bulk).rejects.toMatchObject({ field: 'items[1].options.onDuplicate' });

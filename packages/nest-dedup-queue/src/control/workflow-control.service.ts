@@ -59,11 +59,13 @@ export class WorkflowControlService {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
         const row = await this.store.findRow(workflowId);
         const key = row?.deduplication_id as string;
-        const holder = await this.inserter.findHolder(row?.queue_name as string, key);
+        const queueName = row?.queue_name as string;
+        const holder = await this.inserter.findHolder(queueName, key);
         throw new QueueDeduplicatedError(
-          row?.queue_name as string,
+          queueName,
           key,
           holder?.workflowId ?? '(finished meanwhile; try again)',
+          holder ? await this.inserter.holderState(queueName, holder.workflowId) : {},
         );
       }
       throw error;

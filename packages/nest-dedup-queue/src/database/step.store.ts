@@ -51,7 +51,8 @@ export function ownedRowSql(active: string, queue: string, executor: string, att
 export class StepStore {
   private readonly steps: string;
   private readonly workflows: string;
-  private readonly checkpointValues: string;
+  /** The checkpoint ($1 to $6) of workflow $1 inserted if it is owned by executor $7 in run $8 of queue $9. */
+  private readonly insertSql: string;
 
   constructor(
     /** The database the checkpoints are written to (a running workflow's events go there too). */
@@ -62,7 +63,9 @@ export class StepStore {
     const tables = workflowTables(database.schemaSql);
     this.steps = tables.steps;
     this.workflows = tables.active;
-    this.checkpointValues = checkpointValuesSql(database.citus);
+    this.insertSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
+       SELECT $1, $2, $3, ${checkpointValuesSql(database.citus)}, owned.queue_name, owned.created_at
+       FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`;
   }
 
   /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
@@ -99,22 +102,26 @@ export class StepStore {
   /**
    * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
    * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
-   * this index (an earlier send whose answer was lost) counts as recorded.
+   * this index (an earlier send whose answer was lost) counts as recorded. NOTE: one `INSERT … SELECT` from the
+   * owned row, which Citus sends whole to the queue's node (a CTE's rows would be pulled to the coordinator); only
+   * when it inserts nothing does a second statement tell an existing checkpoint from a workflow no longer owned.
    */
   async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
-    const rows = await this.database.query<{ owned: boolean }>(
-      `WITH owned AS (${ownedRowSql(this.workflows, '$9', '$7', '$8')}),
-       recorded AS (
-         INSERT INTO ${this.steps} (${STEP_COLUMNS})
-         SELECT $1, $2, $3, ${this.checkpointValues}, owned.queue_name, owned.created_at FROM owned
-         ON CONFLICT DO NOTHING
-         RETURNING step_index
-       )
-       SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM recorded) AS inserted`,
-      [...this.values(step), executorId, attempt, step.queueName],
+    const params = [...this.values(step), executorId, attempt, step.queueName];
+    const inserted = await this.database.query(
+      `${this.insertSql} ON CONFLICT DO NOTHING RETURNING step_index`,
+      params,
+      {
+        idempotent: true,
+      },
+    );
+    if (inserted.length > 0) return true;
+    const owned = await this.database.query(
+      ownedRowSql(this.workflows, '$4', '$2', '$3'),
+      [step.workflowId, executorId, attempt, step.queueName],
       { idempotent: true },
     );
-    return rows[0]?.owned === true;
+    return owned.length > 0;
   }
 
   /**
@@ -153,12 +160,7 @@ export class StepStore {
 
   /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
   async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
-    await manager.query(
-      `INSERT INTO ${this.steps} (${STEP_COLUMNS})
-       SELECT $1, $2, $3, ${this.checkpointValues}, owned.queue_name, owned.created_at
-       FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`,
-      [...this.values(step), executorId, attempt, step.queueName],
-    );
+    await manager.query(this.insertSql, [...this.values(step), executorId, attempt, step.queueName]);
   }
 
   private values(step: StepCheckpoint): unknown[] {

@@ -45,6 +45,11 @@ export interface ClaimRequest {
 export interface AttachedClaim {
   ctes(firstParam: number): string;
   params: unknown[];
+  /**
+   * On Citus, in place of `ctes`: the claim as router statements of its own in the caller's transaction (see
+   * `claimOnCitus`); its rows as JSON text, for `read`.
+   */
+  runInTransaction(query: Query): Promise<string[]>;
   /** The workflows claimed, from the rows of `claimed` as JSON. */
   read(rowsJson: string[]): ClaimedWorkflow[];
 }
@@ -112,6 +117,11 @@ export class WorkflowClaimer {
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const partitioned = isPartitioned(request.queue);
+    if (!hasGlobalLimits(request.queue) && this.database.citus) {
+      return this.database.transaction(async (query) => ({
+        workflows: toClaimed(await this.claimOnCitus(query, request, request.limit, false)),
+      }));
+    }
     if (!hasGlobalLimits(request.queue)) {
       const sql = this.claimSql(false, true);
       return {
@@ -129,7 +139,9 @@ export class WorkflowClaimer {
       if (queue?.paused) return { workflows: [] };
       const { limit, retryInMs } = await this.allowedStarts(query, request);
       if (limit <= 0) return { workflows: [], retryInMs };
-      const rows = await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
+      const rows = this.database.citus
+        ? await this.claimOnCitus(query, request, limit, partitioned)
+        : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
       return { workflows: toClaimed(rows), retryInMs };
     });
   }
@@ -141,8 +153,29 @@ export class WorkflowClaimer {
     return {
       ctes: (firstParam) => sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + firstParam - 1}`),
       params: this.params(request, request.limit),
+      runInTransaction: async (query) =>
+        (await this.claimOnCitus(query, request, request.limit, false)).map((row) => JSON.stringify(row)),
       read: (rowsJson) => toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow)),
     };
+  }
+
+  /**
+   * On Citus, in a transaction: the executor's lease row locked (`FOR KEY SHARE`, so that it cannot be deleted until the
+   * claim commits; none, no claim), then the claim, a router statement on the queue's node. The executors table is
+   * on the coordinator: named in the claim, its look-up and the claim's candidates would be planned as subplans whose
+   * results pass through the coordinator.
+   */
+  private async claimOnCitus(
+    query: Query,
+    request: ClaimRequest,
+    limit: number,
+    partitioned: boolean,
+  ): Promise<ClaimedRow[]> {
+    const alive = await query(`SELECT 1 FROM ${this.executors} WHERE executor_id = $1 FOR KEY SHARE`, [
+      request.executorId,
+    ]);
+    if (alive.length === 0) return [];
+    return query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
   }
 
   private async allowedStarts(query: Query, request: ClaimRequest): Promise<{ limit: number; retryInMs?: number }> {
@@ -278,10 +311,9 @@ export class WorkflowClaimer {
               : `coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond')`
           }
       FROM claimable
-      WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id
-        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)${
-          withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''
-        }
+      WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id${
+        citus ? '' : `\n        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)`
+      }${withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''}
       RETURNING w.workflow_id, w.workflow_name, w.workflow_version, w.forked_from IS NOT NULL AS forked,
                 w.inputs::text AS inputs, w.priority, w.seq,
                 w.attempts, w.failed_attempts, w.max_attempts, w.max_recovery_attempts,

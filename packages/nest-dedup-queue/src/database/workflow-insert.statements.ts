@@ -37,6 +37,8 @@ export interface InsertStatements {
   many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   /** `many` for a batch whose workflow IDs are all generated (new by construction): no look-up by ID. */
   manyGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  /** On Citus, in place of `many`: `rows` (1 to `MAX_ROWS_PER_ROUTER_INSERT`) rows of one queue, a router insert. */
+  rowsOfOneQueue(rows: number): Statement<NewWorkflow[]>;
   followUp: Statement<NewWorkflow>;
   supersede: Statement<SupersedeContext>;
   /** On Citus, `supersede` as router statements: the holders locked, then the new workflow (see `supersedeEndSpec`). */
@@ -50,11 +52,16 @@ export interface InsertStatements {
  * its inputs as parameters, a batch as `unnest` columns of one array parameter each.
  */
 export function insertStatements(tables: WorkflowTables, citus = false): InsertStatements {
-  const manyOnCitus = citus ? insertManyOfOneQueueStatement(tables) : undefined;
+  const byRows = new Map<number, Statement<NewWorkflow[]>>();
   return {
     one: insertOneStatement(tables, citus),
-    many: manyOnCitus ?? insertManyStatement(tables, true),
-    manyGenerated: manyOnCitus ?? insertManyStatement(tables, false),
+    many: insertManyStatement(tables, true),
+    manyGenerated: insertManyStatement(tables, false),
+    rowsOfOneQueue(rows) {
+      let statement = byRows.get(rows);
+      if (!statement) byRows.set(rows, (statement = rowsOfOneQueueStatement(tables, rows)));
+      return statement;
+    },
     followUp: insertFollowUpStatement(tables.active),
     supersede: supersedeStatement(tables),
     supersedeHolders: supersedeHoldersStatement(tables),
@@ -62,27 +69,36 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
   };
 }
 
+/** The most rows one multi-row insert of `rowsOfOneQueue` holds: a batch of more goes in several statements. */
+export const MAX_ROWS_PER_ROUTER_INSERT = 64;
+
 /**
- * On Citus: many rows of one queue, as `unnest` columns, with its wake-up; returns the IDs inserted. What became of
- * the others (a held key, an ID already active in the queue) is read by `holdersOnOneQueueSql`, a statement of its own
- * on the queue's node. A workflow ID given by the caller is checked elsewhere afterwards (`takeBackTaken`).
+ * On Citus: `rows` new rows of one queue as one multi-row `INSERT … VALUES` whose queue is one parameter, so that
+ * Citus plans a router insert to the queue's node (an `INSERT … SELECT` over `unnest` is planned through the
+ * coordinator, which pulls the rows there and sends them back); returns the IDs inserted. What became of the others
+ * is read by `holdersOnOneQueueSql`; the wake-up is the caller's (`sendWakeUpsLeftToCaller`), as a NOTIFY must be sent
+ * on the coordinator. The rows go in in the order given: the caller sorts them by key (see `insertMany`).
  */
-function insertManyOfOneQueueStatement(tables: WorkflowTables): InsertStatements['many'] {
-  const { params, arrays, columns, channel } = batchInputs();
-  const sql = `WITH inserted AS (
-       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
-       SELECT ${Object.values(columns).join(', ')}
-       FROM unnest(${arrays.join(', ')}) WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
-       ORDER BY deduplication_id, ord
-       ON CONFLICT DO NOTHING
-       RETURNING workflow_id, queue_name
-     ),
-     woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
-     SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM inserted`;
+function rowsOfOneQueueStatement(tables: WorkflowTables, rows: number): Statement<NewWorkflow[]> {
+  const params = new SqlParameters<NewWorkflow[]>();
+  const queue = params.ref('queue_name', NEW_WORKFLOW_INPUTS.queue_name.type, (workflows) => workflows[0].queueName);
+  const values = Array.from({ length: rows }, (_, row) =>
+    newWorkflowColumns((name) =>
+      name === 'queue_name'
+        ? queue
+        : params.ref(`${name}_${row}`, NEW_WORKFLOW_INPUTS[name].type, (workflows) =>
+            NEW_WORKFLOW_INPUTS[name].value(workflows[row]),
+          ),
+    ),
+  );
+  const sql = `INSERT INTO ${tables.active} (${Object.keys(values[0]).join(', ')})
+     VALUES ${values.map((columns) => `(${Object.values(columns).join(', ')})`).join(',\n       ')}
+     ON CONFLICT DO NOTHING
+     RETURNING workflow_id`;
   return { sql, params };
 }
 
-/** On Citus, after `insertManyOfOneQueueStatement`: the active rows of queue $1 with an ID of $2 or holding a key of $3. */
+/** On Citus, after `rowsOfOneQueue`: the active rows of queue $1 with an ID of $2 or holding a key of $3. */
 export function holdersOnOneQueueSql(tables: WorkflowTables): string {
   return `SELECT workflow_id, workflow_name, active_deduplication_id FROM ${tables.active}
     WHERE queue_name = $1 AND (workflow_id = ANY($2::text[])
@@ -107,16 +123,21 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
   const params = new SqlParameters<{ workflow: NewWorkflow; channel: string }>();
   const input = parameterOf(params, (context) => context.workflow);
   const columns = newWorkflowColumns(input);
+  // NOTE: on Citus a router insert (`INSERT … VALUES`, no CTE): its wake-up is the caller's, sent on the coordinator
+  // (`sendWakeUpsLeftToCaller`), and a given ID taken elsewhere is found afterwards (`takeBackTaken`).
+  if (citus) {
+    const sql = `INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+       VALUES (${Object.values(columns).join(', ')})
+       ON CONFLICT (workflow_id, queue_name) DO NOTHING
+       RETURNING queue_name`;
+    return { sql, params };
+  }
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  // NOTE: on Citus a given ID taken elsewhere is found afterwards (`takeBackTaken`): the look-up asks every node.
-  const values = citus
-    ? `VALUES (${Object.values(columns).join(', ')})`
-    : `SELECT ${Object.values(columns).join(', ')}
-       WHERE NOT ${takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'))}`;
   // NOTE: ::text, as a void column is refused by Prisma's raw queries (a caller's transaction, `fromPrisma`).
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
-       ${values}
+       SELECT ${Object.values(columns).join(', ')}
+       WHERE NOT ${takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'))}
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
        RETURNING queue_name
      )

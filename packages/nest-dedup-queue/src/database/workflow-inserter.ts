@@ -3,6 +3,7 @@ import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import type { QueueDatabase } from './queue-database';
 import {
   InsertStatements,
+  MAX_ROWS_PER_ROUTER_INSERT,
   SupersededHolderRow,
   holdersOnOneQueueSql,
   insertStatements,
@@ -13,7 +14,9 @@ import { interruptPayload } from './workflow.store';
 import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from './workflow-status.sql';
-import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
+import { ACTIVE_WORKFLOW_STATUSES, FINISHED_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interface';
+import type { DeduplicationHolderState } from '../errors/queue-deduplicated.error';
+import { REPORTED_STATUS_SQL } from './workflow-row';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from './workflow-tables';
 import { countAndWakeSql } from './message.store';
 import { sendWakeUpsLeftToCaller } from './wake-ups.sql';
@@ -111,6 +114,7 @@ export class WorkflowInserter {
       const result = await this.guarded(async () => {
         const rows = await this.query(sql, params.values({ workflow, channel: this.database.wakeUpChannel }));
         if (rows.length !== 1) return undefined;
+        await sendWakeUpsLeftToCaller(this.database, [workflow.queueName], this.query);
         const [checked] = await this.takeBackTaken(this.query, [workflow], [{ outcome: 'inserted' }]);
         return checked;
       });
@@ -241,8 +245,10 @@ export class WorkflowInserter {
   }
 
   /**
-   * On Citus: the batch's rows one queue at a time, each queue's statements on its node (an insert, then, if some
-   * rows were not inserted, a read of what holds their keys or IDs in that queue); results in the batch's order.
+   * On Citus: the batch's rows one queue at a time, each queue's statements on its node (router inserts of at most
+   * `MAX_ROWS_PER_ROUTER_INSERT` rows, in key order as on one server, then, if some rows were not inserted, a read
+   * of what holds their keys or IDs in that queue), then one wake-up of the queues that got rows, on the
+   * coordinator; results in the batch's order.
    */
   private async insertManyByQueue(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
     const results: InsertResult[] = [];
@@ -250,17 +256,17 @@ export class WorkflowInserter {
     workflows.forEach((workflow, at) =>
       byQueue.set(workflow.queueName, [...(byQueue.get(workflow.queueName) ?? []), at]),
     );
+    const woken: string[] = [];
     for (const [queueName, positions] of byQueue) {
       const batch = positions.map((at) => workflows[at]);
-      const { sql, params } = this.statements.many;
-      const inserted = new Set(
-        (
-          await query<{ workflow_id: string }>(
-            sql,
-            params.values({ workflows: batch, channel: this.database.wakeUpChannel }),
-          )
-        ).map((row) => row.workflow_id),
-      );
+      const inserted = new Set<string>();
+      const inKeyOrder = [...batch].sort(byDeduplicationId);
+      for (let from = 0; from < inKeyOrder.length; from += MAX_ROWS_PER_ROUTER_INSERT) {
+        const rows = inKeyOrder.slice(from, from + MAX_ROWS_PER_ROUTER_INSERT);
+        const { sql, params } = this.statements.rowsOfOneQueue(rows.length);
+        for (const row of await query<{ workflow_id: string }>(sql, params.values(rows))) inserted.add(row.workflow_id);
+      }
+      if (inserted.size > 0) woken.push(queueName);
       const others = batch.filter((workflow) => !inserted.has(workflow.workflowId));
       const found =
         others.length === 0
@@ -295,7 +301,37 @@ export class WorkflowInserter {
         results[at] = { outcome: 'deduplicated', ...(holder ? { holderId: holder.workflow_id } : {}) };
       });
     }
+    await sendWakeUpsLeftToCaller(this.database, woken, query);
     return results;
+  }
+
+  /**
+   * What a refused duplicate tells about the key's holder: its reported status, a delayed one's start, a finished
+   * one's window end. Read on the module's own connections (never in a caller's transaction, which a failed read
+   * would abort); empty when the holder is gone or the read fails.
+   */
+  async holderState(queueName: string, workflowId: string): Promise<DeduplicationHolderState> {
+    try {
+      const [row] = await this.database.query<{
+        status: WorkflowStatus;
+        not_before: unknown;
+        dedup_expires_at: unknown;
+      }>(
+        `SELECT ${REPORTED_STATUS_SQL} AS status, not_before, dedup_expires_at FROM ${this.table}
+         WHERE queue_name = $1 AND workflow_id = $2`,
+        [queueName, workflowId],
+        { idempotent: true },
+      );
+      if (!row) return {};
+      const finished = FINISHED_WORKFLOW_STATUSES.includes(row.status);
+      return {
+        status: row.status,
+        ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
+        ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
+      };
+    } catch {
+      return {};
+    }
   }
 
   /**
@@ -620,6 +656,17 @@ export class WorkflowInserter {
       statementsBySchema.set(this.cacheKey, (statements = insertStatements(this.tables, this.database.citus)));
     return statements;
   }
+}
+
+/**
+ * The order in which a batch's rows go in on Citus: by deduplication ID (none last), then as given (a stable sort),
+ * so that concurrent batches over the same keys take their index locks in the same order instead of deadlocking.
+ */
+function byDeduplicationId(a: NewWorkflow, b: NewWorkflow): number {
+  if (a.deduplicationId === b.deduplicationId) return 0;
+  if (a.deduplicationId === null) return 1;
+  if (b.deduplicationId === null) return -1;
+  return a.deduplicationId < b.deduplicationId ? -1 : 1;
 }
 
 /**

@@ -270,17 +270,12 @@ export class WorkflowStore {
           ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
           : [];
         const ended = await runEndStatements(query, this.outcomesEndSpec(true), params);
-        const claimed = attached
-          ? await query<{ claimed: string }>(
-              `WITH ${attached.ctes(1)} SELECT row_to_json(c)::text AS claimed FROM claimed AS c`,
-              attached.params,
-            )
-          : [];
+        const claimed = attached ? await attached.runInTransaction(query) : [];
         if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
         }
         result.recorded.push(...[...ended, ...retried, ...parked].map((row) => row.workflow_id));
-        result.claimedJson.push(...claimed.map((row) => row.claimed));
+        result.claimedJson.push(...claimed);
         result.sentMessages.push(...ended.filter((row) => row.sent_messages).map((row) => row.workflow_id));
       });
     }

@@ -48,6 +48,7 @@ export class WorkflowExplorer implements OnModuleInit {
       }
       await this.isolation.verify(this.registry.isolated());
       await this.versions.recordRegistrations(this.registry.registrations());
+      this.registry.markComplete();
     } catch (error) {
       // NOTE: a failed boot runs no shutdown hooks; close the pool here or it keeps the process alive.
       await this.database.close();

@@ -3,6 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
+import { ModuleNotInitialisedError } from '../errors/module-not-initialised.error';
 import { UnknownWorkflowError } from '../errors/unknown-workflow.error';
 import type { BackoffOptions } from '../interfaces/backoff-options.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
@@ -52,6 +53,8 @@ export class WorkflowRegistry {
   private readonly byClaimKey = new Map<string, RegisteredWorkflow>();
   /** An alias's name: the name it stands for. */
   private readonly aliases = new Map<string, string>();
+  /** Set once the explorer registered every workflow (at module init): before, no name can be told unknown. */
+  private complete = false;
 
   constructor(private readonly config: DedupQueueConfig) {}
 
@@ -105,6 +108,11 @@ export class WorkflowRegistry {
     this.workflows.set(workflow.name, new Map([...versions].sort(([a], [b]) => a - b)));
     for (const name of [workflow.name, ...aliases]) this.byClaimKey.set(claimKey(name, version), workflow);
     for (const alias of aliases) this.aliases.set(alias, workflow.name);
+  }
+
+  /** Called by the explorer once it registered every workflow of the application. */
+  markComplete(): void {
+    this.complete = true;
   }
 
   /** The workflows whose bodies run in worker threads. */
@@ -182,8 +190,11 @@ export class WorkflowRegistry {
    * The registered name of a workflow given as a method reference or as a name (a local workflow's, an alias of
    * one, which gives the workflow's name, or one listed in `externalWorkflows`); throws if there is none. A method
    * reference names its workflow, not its version.
+   * @throws ModuleNotInitialisedError before the module's init registered the workflows
+   * @throws UnknownWorkflowError for a name or function that is no workflow of this application
    */
   resolveName(workflow: WorkflowFunction | string): string {
+    if (!this.complete) throw new ModuleNotInitialisedError();
     if (typeof workflow === 'string') {
       const renamed = this.aliases.get(workflow);
       if (renamed !== undefined) return renamed;
@@ -202,9 +213,14 @@ export class WorkflowRegistry {
         : undefined;
     if (!metadata) {
       const shown = typeof workflow === 'function' ? workflow.name || '(anonymous function)' : String(workflow);
+      const registered = `(registered: ${this.describeNames()})`;
       throw new UnknownWorkflowError(
         shown,
-        'pass the @Workflow() method itself (e.g. this.tasks.process, not a bound or wrapped function) or its registered name',
+        shown.startsWith('bound ')
+          ? `pass the @Workflow() method itself (e.g. this.tasks.process, not a bound or wrapped function) or its ` +
+              `registered name ${registered}`
+          : `the function has no @Workflow() decorator: decorate the method with @Workflow(), or pass a @Workflow() ` +
+              `method itself (not a wrapper of one) or its registered name ${registered}`,
       );
     }
     if (!this.workflows.has(metadata.name)) {

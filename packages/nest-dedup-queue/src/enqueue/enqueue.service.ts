@@ -31,6 +31,22 @@ function bulkPolicy(options: BulkEnqueueOptions): 'reject' | 'supersede' {
   return policy;
 }
 
+/** The options of `enqueue` that an `enqueueMany` item does not take: the call's options, or none at all. */
+const NOT_PER_ITEM: ReadonlyArray<{ options: readonly (keyof EnqueueOptions)[]; hint: string }> = [
+  {
+    options: ['onDuplicate', 'manager', 'db'],
+    hint: 'is an option of the whole call: enqueueMany(queue, workflow, items, { onDuplicate, manager, db })',
+  },
+  { options: ['whenRunning', 'requireSameArgs', 'maxDelayMs'], hint: 'is not taken by enqueueMany' },
+];
+
+function assertBulkItemOptions(given: EnqueueOptions, index: number): void {
+  for (const { options, hint } of NOT_PER_ITEM) {
+    const option = options.find((name) => given[name] !== undefined);
+    if (option !== undefined) throw new InvalidArgumentError(`items[${index}].options.${option}`, hint);
+  }
+}
+
 /**
  * Enqueues workflows, one or many: validates everything first, builds the rows and hands them to the enqueuer (one)
  * or the inserter (many, in chunks). `QueueService.enqueue` and `enqueueMany` delegate here.
@@ -77,12 +93,7 @@ export class EnqueueService {
     bulkPolicy(options ?? {});
     const prepared = [];
     for (const [index, item] of items.entries()) {
-      const given: EnqueueOptions = item?.options ?? {};
-      for (const option of ['requireSameArgs', 'maxDelayMs'] as const) {
-        if (given[option] !== undefined) {
-          throw new InvalidArgumentError(`items[${index}].options.${option}`, 'is not taken by enqueueMany');
-        }
-      }
+      assertBulkItemOptions(item?.options ?? {}, index);
       prepared.push(
         await this.prepare(
           queueName,

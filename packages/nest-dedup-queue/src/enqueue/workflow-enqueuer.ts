@@ -253,7 +253,9 @@ export class WorkflowEnqueuer {
     this.hit(workflow, holderId, outcome, undefined);
     const key = workflow.deduplicationId as string;
     if (outcome === 'mismatched') throw new DeduplicationMismatchError(workflow.queueName, key, holderId);
-    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, await this.strandedNote(workflow, holderId));
+    const holder = await this.inserter.holderState(workflow.queueName, holderId);
+    const note = await this.strandedNote(workflow, holderId);
+    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, { ...holder, note });
   }
 
   /**

@@ -7,6 +7,7 @@ export * from './queue-deduplicated.error';
 export * from './deduplication-mismatch.error';
 export * from './unknown-queue.error';
 export * from './unknown-workflow.error';
+export * from './module-not-initialised.error';
 export * from './workflow-cancelled.error';
 export * from './workflow-failed.error';
 export * from './workflow-id-conflict.error';

@@ -1,10 +1,29 @@
+import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { DedupQueueError } from './dedup-queue.error';
 
+/** What a `QueueDeduplicatedError` knows about the workflow that holds the key, when it could read it. */
+export interface DeduplicationHolderState {
+  /** The holder's status as it was read after the conflict. */
+  status?: WorkflowStatus;
+  /** A `DELAYED` holder's start time. */
+  startsAt?: Date;
+  /** A finished holder's deduplication window: the key is free from then on. */
+  windowEndsAt?: Date;
+  /** More about the holder, appended to the message (e.g. that no live executor would run it). */
+  note?: string;
+}
+
 /**
- * Thrown by `QueueService.enqueue()` when another workflow with the same deduplication ID is still `ENQUEUED` or
- * `PENDING` in the same queue. Nothing was written. `DedupExceptionFilter` turns it into HTTP 409.
+ * Thrown by `QueueService.enqueue()` when the deduplication ID is held in the same queue: by a workflow that is
+ * queued, delayed, running or waiting, by a dead letter that keeps its key, or by a finished workflow within its
+ * deduplication window. The message says which. Nothing was written. `DedupExceptionFilter` turns it into HTTP 409.
  */
 export class QueueDeduplicatedError extends DedupQueueError {
+  /** The holder's status after the conflict; undefined when it had ended by then (or could not be read). */
+  readonly existingStatus?: WorkflowStatus;
+  /** When the holder is a finished workflow within its deduplication window: when the window ends. */
+  readonly windowEndsAt?: Date;
+
   constructor(
     /** The queue the enqueue targeted. */
     readonly queueName: string,
@@ -12,12 +31,34 @@ export class QueueDeduplicatedError extends DedupQueueError {
     readonly deduplicationId: string,
     /** The workflow that holds the deduplication ID. */
     readonly existingWorkflowId: string,
-    /** More about the holder, appended to the message (e.g. that no live executor would run it). */
-    note?: string,
+    holder: DeduplicationHolderState = {},
   ) {
     super(
-      `Deduplication ID "${deduplicationId}" is held in queue "${queueName}" by workflow "${existingWorkflowId}", which is enqueued or running` +
-        (note ? `; ${note}` : ''),
+      `Deduplication ID "${deduplicationId}" is held in queue "${queueName}" by workflow "${existingWorkflowId}", ` +
+        describeHolder(holder) +
+        (holder.note ? `; ${holder.note}` : ''),
     );
+    this.existingStatus = holder.status;
+    this.windowEndsAt = holder.windowEndsAt;
+  }
+}
+
+function describeHolder({ status, startsAt, windowEndsAt }: DeduplicationHolderState): string {
+  if (windowEndsAt && status !== undefined) {
+    return `which ended (${status}) and holds the key in its deduplication window until ${windowEndsAt.toISOString()}`;
+  }
+  switch (status) {
+    case 'ENQUEUED':
+      return 'which is queued';
+    case 'DELAYED':
+      return startsAt ? `which is delayed until ${startsAt.toISOString()}` : 'which is delayed';
+    case 'PENDING':
+      return 'which is running';
+    case 'WAITING':
+      return 'which is waiting (suspended in sleep() or recv())';
+    case 'MAX_RECOVERY_ATTEMPTS_EXCEEDED':
+      return 'which is dead-lettered and keeps the key until it is resumed or cancelled';
+    default:
+      return 'which held it when the enqueue was refused (it may have ended since)';
   }
 }

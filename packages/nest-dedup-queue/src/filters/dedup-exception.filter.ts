@@ -8,6 +8,7 @@ import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
 import { ScheduleNotFoundError } from '../errors/schedule-not-found.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
+import type { WorkflowStatus } from '../interfaces/workflow-status.interface';
 import { ModuleLogger, stackOf } from '../utils/module-logger';
 
 /** The JSON body `DedupExceptionFilter` answers a duplicate with. */
@@ -18,6 +19,10 @@ export interface DeduplicatedResponseBody {
   queueName: string;
   deduplicationId: string;
   existingWorkflowId: string;
+  /** The holder's status after the conflict (`QueueDeduplicatedError.existingStatus`), when it was read. */
+  existingStatus?: WorkflowStatus;
+  /** When the holder is a finished workflow within its deduplication window: when the window ends (ISO 8601). */
+  windowEndsAt?: string;
   /** Where the holder's status can be read, when the filter was given `location`. */
   location?: string;
 }
@@ -58,7 +63,7 @@ export const DEDUP_EXCEPTION_FILTER_OPTIONS = 'DEDUP_EXCEPTION_FILTER_OPTIONS';
  *
  * | error | status |
  * |---|---|
- * | `QueueDeduplicatedError` | 409, naming the queue, the deduplication ID and the holder |
+ * | `QueueDeduplicatedError` | 409, naming the queue, the deduplication ID, the holder and its state |
  * | `DeduplicationMismatchError` | 422, naming the queue, the deduplication ID and the holder |
  * | `WorkflowIdConflictError` | 409 |
  * | `InvalidArgumentError` | 400, naming the field |
@@ -88,6 +93,8 @@ export class DedupExceptionFilter implements ExceptionFilter<DedupQueueError> {
         queueName: error.queueName,
         deduplicationId: error.deduplicationId,
         existingWorkflowId: error.existingWorkflowId,
+        ...(error.existingStatus ? { existingStatus: error.existingStatus } : {}),
+        ...(error.windowEndsAt ? { windowEndsAt: error.windowEndsAt.toISOString() } : {}),
       };
       const location = this.options?.location?.(error);
       if (location) {

@@ -1,0 +1,128 @@
+/*
+ * node -r ./test/support/swc-register.js bench/citus/coordinator-cpu.ts: the Citus coordinator's CPU per enqueue call
+ * and per drained job, on a cluster of its own (test/support/citus-cluster.ts). The CPU is the coordinator's
+ * postmaster's processes' (live, and reaped ones from the postmaster's cutime/cstime), from /proc, in ticks of 10 ms:
+ * - 2,000 lone enqueue calls, one after another;
+ * - 4,000 calls from 16 concurrent callers (the enqueue batcher combines them);
+ * - 40 `enqueueMany` of 100 rows;
+ * - then all of them drained (no-op workflows, one worker process, workerConcurrency 8).
+ * With CITUS_PGSS=1, pg_stat_statements on the coordinator prints the drain's statements by planning + execution time.
+ * Needs `npm run build`, the Debian postgresql-15 package and Citus. About a minute.
+ */
+import 'reflect-metadata';
+import { readFileSync, readdirSync } from 'node:fs';
+import { startCitusCluster } from '../../test/support/citus-cluster';
+import { startQueueApp } from '../../test/support/queue-app';
+import { RecordingTasks } from '../../test/fixtures/recording-tasks';
+
+const LONE = 2000;
+const CONCURRENT = 4000;
+const CALLERS = 16;
+const MANY = 4000;
+const ROWS_PER_MANY = 100;
+
+/** CPU ticks of the postmaster `pid`'s processes: the live ones' and the reaped ones'. */
+function ticks(pid: number): number {
+  const fieldsOf = (id: string) => {
+    const stat = readFileSync(`/proc/${id}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  };
+  let total = 0;
+  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const fields = fieldsOf(entry);
+      if (Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const own = fieldsOf(String(pid));
+  return total + Number(own[13]) + Number(own[14]);
+}
+
+async function main(): Promise<void> {
+  const cluster = await startCitusCluster();
+  process.env.DATABASE_URL = cluster.url;
+  try {
+    const coordinator = cluster.coordinator;
+    if (process.env.CITUS_PGSS) {
+      await coordinator.query('ALTER SYSTEM SET shared_preload_libraries = citus, pg_stat_statements');
+      await coordinator.restart('fast');
+      await coordinator.query('CREATE EXTENSION pg_stat_statements');
+      await coordinator.query('ALTER SYSTEM SET pg_stat_statements.track_planning = on');
+      await coordinator.query('SELECT pg_reload_conf()');
+    }
+    const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
+    const postmaster = Number(readFileSync(`${dir}/postmaster.pid`, 'utf8').split('\n')[0]);
+    const options = { connection: { url: cluster.url }, distribution: 'citus' as const, schema: 'bench' };
+    const queues = [{ name: 'work', workerConcurrency: 8 }];
+    const perUnit = async (units: number, work: () => Promise<unknown>) => {
+      const before = ticks(postmaster);
+      await work();
+      return Math.round(((ticks(postmaster) - before) * 10_000) / units);
+    };
+
+    const producer = await startQueueApp({ ...options, queues, worker: false }, [RecordingTasks]);
+    const { nothing } = producer.get(RecordingTasks);
+    for (let i = 0; i < 200; i++) await producer.queues.enqueue('work', nothing, []);
+    const lone = await perUnit(LONE, async () => {
+      for (let i = 0; i < LONE; i++) await producer.queues.enqueue('work', nothing, []);
+    });
+    const concurrent = await perUnit(CONCURRENT, () =>
+      Promise.all(
+        Array.from({ length: CALLERS }, async () => {
+          for (let i = 0; i < CONCURRENT / CALLERS; i++) await producer.queues.enqueue('work', nothing, []);
+        }),
+      ),
+    );
+    const many = await perUnit(MANY, async () => {
+      for (let i = 0; i < MANY / ROWS_PER_MANY; i++) {
+        await producer.queues.enqueueMany(
+          'work',
+          nothing,
+          Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
+        );
+      }
+    });
+    await producer.close();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+
+    if (process.env.CITUS_PGSS) await coordinator.query('SELECT pg_stat_statements_reset()');
+    const jobs = 200 + LONE + CONCURRENT + MANY;
+    const started = Date.now();
+    const drain = await perUnit(jobs, async () => {
+      const consumer = await startQueueApp({ ...options, queues }, [RecordingTasks]);
+      for (;;) {
+        const [{ n }] = await coordinator.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = 'work'`,
+        );
+        if (n >= jobs) break;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      await consumer.close();
+    });
+    const seconds = (Date.now() - started) / 1000;
+    process.stdout.write(
+      `coordinator CPU: lone enqueue ${lone} µs/call, ${CALLERS} callers ${concurrent} µs/call, ` +
+        `enqueueMany(${ROWS_PER_MANY}) ${many} µs/row, drain ${drain} µs/job (${Math.round(jobs / seconds)} jobs/s)\n`,
+    );
+    if (process.env.CITUS_PGSS) {
+      const top = await coordinator.query<{ calls: number; us: number; query: string }>(
+        `SELECT calls::int, round((total_exec_time + total_plan_time) * 1000 / calls)::int AS us,
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 140) AS query
+         FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time + total_plan_time DESC LIMIT 15`,
+      );
+      for (const row of top) process.stdout.write(`${row.calls}\t${row.us} µs\t${row.query}\n`);
+    }
+  } finally {
+    await cluster.stop();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`${(error as Error).stack ?? String(error)}\n`);
+    process.exit(1);
+  },
+);
