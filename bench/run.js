@@ -11,7 +11,7 @@
  */
 const fs = require('node:fs');
 const path = require('node:path');
-const { execSync } = require('node:child_process');
+const { execSync, spawn } = require('node:child_process');
 
 const BENCH_DIR = __dirname;
 const log = (message) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
@@ -44,6 +44,20 @@ function ensureBuilt(config) {
   }
 }
 
+/**
+ * Runs a TypeScript bench file through the tests' loader, passing SIGINT and SIGTERM on so that it cleans up, and
+ * exits with its code.
+ */
+function runTypeScript(file) {
+  const root = path.resolve(BENCH_DIR, '..');
+  const child = spawn(process.execPath, ['-r', './test/support/swc-register.js', file], {
+    cwd: root,
+    stdio: 'inherit',
+  });
+  for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
+  return new Promise(() => child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0))));
+}
+
 async function main() {
   if (process.argv.includes('--soak')) return require('./soak').main();
   if (process.argv.includes('--upgrade')) return require('./upgrade/measure').main();
@@ -51,11 +65,8 @@ async function main() {
   if (process.argv.includes('--storage')) return require('./storage/study').main();
   if (process.argv.includes('--streams')) return require('./streams/measure').main();
   if (process.argv.includes('--startup')) return require('./startup/measure').main();
-  if (process.argv.includes('--citus')) {
-    const root = path.resolve(BENCH_DIR, '..');
-    execSync(`node -r ./test/support/swc-register.js bench/citus/cluster.ts`, { cwd: root, stdio: 'inherit' });
-    return undefined;
-  }
+  if (process.argv.includes('--citus')) return runTypeScript('bench/citus/cluster.ts');
+  if (process.argv.includes('--citus-scale')) return runTypeScript('bench/citus/scale.ts');
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);

@@ -1,9 +1,10 @@
 import { startPostgresServer, StopMode, TestPostgresServer } from './postgres-server';
 
 /**
- * A Citus cluster of one test file's own: a coordinator and two workers, each a {@link TestPostgresServer} from the
- * Debian PostgreSQL 15 binaries with the Citus extension in its `postgres` database. Like every test server, its
- * files and processes go away when the test process ends in any way; `stop()` does it at once.
+ * A Citus cluster of one test file's own: a coordinator and workers (two by default), each a
+ * {@link TestPostgresServer} from the Debian PostgreSQL 15 binaries with the Citus extension in its `postgres`
+ * database. Like every test server, its files and processes go away when the test process ends in any way; `stop()`
+ * does it at once.
  */
 export interface CitusCluster {
   /** The coordinator's `postgres://postgres@127.0.0.1:<port>/postgres`, where the application connects. */
@@ -21,6 +22,11 @@ export interface CitusCluster {
   stop(): Promise<void>;
 }
 
+export interface CitusClusterOptions {
+  /** How many worker nodes (default 2). */
+  workers?: number;
+}
+
 const WORKERS = 2;
 
 /** Small nodes: five engineers' test runs share two cores. */
@@ -31,13 +37,15 @@ const NODE_SETTINGS: Record<string, string> = {
 };
 
 /**
- * Starts a coordinator and two workers on free loopback ports, creates the Citus extension on each, registers the
- * coordinator (`citus_set_coordinator_host`) and the workers (`citus_add_node`). Needs the `postgres-15` and
- * `citus` system tools (test/support/system-tools.ts).
+ * Starts a coordinator and `options.workers` workers (default 2) on free loopback ports, creates the Citus extension
+ * on each, registers the coordinator (`citus_set_coordinator_host`) and the workers (`citus_add_node`). Needs the
+ * `postgres-15` and `citus` system tools (test/support/system-tools.ts).
  */
-export async function startCitusCluster(): Promise<CitusCluster> {
+export async function startCitusCluster(options: CitusClusterOptions = {}): Promise<CitusCluster> {
   const started = await Promise.allSettled(
-    Array.from({ length: 1 + WORKERS }, () => startPostgresServer({ binaries: 'debian', settings: NODE_SETTINGS })),
+    Array.from({ length: 1 + (options.workers ?? WORKERS) }, () =>
+      startPostgresServer({ binaries: 'debian', settings: NODE_SETTINGS }),
+    ),
   );
   const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
   const stop = () => Promise.all(nodes.map((node) => node.dispose())).then(() => undefined);

@@ -1,0 +1,213 @@
+/*
+ * What the Citus benchmarks (cluster.ts, scale.ts) run against one server or a cluster's coordinator: the module in
+ * a Nest application context on a schema of the measurement's own, W1 (an enqueue storm), W2 (a prefill, then a
+ * drain by one worker), and the choice of queue names held by given worker nodes.
+ */
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Client } from 'pg';
+import { DedupQueueModule, QueueOptions, QueueService, Workflow } from 'nest-dedup-queue';
+import { CitusCluster } from '../../test/support/citus-cluster';
+import { CpuMeter } from './server-processes';
+
+/** Where the module connects: one server, or a Citus cluster's coordinator. */
+export interface BenchDatabase {
+  url: string;
+  distribution: 'single' | 'citus';
+}
+
+/** One measured run: what it did, in how long, and the CPU of the worker process and of each server. */
+export interface Measured {
+  /** Calls made (W1) or jobs drained (W2). */
+  count: number;
+  seconds: number;
+  workerCpuSeconds: number;
+  /** In the order of the meter's servers. */
+  serverCpuSeconds: number[];
+}
+
+/** The one server's settings, as a cluster node's (test/support/citus-cluster.ts) without Citus. */
+export const SINGLE_SERVER_SETTINGS = { shared_buffers: '16MB', max_connections: '100' };
+
+/** The slots of the draining worker process, shared equally by the queues of a drain. */
+const WORKER_SLOTS = 32;
+const PREFILL_BATCH = 1000;
+const W1_CALLERS = 16;
+/** A drain not done by then failed (its jobs are not all recorded as succeeded). */
+const DRAIN_TIMEOUT_MS = 600_000;
+
+let onFirstJob: (() => void) | undefined;
+
+@Injectable()
+export class BenchTasks {
+  /** A no-op workflow; the first run of a drain starts its clock. */
+  @Workflow()
+  run(): Promise<void> {
+    const first = onFirstJob;
+    onFirstJob = undefined;
+    first?.();
+    return Promise.resolve();
+  }
+}
+
+/** The module on `schema` of `database` with `queues`, in an application context (`worker`: whether it drains). */
+export async function bootModule(database: BenchDatabase, schema: string, worker: boolean, queues: QueueOptions[]) {
+  @Module({
+    imports: [
+      DedupQueueModule.forRoot({
+        connection: { url: database.url, poolSize: 20 },
+        distribution: database.distribution,
+        schema,
+        queues,
+        worker,
+      }),
+    ],
+    providers: [BenchTasks],
+  })
+  class CitusBenchModule {}
+  const app = await NestFactory.createApplicationContext(CitusBenchModule, { logger: ['error', 'warn'] });
+  return { app, queues: app.get(QueueService), tasks: app.get(BenchTasks) };
+}
+
+/** The queues of a drain: the worker's slots split equally among them. */
+function drainQueues(queueNames: readonly string[]): QueueOptions[] {
+  const workerConcurrency = Math.max(1, Math.floor(WORKER_SLOTS / queueNames.length));
+  return queueNames.map((name) => ({ name, workerConcurrency }));
+}
+
+/** W1's queue: producers only. */
+export const W1_QUEUE = 'w1';
+
+/**
+ * W1 on a booted producer (`bootModule(…, false, [{ name: W1_QUEUE }])`): `calls` enqueue calls from 16 concurrent
+ * callers over a tenth as many deduplication keys (each key accepted once, the other calls refused as duplicates).
+ */
+export async function enqueueStorm(
+  producer: Awaited<ReturnType<typeof bootModule>>,
+  calls: number,
+  meter: CpuMeter,
+): Promise<Measured> {
+  const keys = Math.max(1, Math.floor(calls / 10));
+  let next = 0;
+  const stop = meter();
+  const workerBefore = process.cpuUsage();
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: W1_CALLERS }, async () => {
+      while (next < calls) {
+        const call = next++;
+        await producer.queues
+          .enqueue(W1_QUEUE, producer.tasks.run, [], { deduplicationId: `k${call % keys}` })
+          .catch(() => undefined);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  return { count: calls, seconds, workerCpuSeconds: cpuSeconds(workerBefore), serverCpuSeconds: stop() };
+}
+
+/** W2's prefill: `jobs` no-op workflows enqueued in batches, spread equally over `queueNames`. Not measured. */
+export async function prefill(
+  database: BenchDatabase,
+  schema: string,
+  queueNames: readonly string[],
+  jobs: number,
+): Promise<void> {
+  const producer = await bootModule(database, schema, false, drainQueues(queueNames));
+  try {
+    for (const [index, queueName] of queueNames.entries()) {
+      const share = Math.floor(jobs / queueNames.length) + (index < jobs % queueNames.length ? 1 : 0);
+      for (let done = 0; done < share; done += PREFILL_BATCH) {
+        const batch = Math.min(PREFILL_BATCH, share - done);
+        await producer.queues.enqueueMany(
+          queueName,
+          producer.tasks.run,
+          Array.from({ length: batch }, () => ({ args: [] })),
+        );
+      }
+    }
+  } finally {
+    await producer.app.close();
+  }
+}
+
+/**
+ * W2's drain of a prefilled schema: one worker (32 slots shared by the queues) boots and runs the jobs; measured from
+ * the first job's start until every queue's own count shows them all succeeded (a count across queues would ask
+ * every shard on Citus, and its connections would be charged to the jobs).
+ */
+export async function drain(
+  database: BenchDatabase,
+  schema: string,
+  queueNames: readonly string[],
+  jobs: number,
+  meter: CpuMeter,
+): Promise<Measured> {
+  const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
+  onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
+  const worker = await bootModule(database, schema, true, drainQueues(queueNames));
+  const deadline = Date.now() + DRAIN_TIMEOUT_MS;
+  try {
+    const succeeded = async (queueName: string) =>
+      (await worker.queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
+    for (;;) {
+      const finished = (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
+      const { started } = clock;
+      if (finished >= jobs && started) {
+        return {
+          count: jobs,
+          seconds: (performance.now() - started.at) / 1000,
+          workerCpuSeconds: cpuSeconds(started.worker),
+          serverCpuSeconds: started.stop(),
+        };
+      }
+      if (Date.now() > deadline) throw new Error(`drain of ${schema}: ${finished} of ${jobs} jobs after 10 minutes`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } finally {
+    onFirstJob = undefined;
+    await worker.app.close();
+  }
+}
+
+function cpuSeconds(before: NodeJS.CpuUsage): number {
+  const spent = process.cpuUsage(before);
+  return (spent.user + spent.system) / 1e6;
+}
+
+/** Drops a measurement's schema (on Citus, with its shards on every node). */
+export async function dropSchema(database: BenchDatabase, schema: string): Promise<void> {
+  const client = new Client({ connectionString: database.url });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * `count` queue names for `cluster`, the i-th held by worker node i modulo the nodes (so two queues are on two
+ * nodes, four on four, or two per node on two). Placement follows the queue's hash and the co-location group, the
+ * same for every schema the module distributes, so it is looked up once, on a schema of its own.
+ */
+export async function queuesSpreadOver(cluster: CitusCluster, count: number): Promise<string[]> {
+  const schema = 'bench_placement';
+  const first = await bootModule({ url: cluster.url, distribution: 'citus' }, schema, false, [{ name: 'p0' }]);
+  await first.app.close();
+  const nodes = cluster.workers.length;
+  const names: string[] = [];
+  for (let n = 0; n < 1024 && names.length < count; n++) {
+    const name = `spread-${n}`;
+    if ((await cluster.workerIndexFor(`${schema}.workflow_queue`, name)) === names.length % nodes) names.push(name);
+  }
+  if (names.length < count) throw new Error(`no ${count} queue names spread over ${nodes} worker nodes`);
+  return names;
+}
+
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length / 2;
+  return Number.isInteger(middle) ? (sorted[middle - 1] + sorted[middle]) / 2 : sorted[Math.floor(middle)];
+}
