@@ -9,7 +9,8 @@
  * Before it, the hot path alone (enqueue, claim, steps, a retry, outcomes, wake-ups, `enqueue_workflow`) is audited
  * more strictly (test/support/citus-plans.ts): no statement of it may be planned with a distributed subplan, "pull to
  * coordinator", a repartition or more than one task; the enqueue inserts must be router inserts (`INSERT … VALUES`),
- * and the statements of `enqueue_workflow` may not show any of those in the planner's messages.
+ * the claim and the outcome's lock and delete fast-path router statements (FAST_PATH), and the statements of
+ * `enqueue_workflow` may not show any of those in the planner's messages.
  */
 import { appendFileSync } from 'node:fs';
 import type { Pool } from 'pg';
@@ -50,6 +51,18 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     shape: /^SELECT 1 FROM \S+\.workflow_queue WHERE created_at >= \$1/,
   },
 ];
+
+/**
+ * The hot statements pinned to Citus's fast path ("Distributed planning for a fast-path router query"): the claim's
+ * candidates and their update, the outcome's lock of the rows that end and their delete.
+ */
+const FAST_PATH: RegExp[] = [
+  /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND \(status = 'ENQUEUED'.*FOR UPDATE SKIP LOCKED$/s,
+  /^UPDATE \S+\.workflow_queue AS w\s+SET status = 'PENDING', executor_id = \$2/,
+  /^SELECT w\.workflow_id, w\.queue_name, w\.workflow_name, w\.attempts,.*FOR UPDATE$/s,
+  /^DELETE FROM \S+\.workflow_queue WHERE queue_name = \$1 AND workflow_id = ANY\(\$2::text\[\]\)$/,
+];
+const FAST = new Set<CitusPlanKind>(['fast-path router']);
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
@@ -114,7 +127,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     const active = /^INSERT INTO \S+\.workflow_queue \(/;
     expect(kindOf(active).length).toBeGreaterThanOrEqual(2);
     expect(new Set(kindOf(active))).toEqual(new Set(['router insert']));
-    expect(new Set(kindOf(/^WITH claimable AS/))).toEqual(new Set(['router']));
+    for (const shape of FAST_PATH) expect({ shape, kinds: new Set(kindOf(shape)) }).toEqual({ shape, kinds: FAST });
     expect(new Set(kindOf(/^INSERT INTO \S+\.steps \(/))).toEqual(new Set(['router']));
     expect(kindOf(/^SELECT pg_notify\(/)).toEqual(['coordinator']);
     expect(kinds.filter(({ kind }) => kind === 'fast-path router').length).toBeGreaterThanOrEqual(4);

@@ -209,15 +209,17 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 /**
  * Ends workflows with the statements of `endWorkflowsStatementsSql`, in the caller's transaction (`query`), given
- * the caller's parameter values; returns the rows that ended (none: nothing was written).
+ * the caller's parameter values; returns the rows that ended (none: nothing was written). `lock`, when given, locks
+ * the rows that end in place of the statement `lock` (the same rows, as `EndingRow`s: those that match `spec.where`).
  */
 export async function runEndStatements<R extends EndingRow = EndingRow>(
   query: Query,
   spec: EndSpec,
   params: unknown[],
+  lock?: () => Promise<R[]>,
 ): Promise<R[]> {
   const statements = endWorkflowsStatementsSql(spec, params.length);
-  const ending = await query<R>(...usedParameters(statements.lock, params));
+  const ending = lock ? await lock() : await query<R>(...usedParameters(statements.lock, params));
   if (ending.length === 0) return ending;
   const freedKeys = ending.flatMap((row) =>
     row.active_deduplication_id === null ? [] : [row.active_deduplication_id],
@@ -368,11 +370,26 @@ export const ENDED_WAKE_UPS_SQL = `(coalesce(${END_WAKE_UPS_SQL}, 0) + (SELECT c
  * that the statement stays on the queue's node).
  */
 export function keepsKeyInWindowSql(active: string, outcome: string, queue = 'w.queue_name'): string {
-  return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
-    AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
+  return `${holdsKeyForWindowSql(`${outcome} = ${STATUS_SQL.ERROR}`)}
     AND NOT EXISTS (SELECT 1 FROM ${active} AS f
                     WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
                     ${PROBE_EACH_ROW})`;
+}
+
+/**
+ * `keepsKeyInWindowSql` but for its follow-up probe: the row `w` has a key and a deduplication window, and did not
+ * fail (`erred`, an SQL condition) with `releaseKeyOnError`. On Citus, the outcome lock reads it and then asks
+ * `FOLLOWED_KEYS_SQL` which of those keys a follow-up waits for, each a statement on Citus's fast path.
+ */
+export function holdsKeyForWindowSql(erred: string): string {
+  return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
+    AND NOT ((${erred}) AND w.release_key_on_error)`;
+}
+
+/** Which of the keys `$2` (text[]) of queue `$1` a `queue-next` follow-up waits for (see `keepsKeyInWindowSql`). */
+export function followedKeysSql(active: string): string {
+  return `SELECT next_deduplication_id AS key FROM ${active}
+         WHERE queue_name = $1 AND next_deduplication_id = ANY($2::text[])`;
 }
 
 /** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */

@@ -7,7 +7,9 @@ import {
   EndSpec,
   EndingRow,
   endWorkflowsSql,
+  followedKeysSql,
   handOverStrandedSql,
+  holdsKeyForWindowSql,
   keepsKeyInWindowSql,
   runEndStatements,
 } from './workflow-finish.sql';
@@ -280,7 +282,9 @@ export class WorkflowStore {
         const parked = batch.some((o) => o.status === 'PARKED')
           ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
           : [];
-        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params);
+        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params, () =>
+          this.lockEndingOnCitus(query, executorId, queue, batch),
+        );
         const claimed = attached ? await attached.runInTransaction(query) : [];
         if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
@@ -291,6 +295,49 @@ export class WorkflowStore {
       });
     }
     return result;
+  }
+
+  /**
+   * On Citus, the lock of `runEndStatements` for the outcomes of `batch` (of `queue`) that end, as statements on
+   * Citus's fast path (one table, no join of the outcomes): the rows still PENDING under `executorId` locked
+   * (`FOR UPDATE`, which rechecks that on a row changed meanwhile), those in the outcome's run kept; then, if some may
+   * keep their key for a window, which of those keys a follow-up waits for (`keepsKeyInWindowSql`, in two parts).
+   */
+  private async lockEndingOnCitus(
+    query: Query,
+    executorId: string,
+    queue: string,
+    batch: WorkflowOutcome[],
+  ): Promise<EndingRow[]> {
+    const ending = batch.filter((o) => o.status !== 'RETRY' && o.status !== 'PARKED');
+    if (ending.length === 0) return [];
+    const locked = await query<EndingRow>(
+      `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+              w.has_streams, ${holdsKeyForWindowSql('w.workflow_id = ANY($4::text[])')} AS keeps_key,
+              w.active_deduplication_id
+       FROM ${this.table} AS w
+       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
+         AND w.executor_id = $3
+       FOR UPDATE`,
+      [
+        queue,
+        ending.map((o) => o.workflowId),
+        executorId,
+        ending.filter((o) => o.status === 'ERROR').map((o) => o.workflowId),
+      ],
+    );
+    const rows = locked.filter((row) =>
+      ending.some((o) => o.workflowId === row.workflow_id && o.attempt === row.attempts),
+    );
+    const windowKeys = rows.flatMap((row) => (row.keeps_key && row.active_deduplication_id) || []);
+    if (windowKeys.length === 0) return rows;
+    const followed = new Set(
+      (await query<{ key: string }>(followedKeysSql(this.table), [queue, windowKeys])).map((row) => row.key),
+    );
+    return rows.map((row) => ({
+      ...row,
+      keeps_key: row.keeps_key && !followed.has(row.active_deduplication_id as string),
+    }));
   }
 
   /**
