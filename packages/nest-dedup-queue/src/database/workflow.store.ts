@@ -100,6 +100,9 @@ function outcomeRowSql(citus: boolean): string {
   }`;
 }
 
+/** The run of the active row `w` (see `runOf`). */
+const RUN_OF_ROW_SQL = `(w.attempts::text || ':' || w.workflow_id)`;
+
 /** The parameter arrays of `OUTCOMES_SQL`'s fields that a retry or a park reads. */
 const OUTCOME_ARRAYS = {
   status: '$2::text[]',
@@ -114,9 +117,12 @@ const OUTCOME_ARRAYS = {
  * that the statement joins no `unnest` and Citus plans it on its fast path.
  */
 function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
-  return citus
-    ? `(${OUTCOME_ARRAYS[field]})[array_position($12::text[], w.attempts::text || ':' || w.workflow_id)]`
-    : `o.${field}`;
+  return citus ? `(${OUTCOME_ARRAYS[field]})[array_position($12::text[], ${RUN_OF_ROW_SQL})]` : `o.${field}`;
+}
+
+/** The run of an outcome, `<attempt>:<workflow ID>`, as `RUN_OF_ROW_SQL` gives it of the active row `w`. */
+function runOf(outcome: WorkflowOutcome): string {
+  return `${outcome.attempt}:${outcome.workflowId}`;
 }
 
 /** On Citus, the active rows `w` of the outcomes in `$1` of queue $11, still PENDING under this executor ($6). */
@@ -290,11 +296,7 @@ export class WorkflowStore {
     for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
     const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
     for (const [queue, batch] of byQueue) {
-      const params = [
-        ...this.outcomeParams(executorId, batch, wakeQueues),
-        queue,
-        batch.map((o) => `${o.attempt}:${o.workflowId}`),
-      ];
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue, batch.map(runOf)];
       const attached = queue === outcomes[0].queueName ? claim : undefined;
       await this.database.transaction(async (query) => {
         const retried = batch.some((o) => o.status === 'RETRY')
@@ -335,18 +337,13 @@ export class WorkflowStore {
     if (ending.length === 0) return [];
     const locked = await query<EndingRow>(
       `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-              w.has_streams, ${holdsKeyForWindowSql('w.workflow_id = ANY($4::text[])')} AS keeps_key,
+              w.has_streams, ${holdsKeyForWindowSql(`${RUN_OF_ROW_SQL} = ANY($4::text[])`)} AS keeps_key,
               w.active_deduplication_id
        FROM ${this.table} AS w
        WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
          AND w.executor_id = $3
        FOR UPDATE`,
-      [
-        queue,
-        ending.map((o) => o.workflowId),
-        executorId,
-        ending.filter((o) => o.status === 'ERROR').map((o) => o.workflowId),
-      ],
+      [queue, ending.map((o) => o.workflowId), executorId, ending.filter((o) => o.status === 'ERROR').map(runOf)],
     );
     const rows = locked.filter((row) =>
       ending.some((o) => o.workflowId === row.workflow_id && o.attempt === row.attempts),
