@@ -70,6 +70,12 @@ const FAST_PATH: RegExp[] = [
 ];
 const FAST = new Set<CitusPlanKind>(['fast-path router']);
 
+/** More statements pinned to the fast path, from the workload: a parked outcome, the follow-up probe of window keys. */
+const WORKLOAD_FAST_PATH: RegExp[] = [
+  /^UPDATE \S+\.workflow_queue AS w\s+SET status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'.*array_position/s,
+  /^SELECT next_deduplication_id AS key FROM \S+\.workflow_queue\s+WHERE queue_name = \$1/,
+];
+
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
@@ -147,6 +153,17 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
   it('runs a workload through every path that touches active work', async () => {
     await runActiveWorkWorkload(app, pool, schema);
   }, 120_000);
+
+  it("plans the workload's parked outcome and its window keys' follow-up look-up on the fast path", async () => {
+    const statements = new Map(capture.captured.map((statement) => [statement.text, statement]));
+    for (const shape of WORKLOAD_FAST_PATH) {
+      const kinds = new Set<CitusPlanKind>();
+      for (const { text, values } of statements.values()) {
+        if (shape.test(text.trim())) kinds.add((await explainOnCitus(pool, text, values)).kind);
+      }
+      expect({ shape, kinds }).toEqual({ shape, kinds: FAST });
+    }
+  });
 
   it('plans every captured statement on one node, but for the fan-outs by design', async () => {
     capture.capturing = false;
