@@ -138,12 +138,11 @@ export class DashboardService {
 
   /** One workflow with its inputs, outcome and steps. @throws WorkflowNotFoundError */
   async getWorkflow(workflowId: string): Promise<DashboardWorkflowDetail> {
-    const [row, steps, streams] = await Promise.all([
-      this.store.findDetail(workflowId),
-      this.store.findSteps(workflowId),
-      this.streamsOf(workflowId),
-    ]);
+    // NOTE: the row first: what a run records (steps, stream values) commits before its status changes, so steps read
+    // after the row hold every step of the status shown (read side by side, a finished run could lack its last step).
+    const row = await this.store.findDetail(workflowId);
     if (!row) throw new WorkflowNotFoundError(workflowId);
+    const [steps, streams] = await Promise.all([this.store.findSteps(workflowId), this.streamsOf(workflowId)]);
     const values = new RowValues();
     const detail: DashboardWorkflowDetail = {
       streams,
