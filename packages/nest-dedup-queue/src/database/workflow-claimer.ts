@@ -183,6 +183,11 @@ export class WorkflowClaimer {
     const { concurrency, rateLimit } = request.queue;
     const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
     if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
+    const citus = this.database.citus;
+    // NOTE: on Citus this transaction's claims are stamped with the coordinator's now(), but a router SELECT's now()
+    // is the node's, whose transaction began later (after the lease and queue locks): the window is counted from the
+    // coordinator's now(), read by a statement that names no table, so that it ends where the stamps say.
+    const windowEnd = citus ? (await query<{ now: Date }>('SELECT now() AS now'))[0].now : undefined;
     const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
       `SELECT
          (SELECT count(*)::int FROM ${this.workflows}
@@ -192,8 +197,10 @@ export class WorkflowClaimer {
            AS frees_in_ms
        FROM ${this.startsSql('queue_name = $1')} AS s
        WHERE $2::float8 > 0
-         AND started_at > ${startTimeSql(this.database.citus)} - $2::float8 * interval '1 millisecond'`,
-      [request.queue.name, queueWideRate?.periodMs ?? 0],
+         AND started_at > ${citus ? '$3::timestamptz' : startTimeSql(false)} - $2::float8 * interval '1 millisecond'`,
+      citus
+        ? [request.queue.name, queueWideRate?.periodMs ?? 0, windowEnd]
+        : [request.queue.name, queueWideRate?.periodMs ?? 0],
       { prepared: true },
     );
     let limit = request.limit;
