@@ -9,7 +9,9 @@
  * Before it, the hot path alone (enqueue, claim, steps, a retry, outcomes, wake-ups, `enqueue_workflow`) is audited
  * more strictly (test/support/citus-plans.ts): no statement of it may be planned with a distributed subplan, "pull to
  * coordinator", a repartition or more than one task; the enqueue inserts must be router inserts (`INSERT … VALUES`),
- * and the statements of `enqueue_workflow` may not show any of those in the planner's messages.
+ * the claim, the outcome's statements but the archive, and the hand-over's look-up fast-path router statements
+ * (FAST_PATH), and the statements of
+ * `enqueue_workflow` may not show any of those in the planner's messages.
  */
 import { appendFileSync } from 'node:fs';
 import type { Pool } from 'pg';
@@ -49,6 +51,29 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     what: 'retention: is a workflow of that day still active (per day)',
     shape: /^SELECT 1 FROM \S+\.workflow_queue WHERE created_at >= \$1/,
   },
+];
+
+/**
+ * The hot statements pinned to Citus's fast path ("Distributed planning for a fast-path router query"): the claim's
+ * candidates and their update; the outcome's lock of the rows that end, their delete, a retry and its forgotten
+ * steps; the look-up of a follow-up waiting for a freed key (the hand-over itself runs only when one waits).
+ */
+const FAST_PATH: RegExp[] = [
+  /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND \(status = 'ENQUEUED'.*FOR UPDATE SKIP LOCKED$/s,
+  /^UPDATE \S+\.workflow_queue AS w\s+SET status = 'PENDING', executor_id = \$2/,
+  /^SELECT w\.workflow_id, w\.queue_name, w\.workflow_name, w\.attempts,.*FOR UPDATE$/s,
+  /^DELETE FROM \S+\.workflow_queue WHERE queue_name = \$1 AND workflow_id = ANY\(\$2::text\[\]\)$/,
+  /^UPDATE \S+\.workflow_queue AS w\s+SET status = 'ENQUEUED', executor_id = NULL/,
+  /^SELECT workflow_id, min\(step_index\)::int AS first_failed FROM \S+\.steps/,
+  /^DELETE FROM \S+\.steps\s+WHERE queue_name = \$1 AND workflow_id = ANY/,
+  /^SELECT 1 FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND next_deduplication_id = ANY/,
+];
+const FAST = new Set<CitusPlanKind>(['fast-path router']);
+
+/** More statements pinned to the fast path, from the workload: a parked outcome, the follow-up probe of window keys. */
+const WORKLOAD_FAST_PATH: RegExp[] = [
+  /^UPDATE \S+\.workflow_queue AS w\s+SET status = 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'.*array_position/s,
+  /^SELECT next_deduplication_id AS key FROM \S+\.workflow_queue\s+WHERE queue_name = \$1/,
 ];
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
@@ -114,7 +139,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     const active = /^INSERT INTO \S+\.workflow_queue \(/;
     expect(kindOf(active).length).toBeGreaterThanOrEqual(2);
     expect(new Set(kindOf(active))).toEqual(new Set(['router insert']));
-    expect(new Set(kindOf(/^WITH claimable AS/))).toEqual(new Set(['router']));
+    for (const shape of FAST_PATH) expect({ shape, kinds: new Set(kindOf(shape)) }).toEqual({ shape, kinds: FAST });
     expect(new Set(kindOf(/^INSERT INTO \S+\.steps \(/))).toEqual(new Set(['router']));
     expect(kindOf(/^SELECT pg_notify\(/)).toEqual(['coordinator']);
     expect(kinds.filter(({ kind }) => kind === 'fast-path router').length).toBeGreaterThanOrEqual(4);
@@ -128,6 +153,17 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
   it('runs a workload through every path that touches active work', async () => {
     await runActiveWorkWorkload(app, pool, schema);
   }, 120_000);
+
+  it("plans the workload's parked outcome and its window keys' follow-up look-up on the fast path", async () => {
+    const statements = new Map(capture.captured.map((statement) => [statement.text, statement]));
+    for (const shape of WORKLOAD_FAST_PATH) {
+      const kinds = new Set<CitusPlanKind>();
+      for (const { text, values } of statements.values()) {
+        if (shape.test(text.trim())) kinds.add((await explainOnCitus(pool, text, values)).kind);
+      }
+      expect({ shape, kinds }).toEqual({ shape, kinds: FAST });
+    }
+  });
 
   it('plans every captured statement on one node, but for the fan-outs by design', async () => {
     capture.capturing = false;
@@ -190,8 +226,9 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
 
 /**
  * The hot path, alone: enqueues (one, one with a key and its rejected duplicate, a batch with a duplicate in it, from
- * SQL), and the claims, steps, retry and outcomes of draining them; every call names its queue. Returns the planner's
- * messages for the statements of the SQL function `enqueue_workflow`, called with `client_min_messages = debug2`.
+ * SQL), and the claims, steps, retries (one after a failed step, whose checkpoint the retry forgets) and outcomes of
+ * draining them; every call names its queue. Returns the planner's messages for the statements of the SQL function
+ * `enqueue_workflow`, called with `client_min_messages = debug2`.
  */
 async function runHotPath(app: QueueApp, pool: Pool, schema: string): Promise<string[]> {
   const tasks = app.get(RecordingTasks);
@@ -207,6 +244,7 @@ async function runHotPath(app: QueueApp, pool: Pool, schema: string): Promise<st
   ]);
   expect(batch.map((result) => result.status)).toEqual(['created', 'created', 'duplicate']);
   results.push((await queues.enqueue('work', app.get(StepTasks).stepsThenFailOnce, ['hot'])).getResult());
+  results.push((await queues.enqueue('work', app.get(StepTasks).failingStepOnce, ['hot'])).getResult());
   const client = await pool.connect();
   const planner: string[] = [];
   client.on('notice', (notice: { message?: string }) => planner.push(notice.message ?? ''));

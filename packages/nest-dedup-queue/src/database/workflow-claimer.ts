@@ -105,12 +105,25 @@ export class WorkflowClaimer {
   private readonly workflows: string;
   private readonly queues: string;
   private readonly executors: string;
+  /**
+   * On Citus, the claim of a queue without partitions as two statements that Citus plans on its fast path (one table,
+   * `queue_name = $1`, no CTE): the due rows of queue $1 whose claim key is one of $2, at most $3, locked
+   * `FOR UPDATE SKIP LOCKED`; then their update for executor $2, by IDs ($3), returning `ClaimedRow`s.
+   */
+  private readonly candidatesOnCitusSql: string;
+  private readonly updateOnCitusSql: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
     this.workflows = this.tables.active;
     this.queues = `${database.schemaSql}.queues`;
     this.executors = `${database.schemaSql}.executors`;
+    this.candidatesOnCitusSql = `SELECT workflow_id FROM ${this.workflows}
+       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
+       ORDER BY priority, seq
+       LIMIT $3
+       FOR UPDATE SKIP LOCKED`;
+    this.updateOnCitusSql = this.updateSql('', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -159,9 +172,11 @@ export class WorkflowClaimer {
 
   /**
    * On Citus, in a transaction: the executor's lease row locked (`FOR KEY SHARE`, so that it cannot be deleted until the
-   * claim commits; none, no claim), then the claim, a router statement on the queue's node. The executors table is
-   * on the coordinator: named in the claim, its look-up and the claim's candidates would be planned as subplans whose
-   * results pass through the coordinator.
+   * claim commits; none, no claim), then the claim on the queue's node. The executors table is on the coordinator:
+   * named in the claim, its look-up and the claim's candidates would be planned as subplans whose results pass through
+   * the coordinator. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
+   * the caller locked the queue's row and read it), the candidates locked, then their update (see
+   * `candidatesOnCitusSql`); a partitioned one by the router statement of `claimSql`.
    */
   private async claimOnCitus(
     query: TransactionQuery,
@@ -173,7 +188,24 @@ export class WorkflowClaimer {
       request.executorId,
     ]);
     if (alive.length === 0) return [];
-    return query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit));
+    if (partitioned) return query<ClaimedRow>(this.claimSql(true), this.params(request, limit));
+    if (!hasGlobalLimits(request.queue)) {
+      const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1`, [
+        request.queue.name,
+      ]);
+      if (queue?.paused) return [];
+    }
+    const candidates = await query<{ workflow_id: string }>(this.candidatesOnCitusSql, [
+      request.queue.name,
+      request.claimKeys,
+      limit,
+    ]);
+    if (candidates.length === 0) return [];
+    return query<ClaimedRow>(this.updateOnCitusSql, [
+      request.queue.name,
+      request.executorId,
+      candidates.map((row) => row.workflow_id),
+    ]);
   }
 
   private async allowedStarts(
@@ -309,7 +341,22 @@ export class WorkflowClaimer {
            LIMIT $4
            FOR UPDATE SKIP LOCKED
          )${withoutFlush ? `, ${COMMIT_WITHOUT_FLUSH_CTE}` : ''}`;
-    const update = `
+    const update = this.updateSql(
+      'FROM claimable',
+      `w.queue_name = $1 AND w.workflow_id = claimable.workflow_id${
+        citus ? '' : `\n        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)`
+      }${withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''}`,
+    );
+    return { candidates, update };
+  }
+
+  /**
+   * The UPDATE that claims the active rows `w` (joined to `from`, matching `where`) for executor $2, returning
+   * `ClaimedRow`s.
+   */
+  private updateSql(from: string, where: string): string {
+    const citus = this.database.citus;
+    return `
       UPDATE ${this.workflows} AS w
       SET status = ${STATUS_SQL.PENDING}, executor_id = $2, attempts = w.attempts + 1,
           started_at = ${startTimeSql(citus)}, updated_at = now(),
@@ -319,10 +366,8 @@ export class WorkflowClaimer {
                 `least(w.deadline_at, ${nowPlusMsSql(true, 'w.timeout_ms')})`
               : `coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond')`
           }
-      FROM claimable
-      WHERE w.queue_name = $1 AND w.workflow_id = claimable.workflow_id${
-        citus ? '' : `\n        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)`
-      }${withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''}
+      ${from}
+      WHERE ${where}
       RETURNING w.workflow_id, w.workflow_name, w.workflow_version, w.forked_from IS NOT NULL AS forked,
                 w.inputs::text AS inputs, w.priority, w.seq,
                 w.attempts, w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
@@ -331,7 +376,6 @@ export class WorkflowClaimer {
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
                   AS wait_seconds`;
-    return { candidates, update };
   }
 }
 

@@ -160,6 +160,11 @@ export interface EndStatements {
   remove: string;
   /** Writes the key records of those that keep their key (only when some do). */
   keyRecords: string;
+  /**
+   * Whether a follow-up waits for one of the freed keys (a statement on Citus's fast path): when none does, `handOver`
+   * has nothing to hand over and is not sent.
+   */
+  followed: string;
   /** Hands the freed keys to the follow-ups waiting for them; returns `handed_over`, how many took one. */
   handOver: string;
   /** Wakes the queue's workers after a hand-over (from the coordinator: it reads no table). */
@@ -174,7 +179,9 @@ export interface EndStatements {
  * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go, the key records are written
  * from the history rows, and the freed keys are handed to the follow-ups that wait for them (`handOverKeysSql`, a
  * statement of its own, whose snapshot shows a follow-up committed while `lock` waited; its wake-ups are a statement
- * of their own too, since a statement routed to a worker would notify there). The statements read the caller's
+ * of their own too, since a statement routed to a worker would notify there; it runs only when `followed` finds a
+ * follow-up waiting for a freed key: none can be inserted meanwhile, since a follow-up locks its key's holder, which
+ * this transaction locked and deleted). The statements read the caller's
  * parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those that keep
  * their key, and the keys they held: run them with `runEndStatements`.
  */
@@ -200,6 +207,9 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
     remove: `DELETE FROM ${active} WHERE queue_name = ${queue} AND workflow_id = ANY(${ids})`,
     keyRecords: `INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST})
        SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
+    followed: `SELECT 1 FROM ${active}
+       WHERE queue_name = ${queue} AND next_deduplication_id = ANY(${keys}) AND status = ${STATUS_SQL.ENQUEUED}
+       LIMIT 1`,
     handOver: handOverKeysStatementSql(active, keys, spec.channelParam, queue),
     wakeUp: `SELECT pg_notify(${spec.channelParam}, ${queue})::text`,
   };
@@ -209,15 +219,17 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 /**
  * Ends workflows with the statements of `endWorkflowsStatementsSql`, in the caller's transaction (`query`), given
- * the caller's parameter values; returns the rows that ended (none: nothing was written).
+ * the caller's parameter values; returns the rows that ended (none: nothing was written). `lock`, when given, locks
+ * the rows that end in place of the statement `lock` (the same rows, as `EndingRow`s: those that match `spec.where`).
  */
 export async function runEndStatements<R extends EndingRow = EndingRow>(
   query: Query,
   spec: EndSpec,
   params: unknown[],
+  lock?: () => Promise<R[]>,
 ): Promise<R[]> {
   const statements = endWorkflowsStatementsSql(spec, params.length);
-  const ending = await query<R>(...usedParameters(statements.lock, params));
+  const ending = lock ? await lock() : await query<R>(...usedParameters(statements.lock, params));
   if (ending.length === 0) return ending;
   const freedKeys = ending.flatMap((row) =>
     row.active_deduplication_id === null ? [] : [row.active_deduplication_id],
@@ -232,7 +244,7 @@ export async function runEndStatements<R extends EndingRow = EndingRow>(
   await run(statements.archive);
   await run(statements.remove);
   if (ending.some((row) => row.keeps_key)) await run(statements.keyRecords);
-  if (freedKeys.length > 0) {
+  if (freedKeys.length > 0 && (await run(statements.followed)).length > 0) {
     const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
     if (handed_over > 0) await run(statements.wakeUp);
   }
@@ -368,11 +380,26 @@ export const ENDED_WAKE_UPS_SQL = `(coalesce(${END_WAKE_UPS_SQL}, 0) + (SELECT c
  * that the statement stays on the queue's node).
  */
 export function keepsKeyInWindowSql(active: string, outcome: string, queue = 'w.queue_name'): string {
-  return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
-    AND NOT (${outcome} = ${STATUS_SQL.ERROR} AND w.release_key_on_error)
+  return `${holdsKeyForWindowSql(`${outcome} = ${STATUS_SQL.ERROR}`)}
     AND NOT EXISTS (SELECT 1 FROM ${active} AS f
                     WHERE f.queue_name = ${queue} AND f.next_deduplication_id = w.active_deduplication_id
                     ${PROBE_EACH_ROW})`;
+}
+
+/**
+ * `keepsKeyInWindowSql` but for its follow-up probe: the row `w` has a key and a deduplication window, and did not
+ * fail (`erred`, an SQL condition) with `releaseKeyOnError`. On Citus, the outcome lock reads it and then asks
+ * `FOLLOWED_KEYS_SQL` which of those keys a follow-up waits for, each a statement on Citus's fast path.
+ */
+export function holdsKeyForWindowSql(erred: string): string {
+  return `w.dedup_window_ms IS NOT NULL AND w.active_deduplication_id IS NOT NULL
+    AND NOT ((${erred}) AND w.release_key_on_error)`;
+}
+
+/** Which of the keys `$2` (text[]) of queue `$1` a `queue-next` follow-up waits for (see `keepsKeyInWindowSql`). */
+export function followedKeysSql(active: string): string {
+  return `SELECT next_deduplication_id AS key FROM ${active}
+         WHERE queue_name = $1 AND next_deduplication_id = ANY($2::text[])`;
 }
 
 /** Whether an active row's hold on its `active_deduplication_id` is still on (no window, or one not over yet). */

@@ -7,7 +7,9 @@ import {
   EndSpec,
   EndingRow,
   endWorkflowsSql,
+  followedKeysSql,
   handOverStrandedSql,
+  holdsKeyForWindowSql,
   keepsKeyInWindowSql,
   runEndStatements,
 } from './workflow-finish.sql';
@@ -97,6 +99,35 @@ function outcomeRowSql(citus: boolean): string {
     citus ? ' AND w.queue_name = $11' : ''
   }`;
 }
+
+/** The run of the active row `w` (see `runOf`). */
+const RUN_OF_ROW_SQL = `(w.attempts::text || ':' || w.workflow_id)`;
+
+/** The parameter arrays of `OUTCOMES_SQL`'s fields that a retry or a park reads. */
+const OUTCOME_ARRAYS = {
+  status: '$2::text[]',
+  output: '$3::text[]',
+  error: '$4::text[]',
+  retry_delay_ms: '$5::float8[]',
+} as const;
+
+/**
+ * A field of the outcome of the active row `w`: on one server, of the FROM item `o`; on Citus, its element in the
+ * parameter array, found by the row's run (`<attempts>:<workflow ID>`) in $12 (none: NULL, another run's row), so
+ * that the statement joins no `unnest` and Citus plans it on its fast path.
+ */
+function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
+  return citus ? `(${OUTCOME_ARRAYS[field]})[array_position($12::text[], ${RUN_OF_ROW_SQL})]` : `o.${field}`;
+}
+
+/** The run of an outcome, `<attempt>:<workflow ID>`, as `RUN_OF_ROW_SQL` gives it of the active row `w`. */
+function runOf(outcome: WorkflowOutcome): string {
+  return `${outcome.attempt}:${outcome.workflowId}`;
+}
+
+/** On Citus, the active rows `w` of the outcomes in `$1` of queue $11, still PENDING under this executor ($6). */
+const OUTCOME_ROWS_BY_ID_SQL = `w.queue_name = $11 AND w.workflow_id = ANY($1::text[])
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6`;
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -265,22 +296,19 @@ export class WorkflowStore {
     for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
     const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
     for (const [queue, batch] of byQueue) {
-      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue];
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue, batch.map(runOf)];
       const attached = queue === outcomes[0].queueName ? claim : undefined;
       await this.database.transaction(async (query) => {
         const retried = batch.some((o) => o.status === 'RETRY')
           ? await query<{ workflow_id: string }>(...usedParameters(this.retriedSql(true), params))
           : [];
-        if (retried.length > 0) {
-          await query(this.forgetFailedStepsSql('unnest($2::text[]) AS f(workflow_id)', '$1'), [
-            queue,
-            retried.map((row) => row.workflow_id),
-          ]);
-        }
+        if (retried.length > 0) await this.forgetFailedStepsOnCitus(query, queue, retried);
         const parked = batch.some((o) => o.status === 'PARKED')
           ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
           : [];
-        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params);
+        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params, () =>
+          this.lockEndingOnCitus(query, executorId, queue, batch),
+        );
         const claimed = attached ? await attached.runInTransaction(query) : [];
         if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
@@ -294,8 +322,47 @@ export class WorkflowStore {
   }
 
   /**
+   * On Citus, the lock of `runEndStatements` for the outcomes of `batch` (of `queue`) that end, as statements on
+   * Citus's fast path (one table, no join of the outcomes): the rows still PENDING under `executorId` locked
+   * (`FOR UPDATE`, which rechecks that on a row changed meanwhile), those in the outcome's run kept; then, if some may
+   * keep their key for a window, which of those keys a follow-up waits for (`keepsKeyInWindowSql`, in two parts).
+   */
+  private async lockEndingOnCitus(
+    query: Query,
+    executorId: string,
+    queue: string,
+    batch: WorkflowOutcome[],
+  ): Promise<EndingRow[]> {
+    const ending = batch.filter((o) => o.status !== 'RETRY' && o.status !== 'PARKED');
+    if (ending.length === 0) return [];
+    const locked = await query<EndingRow>(
+      `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+              w.has_streams, ${holdsKeyForWindowSql(`${RUN_OF_ROW_SQL} = ANY($4::text[])`)} AS keeps_key,
+              w.active_deduplication_id
+       FROM ${this.table} AS w
+       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
+         AND w.executor_id = $3
+       FOR UPDATE`,
+      [queue, ending.map((o) => o.workflowId), executorId, ending.filter((o) => o.status === 'ERROR').map(runOf)],
+    );
+    const rows = locked.filter((row) =>
+      ending.some((o) => o.workflowId === row.workflow_id && o.attempt === row.attempts),
+    );
+    const windowKeys = rows.flatMap((row) => (row.keeps_key && row.active_deduplication_id) || []);
+    if (windowKeys.length === 0) return rows;
+    const followed = new Set(
+      (await query<{ key: string }>(followedKeysSql(this.table), [queue, windowKeys])).map((row) => row.key),
+    );
+    return rows.map((row) => ({
+      ...row,
+      keeps_key: row.keeps_key && !followed.has(row.active_deduplication_id as string),
+    }));
+  }
+
+  /**
    * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
-   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 runs, $10 queues (on Citus, $11: the queue).
+   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 runs, $10 queues (on Citus, $11: the queue, and $12: the
+   * runs as `<attempt>:<workflow ID>`).
    */
   private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
     return [
@@ -314,15 +381,28 @@ export class WorkflowStore {
 
   /** The RETRY outcomes: their rows go back to ENQUEUED until their retry delay is over, keeping their key. */
   private retriedSql(citus: boolean): string {
+    const o = (field: keyof typeof OUTCOME_ARRAYS) => outcomeFieldSql(citus, field);
     return `
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
-             not_before = ${nowPlusMsSql(citus, 'o.retry_delay_ms')},
-             failed_attempts = w.failed_attempts + 1, output = o.output::json, error = o.error::json
-         FROM ${outcomesSql(citus)}
-         WHERE o.status = 'RETRY' AND ${outcomeRowSql(citus)}
-         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+             not_before = ${nowPlusMsSql(citus, o('retry_delay_ms'))},
+             failed_attempts = w.failed_attempts + 1, output = ${o('output')}::json, error = ${o('error')}::json
+         ${this.outcomeRowsSql(citus, 'RETRY')}
        `;
+  }
+
+  /**
+   * The FROM and WHERE of an UPDATE of the rows whose outcome is `status`, and its RETURNING: on one server joined to
+   * the outcomes; on Citus, by IDs and run (see `outcomeFieldSql`).
+   */
+  private outcomeRowsSql(citus: boolean, status: 'RETRY' | 'PARKED'): string {
+    const outcome = outcomeFieldSql(citus, 'status');
+    return citus
+      ? `WHERE ${outcome} = '${status}' AND ${OUTCOME_ROWS_BY_ID_SQL}
+         RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`
+      : `FROM ${outcomesSql(false)}
+         WHERE o.status = '${status}' AND ${outcomeRowSql(false)}
+         RETURNING w.workflow_id, w.queue_name, o.status AS outcome`;
   }
 
   /**
@@ -333,10 +413,8 @@ export class WorkflowStore {
     return `
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}, executor_id = NULL, updated_at = now(),
-             completed_at = now(), error = o.error::json
-         FROM ${outcomesSql(citus)}
-         WHERE o.status = 'PARKED' AND ${outcomeRowSql(citus)}
-         RETURNING w.workflow_id, w.queue_name, o.status AS outcome
+             completed_at = now(), error = ${outcomeFieldSql(citus, 'error')}::json
+         ${this.outcomeRowsSql(citus, 'PARKED')}
        `;
   }
 
@@ -368,6 +446,26 @@ export class WorkflowStore {
                                 WHERE queue_name = ${queue} AND workflow_id = f.workflow_id
                                   AND error IS NOT NULL)
        `;
+  }
+
+  /**
+   * On Citus, `forgetFailedStepsSql` as statements on Citus's fast path: the first failed step of each `retried`
+   * workflow of `queue`, then the checkpoints of those that have one from there on.
+   */
+  private async forgetFailedStepsOnCitus(query: Query, queue: string, retried: Array<{ workflow_id: string }>) {
+    const failed = await query<{ workflow_id: string; first_failed: number }>(
+      `SELECT workflow_id, min(step_index)::int AS first_failed FROM ${this.steps}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND error IS NOT NULL
+       GROUP BY workflow_id`,
+      [queue, retried.map((row) => row.workflow_id)],
+    );
+    if (failed.length === 0) return;
+    await query(
+      `DELETE FROM ${this.steps}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
+         AND step_index >= ($3::int[])[array_position($2::text[], workflow_id)]`,
+      [queue, failed.map((row) => row.workflow_id), failed.map((row) => row.first_failed)],
+    );
   }
 
   /**
