@@ -7,7 +7,7 @@ export async function startDemoApp(schema: string, taskMs: number): Promise<INes
   process.env.DEDUP_QUEUE_SCHEMA = schema;
   process.env.DEMO_TASK_MS = String(taskMs);
   const module = await Test.createTestingModule({ imports: [AppModule] }).compile();
-  const app = module.createNestApplication({ logger: false });
+  const app = module.createNestApplication({ logger: false, forceCloseConnections: true });
   await app.init();
   return app;
 }

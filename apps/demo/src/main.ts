@@ -10,7 +10,9 @@ async function bootstrap(): Promise<void> {
   process.env.DATABASE_URL = database.url;
   logger.log(database.throwaway ? `Started a throwaway PostgreSQL at ${database.url}` : 'Using DATABASE_URL');
 
-  const app = await NestFactory.create(AppModule);
+  // forceCloseConnections: at shutdown, once running workflows have finished, open connections (the answers' SSE
+  // streams) are closed instead of holding the server open; browsers reconnect with Last-Event-ID.
+  const app = await NestFactory.create(AppModule, { forceCloseConnections: true });
   // SIGTERM/SIGINT: workers stop claiming, running workflows finish, the lease is given up; then the throwaway
   // server (if one was started) stops when the signal reaches it.
   app.enableShutdownHooks();
