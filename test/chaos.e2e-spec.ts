@@ -65,7 +65,21 @@ describe('chaos: SIGKILL one of three workers at random moments', () => {
       await sleep(randomInt(0, 400));
       victim.child.kill('SIGKILL');
       expect(await victim.ended).toEqual({ code: null, signal: 'SIGKILL' });
-      const orphans = await count(`"${schema}".workflows WHERE status = 'PENDING' AND executor_id = $1`, [victimId]);
+      // NOTE: a statement the victim sent just before the kill (an outcome) still commits on its backend: count the
+      // orphans once two reads a quarter second apart agree.
+      const pendingOf = (id: string) =>
+        count(`"${schema}".workflows WHERE status = 'PENDING' AND executor_id = $1`, [id]);
+      let orphans = await pendingOf(victimId);
+      await waitFor(
+        async () => {
+          await sleep(250);
+          const now = await pendingOf(victimId);
+          const settled = now === orphans;
+          orphans = now;
+          return settled;
+        },
+        { timeoutMs: 10_000, what: `${victimId}'s last statements to settle` },
+      );
       // Odd kills: same executorId (immediate recovery at boot); even kills: a new one (lease path for the old one).
       const restartedAs = kill % 2 === 1 ? victimId : `chaos-victim-${kill + 1}`;
       kills.push({ executorId: victimId, orphans, restartedAs });
