@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, QUEUE_LIMIT_KEYS, assertQueueDeclared, resolveLimits } from '../dedup-queue.config';
-import { QueueControlStore } from '../database/queue-control.store';
+import { QueueControlStore } from '../database/queues/queue-control.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import { QueueSettings } from '../queue-settings';

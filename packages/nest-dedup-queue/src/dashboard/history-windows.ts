@@ -1,4 +1,4 @@
-import type { QueryOptions, QueueDatabase } from '../database/queue-database';
+import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
 
 /** How many history rows one request of the dashboard reads at most before it answers with what it found. */
 export const HISTORY_READ_BUDGET = 200_000;
