@@ -2,9 +2,12 @@ import type { QueryOptions, QueueDatabase } from '../database/connection/queue-d
 
 /** How many history rows one request of the dashboard reads at most before it answers with what it found. */
 export const HISTORY_READ_BUDGET = 200_000;
-/** The rows a window of creation time should hold: windows grow while they hold fewer and shrink past twice it. */
+/**
+ * The rows a window of creation time should hold: windows grow (4 times while they hold under a quarter of it, twice
+ * under it) and shrink past 4 times it.
+ */
 const WINDOW_ROWS = 5_000;
-const FIRST_WINDOW_MS = 10_000;
+const FIRST_WINDOW_MS = 2_000;
 /** Before this time (year 1900) the walk ends with one window open below (rows with odd times, `-infinity`). */
 const OLDEST_WINDOW_MS = Date.UTC(1900, 0, 1);
 
@@ -31,8 +34,8 @@ export interface WalkEnd {
 /**
  * Reads the history newest first without an ordered index (since migration 023 it has only its workflow ID B-tree
  * and BRIN ranges on `created_at` and `completed_at`): in windows of creation time, each read through the BRIN
- * index, sized to hold about `WINDOW_ROWS` rows (doubled while they hold fewer, halved past twice as many), until the
- * caller has enough, nothing older is left, or `HISTORY_READ_BUDGET` rows were read.
+ * index (16 pages a range), sized to hold about `WINDOW_ROWS` rows, until the caller has enough, nothing older is
+ * left, or `HISTORY_READ_BUDGET` rows were read.
  */
 export class HistoryWindows {
   constructor(
@@ -62,8 +65,9 @@ export class HistoryWindows {
       if (seen === 0 && !(await this.olderExists(lo))) return { complete: true };
       if (read >= HISTORY_READ_BUDGET) return { complete: false, stoppedAt: lo };
       hi = lo;
-      if (seen < WINDOW_ROWS / 2) width *= 2;
-      else if (seen > WINDOW_ROWS * 2) width = Math.max(1, Math.floor(width / 2));
+      if (seen < WINDOW_ROWS / 4) width *= 4;
+      else if (seen < WINDOW_ROWS) width *= 2;
+      else if (seen > WINDOW_ROWS * 4) width = Math.max(1, Math.floor(width / 2));
     }
   }
 

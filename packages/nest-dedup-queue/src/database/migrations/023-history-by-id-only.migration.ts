@@ -42,6 +42,6 @@ export const historyByIdOnly: Migration = {
       ${schema}.workflow_history_by_workflow_name, ${schema}.workflow_history_by_deduplication_id,
       ${schema}.workflow_history_by_partition_key, ${schema}.workflow_history_started_at;
     CREATE INDEX workflow_history_created_at ON ${schema}.workflow_history USING brin (created_at)
-      WITH (pages_per_range = 32, autosummarize = on);
+      WITH (pages_per_range = 16, autosummarize = on);
   `,
 };
