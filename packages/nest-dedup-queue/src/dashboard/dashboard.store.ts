@@ -12,6 +12,11 @@ import {
 } from '../database/tables/workflow-status.sql';
 import { HistoryWindows } from './history-windows';
 
+/** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
+const HISTORY_READ_BUDGET = 200_000;
+const COUNT_READ_BUDGET = 100_000;
+const STATUS_COUNT_READ_BUDGET = 50_000;
+
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
 export interface ListCursor {
   createdAtMicros: string;
@@ -184,7 +189,7 @@ export class DashboardStore {
     const finished = statuses.filter((status) => HISTORY_STATUSES.includes(status));
     const counts = new Map<string, number>();
     const end = finished.length
-      ? await this.windows.walk({}, async (window) => {
+      ? await this.windows.walk({}, STATUS_COUNT_READ_BUDGET, async (window) => {
           const windowParams: unknown[] = [];
           const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; n: number }>(
             `SELECT queue_name, status, count(*)::int AS n FROM ${this.tables.history}
@@ -385,27 +390,23 @@ export class DashboardStore {
       return { rows };
     }
     const rows: SummaryRow[] = [];
-    const end = await this.windows.walk(this.historyRange(filter, cursor), async (window) => {
+    const end = await this.windows.walk(this.historyRange(filter, cursor), HISTORY_READ_BUDGET, async (window) => {
       const windowParams = [...params];
       const where = HistoryWindows.condition(window, windowParams);
       windowParams.push(limit - rows.length);
-      const read = await this.database.query<SummaryRow & { hit: boolean; seen: string }>(
-        `SELECT * FROM (
-           SELECT ${HISTORY_SUMMARY_COLUMNS}, coalesce(${conditions.length ? conditions.join(' AND ') : 'true'}, false)
-                    AS hit,
-                  count(*) OVER () AS seen
-           FROM ${this.tables.history} WHERE ${where}
-         ) AS w
-         ORDER BY hit DESC, created_at DESC, seq DESC LIMIT $${windowParams.length}`,
+      // NOTE: the rows of the window are counted apart (a count reads no column), and only the matching ones are read.
+      const read = await this.database.query<SummaryRow & { seen: number }>(
+        `SELECT window_rows.seen, page.*
+         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${where}) AS window_rows
+         LEFT JOIN LATERAL (
+           SELECT ${HISTORY_SUMMARY_COLUMNS} FROM ${this.tables.history} ${whereClause([where, ...conditions])}
+           ${NEWEST_FIRST} LIMIT $${windowParams.length}
+         ) AS page ON true`,
         windowParams,
         READ,
       );
-      for (const row of read) {
-        if (!row.hit) break;
-        const { hit: _hit, seen: _seen, ...summary } = row;
-        rows.push(summary);
-      }
-      return { seen: Number(read[0]?.seen ?? 0), enough: rows.length >= limit };
+      for (const { seen: _seen, ...summary } of read) if (summary.workflow_id !== null) rows.push(summary);
+      return { seen: read[0]?.seen ?? 0, enough: rows.length >= limit };
     });
     return { rows, stoppedAt: end.stoppedAt };
   }
@@ -425,7 +426,7 @@ export class DashboardStore {
       return { count: rows[0].count, complete: true };
     }
     let count = 0;
-    const end = await this.windows.walk(this.historyRange(filter, undefined), async (window) => {
+    const end = await this.windows.walk(this.historyRange(filter, undefined), COUNT_READ_BUDGET, async (window) => {
       const windowParams = [...params];
       const where = HistoryWindows.condition(window, windowParams);
       const [row] = await this.database.query<{ hits: number; seen: number }>(

@@ -1,7 +1,5 @@
 import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
 
-/** How many history rows one request of the dashboard reads at most before it answers with what it found. */
-export const HISTORY_READ_BUDGET = 200_000;
 /**
  * The rows a window of creation time should hold: windows grow (4 times while they hold under a quarter of it, twice
  * under it) and shrink past 4 times it.
@@ -35,7 +33,7 @@ export interface WalkEnd {
  * Reads the history newest first without an ordered index (since migration 023 it has only its workflow ID B-tree
  * and BRIN ranges on `created_at` and `completed_at`): in windows of creation time, each read through the BRIN
  * index (16 pages a range), sized to hold about `WINDOW_ROWS` rows, until the caller has enough, nothing older is
- * left, or `HISTORY_READ_BUDGET` rows were read.
+ * left, or the caller's budget of rows was read.
  */
 export class HistoryWindows {
   constructor(
@@ -45,10 +43,11 @@ export class HistoryWindows {
 
   /**
    * Visits windows from `before` (exclusive; now, open above, when undefined) back to `floor` (inclusive) or the
-   * oldest row. `window(lo, hi)` gives the SQL condition of a window with its parameters appended to `params`.
+   * oldest row, until `visit` has enough or `budget` rows were read (`WalkEnd.stoppedAt`).
    */
   async walk(
     range: { before?: Date; floor?: Date },
+    budget: number,
     visit: (window: HistoryWindow) => Promise<WindowVisit>,
   ): Promise<WalkEnd> {
     let hi = range.before;
@@ -63,7 +62,7 @@ export class HistoryWindows {
       read += seen;
       if (enough || last || !lo) return { complete: true };
       if (seen === 0 && !(await this.olderExists(lo))) return { complete: true };
-      if (read >= HISTORY_READ_BUDGET) return { complete: false, stoppedAt: lo };
+      if (read >= budget) return { complete: false, stoppedAt: lo };
       hi = lo;
       if (seen < WINDOW_ROWS / 4) width *= 4;
       else if (seen < WINDOW_ROWS) width *= 2;
