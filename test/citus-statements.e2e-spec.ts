@@ -49,6 +49,10 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     shape: /^SELECT workflow_id, created_at FROM \S+\.workflow_history_legacy AS l/,
   },
   {
+    what: "retention: the rate limits' starts past the retention (a day at least)",
+    shape: /^DELETE FROM \S+\.queue_starts WHERE started_at < now\(\)/,
+  },
+  {
     what: 'retention: is a workflow of that day still active (per day)',
     shape: /^SELECT 1 FROM \S+\.workflow_queue WHERE created_at >= \$1/,
   },
