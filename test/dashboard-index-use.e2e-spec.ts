@@ -136,12 +136,7 @@ describe('dashboard reads are bounded (indexes, and the history in windows of cr
 });
 
 /** How many rows of the populated history partitions `text` reads, from its EXPLAIN ANALYZE (rows kept and removed). */
-async function historyRowsRead(
-  pool: Pool,
-  text: string,
-  values: unknown[],
-  populated: Set<string>,
-): Promise<number> {
+async function historyRowsRead(pool: Pool, text: string, values: unknown[], populated: Set<string>): Promise<number> {
   const client = await pool.connect();
   try {
     const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
