@@ -1,6 +1,6 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DedupQueueConfig, ResolvedQueue } from './dedup-queue.config';
-import { QueueControlStore, QueueOverrides } from './database/queue-control.store';
+import { QueueControlStore, QueueOverrides } from './database/queues/queue-control.store';
 
 /** A queue's limits as they apply now: declared, with run-time overrides on top, and whether it is paused. */
 export interface EffectiveQueue extends ResolvedQueue {

@@ -6,7 +6,7 @@ import {
   queueWideLimit,
   resolveLimits,
 } from '../dedup-queue.config';
-import { QueueControlStore } from '../database/queue-control.store';
+import { QueueControlStore } from '../database/queues/queue-control.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
 import { QueueSettings } from '../queue-settings';
