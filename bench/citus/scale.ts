@@ -9,7 +9,7 @@
  * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys;
  * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (32 slots shared by the queues), in
  *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot workload
- *   (in one queue on one server; spread over 8 queues on a cluster, docs/citus.md's "A hot queue");
+ *   (in one queue on one server; spread over 8 queues of 32 slots each on a cluster, docs/citus.md's "A hot queue");
  *
  * with each server's CPU per call or job (`cpuacct.usage` of its group) and its share of the quota, which says which
  * server is saturated. Each measurement has a schema of its own, created and filled (W2's prefill) with the quotas of
@@ -95,8 +95,9 @@ interface Workload {
   /** W2's queues; 0 for W1. */
   queues: number;
   /**
-   * One hot workload: on a cluster spread over `queues` queue names (as docs/citus.md's "A hot queue" says to, while
-   * `shards` is refused there), on one server in one queue (where `shards` leaves a queue whole).
+   * One hot workload: on a cluster spread over `queues` queue names with the worker's 32 slots for each (as
+   * docs/citus.md's "A hot queue" says to, while `shards` is refused there), on one server in one queue (where
+   * `shards` leaves a queue whole).
    */
   hot?: boolean;
 }
@@ -106,7 +107,7 @@ const WORKLOADS: Workload[] = [
   { id: 'w2x1', row: 'W2 one queue, jobs/s', short: 'one queue', queues: 1 },
   { id: 'w2x2', row: 'W2 two queues', short: 'two queues', queues: 2 },
   { id: 'w2x4', row: 'W2 four queues', short: 'four queues', queues: 4 },
-  { id: 'w2hot', row: 'W2 one hot queue in 8 (one server: 1)', short: 'hot queue', queues: 8, hot: true },
+  { id: 'w2hot', row: 'W2 one hot queue in 8 × 32 slots (one server: 1)', short: 'hot queue', queues: 8, hot: true },
 ];
 
 interface Server {
@@ -220,7 +221,7 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
     await prefill(target, schema, queues, settings.jobs);
     limit([target], true);
     const before = throttling();
-    const run = await drain(target, schema, queues, settings.jobs, meterOf(target));
+    const run = await drain(target, schema, queues, settings.jobs, meterOf(target), workload.hot ? 'each' : 'split');
     return sample(target, run, capacity, before);
   } finally {
     limit([target], false);
