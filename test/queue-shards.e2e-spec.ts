@@ -4,15 +4,19 @@
  * shards is refused at boot (`DedupQueueConfigurationError`) and at run time (`setQueueLimits`), as is the option on
  * Citus, where spreading a queue over nodes is not built yet.
  */
+import { Test } from '@nestjs/testing';
 import {
   DedupQueueConfigurationError,
+  DedupQueueModule,
   DedupQueueModuleOptions,
   InvalidArgumentError,
   QueueDeduplicatedError,
+  QueueService,
 } from 'nest-dedup-queue';
+import { CapturingLogger } from './support/capturing-logger';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { startQueueApp, useQueueApp } from './support/queue-app';
-import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 
 describe('a queue with shards on one server', () => {
   const suite = useQueueApp<RecordingTasks>(
@@ -107,6 +111,44 @@ describe('the refusals of `shards` at boot', () => {
       await expect(app.queues.getQueueSettings('q')).resolves.toMatchObject({ concurrency: 2 });
     } finally {
       await app.close();
+    }
+  });
+
+  it('ignores a queue-wide override stored before the queue declared shards, saying so once at boot', async () => {
+    const before = await startQueueApp({ schema, worker: false, queues: [{ name: 'was-plain' }] });
+    try {
+      await before.queues.setQueueLimits('was-plain', { concurrency: 3 });
+    } finally {
+      await before.close();
+    }
+    const logger = new CapturingLogger();
+    const module = await Test.createTestingModule({
+      imports: [
+        DedupQueueModule.forRoot({
+          connection: { url: databaseUrl() },
+          schema,
+          worker: false,
+          queues: [{ name: 'was-plain', shards: 4 }],
+        }),
+      ],
+    })
+      .setLogger(logger)
+      .compile();
+    await module.init();
+    try {
+      expect(logger.matching(/was-plain/).map((line) => [line.level, line.message])).toEqual([
+        [
+          'warn',
+          'Queue "was-plain" declares 4 shards and ignores its run-time `concurrency` override; clear it with ' +
+            "setQueueLimits('was-plain', { concurrency: null })",
+        ],
+      ]);
+      const queues = module.get(QueueService);
+      await expect(queues.getQueueSettings('was-plain')).resolves.toEqual({ workerConcurrency: 10, paused: false });
+      await queues.setQueueLimits('was-plain', { concurrency: null });
+      await expect(queues.getQueueSettings('was-plain')).resolves.toEqual({ workerConcurrency: 10, paused: false });
+    } finally {
+      await module.close();
     }
   });
 });

@@ -185,7 +185,7 @@ export function resolveConfig(
       fail(
         `queue "${sharded.name}" declares \`shards: ${sharded.shards}\`, which \`distribution: 'citus'\` does not ` +
           'support yet (a queue is held by one worker node); leave `shards` out, or spread the work over several ' +
-          'queues',
+          'queues (docs/citus.md, "A hot queue")',
       );
     }
   }
