@@ -8,9 +8,13 @@
  * follow-up runs after its holder; schedules keep their cursors. Then a process of the old release meets the
  * migrated schema: 0.2.0 refuses to start and writes nothing; 1.0.0 runs against it (one warning), enqueues and runs
  * its runs (version 1), and, as it cannot tell versions apart, also runs a version-2 run of a name it has (which is
- * why docs/upgrading.md says to upgrade every process before deploying a version 2).
+ * why docs/upgrading.md says to upgrade every process before deploying a version 2); 1.1.0 runs against it too, and its
+ * own rate-limited claim still counts the history's starts exactly (without the index migration 023 dropped) and
+ * records none in `queue_starts`.
  * The migration's duration on 1,000,000 finished workflows is measured by bench/upgrade/measure.js, not here.
  */
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
 import { QueueDeduplicatedError, ScheduleService, Step, Workflow, WorkflowFailedError } from 'nest-dedup-queue';
 import { MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
@@ -495,6 +499,53 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
       expect(refused.message).toContain(`Schema "${schema}" has migration 13 of a newer major version`);
       expect(await child.waitForExit()).toEqual({ code: 0, signal: null });
       expect(await contentsOf()).toEqual(contents);
+    });
+  }
+
+  if (knowsVersions) {
+    it(`counts the history's starts in a rate-limited claim of ${release.version} on the migrated schema: exact, without the dropped index`, async () => {
+      // 1.1's own claimer, from its build: it counts the running workflows' and the history's started_at.
+      const previous = createRequire(__filename)(join(previousRelease, 'dist', 'testing.js')) as Pick<
+        typeof import('nest-dedup-queue/testing'),
+        'QueueDatabase' | 'ExecutorStore' | 'WorkflowClaimer'
+      >;
+      await pool.query(
+        `INSERT INTO "${schema}".workflow_history (workflow_id, queue_name, workflow_name, status, inputs, started_at,
+                                                 completed_at)
+         SELECT 'rated-done-' || i, 'rated', 'Rated.run', 'SUCCESS', '[]', now() - interval '2 seconds', now()
+         FROM generate_series(1, 3) AS i`,
+      );
+      await pool.query(
+        `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
+         VALUES ('rated-next', 'rated', 'Rated.run', 'ENQUEUED', '[]')`,
+      );
+      const dataSource = await new DataSource({ type: 'postgres', url: databaseUrl() }).initialize();
+      const database = new previous.QueueDatabase(dataSource, schema, false);
+      try {
+        await new previous.ExecutorStore(database).register('rated-1.1', {
+          queues: ['rated'],
+          workflows: [{ name: 'Rated.run', version: 1 }],
+        });
+        const claimer = new previous.WorkflowClaimer(database);
+        const claim = (limit: number) =>
+          claimer.claim({
+            queue: { name: 'rated', workerConcurrency: 10, rateLimit: { limit, periodMs: 60_000 } },
+            executorId: 'rated-1.1',
+            limit: 10,
+            claimKeys: ['1:Rated.run'],
+          });
+        const full = await claim(3);
+        expect(full.workflows).toEqual([]);
+        expect(full.retryInMs).toBeGreaterThan(50_000);
+        expect((await claim(4)).workflows.map((workflow) => workflow.workflowId)).toEqual(['rated-next']);
+        // It does not record its starts where 1.2 counts them (docs/upgrading.md).
+        const starts = await pool.query(`SELECT 1 FROM "${schema}".queue_starts WHERE queue_name = 'rated'`);
+        expect(starts.rowCount).toBe(0);
+        await new previous.ExecutorStore(database).remove('rated-1.1');
+        await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE queue_name = 'rated'`);
+      } finally {
+        await database.close();
+      }
     });
   }
 
