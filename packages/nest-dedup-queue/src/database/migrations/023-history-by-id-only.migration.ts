@@ -13,8 +13,8 @@ export const STARTS_BACKFILL_HORIZON = `interval '1 hour'`;
  *   `_by_partition_key`, `_started_at` (six B-tree entries per finished workflow, 2 of 3 of the history's WAL).
  * - `queue_starts`: one row per start of a workflow in a queue with a rate limit (per queue or per partition),
  *   written by the claim that starts it, which also deletes the queue's rows older than its window; the rate limit
- *   counts there (no longer the history's `started_at`). Keyed by `(queue_name, started_at)`; on Citus distributed by
- *   `queue_name` with the active table. The upgrade copies the starts of the last hour (`STARTS_BACKFILL_HORIZON`)
+ *   counts there (no longer the history's `started_at`). Keyed by `(queue_name, started_at)`, vacuumed as often as the
+ *   active table (rows come and go with every claim); on Citus distributed by `queue_name` with the active table. The upgrade copies the starts of the last hour (`STARTS_BACKFILL_HORIZON`)
  *   from both tables, so that a window in flight counts them.
  *
  * Backward compatible with 1.1: a 1.1 process writes history rows as before, and its rate claim still reads the
@@ -31,6 +31,9 @@ export const historyByIdOnly: Migration = {
       partition_key text
     );
     CREATE INDEX queue_starts_window ON ${schema}.queue_starts (queue_name, started_at);
+    ALTER TABLE ${schema}.queue_starts SET (
+      autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0
+    );
     INSERT INTO ${schema}.queue_starts (queue_name, started_at, partition_key)
       SELECT queue_name, started_at, partition_key FROM ${schema}.workflow_history
       WHERE started_at > now() - ${STARTS_BACKFILL_HORIZON}
