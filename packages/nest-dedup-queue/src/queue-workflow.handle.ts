@@ -1,6 +1,6 @@
-import type { WorkflowResultRow, WorkflowStore } from './database/workflow.store';
+import type { WorkflowResultRow, WorkflowStore } from './database/workflows/workflow.store';
 import { DatabaseUnavailableError } from './errors/database-unavailable.error';
-import { toStatusInfo } from './database/workflow-row';
+import { toStatusInfo } from './database/workflows/workflow-row';
 import { WorkflowCancelledError } from './errors/workflow-cancelled.error';
 import { WorkflowFailedError } from './errors/workflow-failed.error';
 import { WorkflowNotFoundError } from './errors/workflow-not-found.error';

@@ -3,19 +3,19 @@
  * the executor store, the schedule clock). Not part of the public API: no semver promise, may change in any
  * release. Applications import from `nest-dedup-queue`.
  */
-export { QueueDatabase } from './database/queue-database';
-export { runMigrations } from './database/migration.runner';
+export { QueueDatabase } from './database/connection/queue-database';
+export { runMigrations } from './database/migrations/migration.runner';
 export { MIGRATIONS } from './database/migrations';
 export type { Migration } from './database/migrations';
-export { ExecutorStore } from './database/executor.store';
-export { HistoryPartitions } from './database/history-partitions';
+export { ExecutorStore } from './database/executors/executor.store';
+export { HistoryPartitions } from './database/sweeps/history-partitions';
 export { SCHEDULE_CLOCK } from './scheduling/schedule.clock';
 export type { ScheduleClock } from './scheduling/schedule.clock';
 export { TickCalculator } from './scheduling/tick.calculator';
-export { WorkflowClaimer } from './database/workflow-claimer';
-export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from './database/workflow-claimer';
-export type { WorkflowOutcome } from './database/workflow.store';
+export { WorkflowClaimer } from './database/workflows/workflow-claimer';
+export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from './database/workflows/workflow-claimer';
+export type { WorkflowOutcome } from './database/workflows/workflow.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
-export { StrandedDuplicates } from './database/stranded-duplicates';
+export { StrandedDuplicates } from './database/sweeps/stranded-duplicates';
 export { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';
-export { workflowStreamStore } from './database/workflow-stream.store';
+export { workflowStreamStore } from './database/streams/workflow-stream.store';

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { WorkflowStore } from './database/workflow.store';
+import { WorkflowStore } from './database/workflows/workflow.store';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { WorkflowCompletions } from './workflow-completions';

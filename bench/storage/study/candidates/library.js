@@ -158,10 +158,10 @@ function libraryCandidate(variant) {
 /** P0: the module's statement classes on a stand-in database that sends them on the driver's connection. */
 function driverParts() {
   const dist = (file) => require(path.join(LIBRARY_DIST, 'database', file));
-  const { workflowTables } = dist('workflow-tables.js');
-  const { insertStatements } = dist('workflow-insert.statements.js');
-  const { WorkflowClaimer } = dist('workflow-claimer.js');
-  const { WorkflowStore } = dist('workflow.store.js');
+  const { workflowTables } = dist('tables/workflow-tables.js');
+  const { insertStatements } = dist('workflows/workflow-insert.statements.js');
+  const { WorkflowClaimer } = dist('workflows/workflow-claimer.js');
+  const { WorkflowStore } = dist('workflows/workflow.store.js');
   const schemaSql = `"${SCHEMA}"`;
   const channel = `dedup_queue:${SCHEMA}`;
   const names = new Map();

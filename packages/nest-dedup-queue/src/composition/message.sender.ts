@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { MessageStore } from '../database/message.store';
+import { MessageStore } from '../database/messages/message.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import type { SendOptions } from '../interfaces/message-options.interface';

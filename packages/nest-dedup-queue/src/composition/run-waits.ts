@@ -1,7 +1,7 @@
-import type { MessageStore } from '../database/message.store';
-import type { RecordedStep, StepStore } from '../database/step.store';
-import type { EventTarget, OwnedRun, WaitingStore } from '../database/waiting.store';
-import type { WorkflowEventStore } from '../database/workflow-event.store';
+import type { MessageStore } from '../database/messages/message.store';
+import type { RecordedStep, StepStore } from '../database/steps/step.store';
+import type { EventTarget, OwnedRun, WaitingStore } from '../database/waiting/waiting.store';
+import type { WorkflowEventStore } from '../database/events/workflow-event.store';
 import type { FramedExecution } from '../execution/execution-frames';
 import type { WorkflowExecution } from '../execution/workflow-execution';
 import { abortableDelay } from '../utils/backoff';

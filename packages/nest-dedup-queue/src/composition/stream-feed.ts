@@ -1,4 +1,4 @@
-import type { StreamLocation, StreamPage } from '../database/workflow-stream.store';
+import type { StreamLocation, StreamPage } from '../database/streams/workflow-stream.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
 import { backoffDelayMs } from '../utils/backoff';

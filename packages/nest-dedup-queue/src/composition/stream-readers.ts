@@ -1,8 +1,12 @@
 import { BeforeApplicationShutdown, Injectable, MessageEvent } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { QueueDatabase } from '../database/queue-database';
-import { type StreamLocation, type WorkflowStreamStore, workflowStreamStore } from '../database/workflow-stream.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import {
+  type StreamLocation,
+  type WorkflowStreamStore,
+  workflowStreamStore,
+} from '../database/streams/workflow-stream.store';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from '../interfaces/stream-options.interface';

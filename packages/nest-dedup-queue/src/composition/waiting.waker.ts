@@ -1,6 +1,6 @@
 import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { WaitingStore } from '../database/waiting.store';
+import { WaitingStore } from '../database/waiting/waiting.store';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
 

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { QueueDatabase } from '../database/queue-database';
-import { setEventStepName, workflowEventStore } from '../database/workflow-event.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import { setEventStepName, workflowEventStore } from '../database/events/workflow-event.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';

@@ -6,7 +6,7 @@ import { insideWorkflowFunction } from '../execution/inside-workflow-function';
 import type { RecvOptions } from '../interfaces/message-options.interface';
 import { runWaitsOf } from './run-waits';
 
-export { DUPLICATE_TOPIC } from '../database/message.store';
+export { DUPLICATE_TOPIC } from '../database/messages/message.store';
 
 /** How long `recv` waits by default (as DBOS's `recv`): 60 seconds. */
 export const DEFAULT_RECV_TIMEOUT_MS = 60_000;

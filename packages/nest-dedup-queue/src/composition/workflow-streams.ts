@@ -1,4 +1,4 @@
-import type { QueueDatabase } from '../database/queue-database';
+import type { QueueDatabase } from '../database/connection/queue-database';
 import type { EntityManager } from 'typeorm';
 import {
   CLOSE_STREAM_STEP_PREFIX,
@@ -7,7 +7,7 @@ import {
   type StreamAppendResult,
   type StreamItem,
   workflowStreamStore,
-} from '../database/workflow-stream.store';
+} from '../database/streams/workflow-stream.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { StreamClosedError } from '../errors/stream-closed.error';

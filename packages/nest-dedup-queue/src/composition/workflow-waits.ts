@@ -1,10 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { MessageStore } from '../database/message.store';
-import { StepStore } from '../database/step.store';
-import { WaitingStore } from '../database/waiting.store';
-import { QueueDatabase } from '../database/queue-database';
-import { workflowEventStore } from '../database/workflow-event.store';
+import { MessageStore } from '../database/messages/message.store';
+import { StepStore } from '../database/steps/step.store';
+import { WaitingStore } from '../database/waiting/waiting.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import { workflowEventStore } from '../database/events/workflow-event.store';
 import type { WorkflowExecution } from '../execution/workflow-execution';
 import { RunWaits, attachRunWaits } from './run-waits';
 import { WaitingWaker } from './waiting.waker';

@@ -1,8 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { BulkBatch, BulkControlStore, BulkFilter, filterParams, matchesSql } from '../database/bulk-control.store';
-import { ChildWorkflowStore } from '../database/child-workflow.store';
-import { ForkStore } from '../database/fork.store';
+import {
+  BulkBatch,
+  BulkControlStore,
+  BulkFilter,
+  filterParams,
+  matchesSql,
+} from '../database/workflows/bulk-control.store';
+import { ChildWorkflowStore } from '../database/workflows/child-workflow.store';
+import { ForkStore } from '../database/workflows/fork.store';
 import type { ForkManyOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { ForkService, validForkManyOptions } from './fork.service';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';

@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { ForkCopy, ForkSource, ForkStore } from '../database/fork.store';
-import type { NewWorkflow } from '../database/new-workflow';
-import { QueueDatabase } from '../database/queue-database';
-import { WorkflowInserter } from '../database/workflow-inserter';
+import { ForkCopy, ForkSource, ForkStore } from '../database/workflows/fork.store';
+import type { NewWorkflow } from '../database/workflows/new-workflow';
+import { QueueDatabase } from '../database/connection/queue-database';
+import { WorkflowInserter } from '../database/workflows/workflow-inserter';
 import { WorkflowEnqueuer, type Enqueued } from '../enqueue/workflow-enqueuer';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';

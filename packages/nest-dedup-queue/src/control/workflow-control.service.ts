@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
-import { isUniqueViolationOn } from '../database/sql-errors';
-import { WorkflowInserter } from '../database/workflow-inserter';
-import { ACTIVE_DEDUPLICATION_INDEX } from '../database/workflow-tables';
-import { WorkflowStore } from '../database/workflow.store';
+import { isUniqueViolationOn } from '../database/connection/sql-errors';
+import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { ACTIVE_DEDUPLICATION_INDEX } from '../database/tables/workflow-tables';
+import { WorkflowStore } from '../database/workflows/workflow.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { QueueDatabase } from '../database/queue-database';
+import { QueueDatabase } from '../database/connection/queue-database';
 import { WorkflowEnqueuer } from '../enqueue/workflow-enqueuer';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { UnknownQueueError } from '../errors/unknown-queue.error';
@@ -12,7 +12,7 @@ import type { BulkControlResult, WorkflowFilter } from '../interfaces/bulk-contr
 import { QueueService } from '../queue.service';
 import type { ForkManyOptions, ForkOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
-import { workflowStreamStore, type WorkflowStreamStore } from '../database/workflow-stream.store';
+import { workflowStreamStore, type WorkflowStreamStore } from '../database/streams/workflow-stream.store';
 import { fromStoredJson } from '../utils/stored-json';
 import type {
   DashboardCount,
@@ -29,7 +29,7 @@ import type {
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
-import { RowValues } from '../database/row-values';
+import { RowValues } from '../database/connection/row-values';
 import { nestsDeeperThan } from '../utils/json-depth';
 import { newWorkflowId } from '../utils/workflow-id';
 

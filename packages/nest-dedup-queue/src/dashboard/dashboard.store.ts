@@ -1,9 +1,9 @@
-import type { QueryOptions, QueueDatabase } from '../database/queue-database';
-import type { NewWorkflow } from '../database/new-workflow';
-import { WorkflowTables, workflowTables } from '../database/workflow-tables';
-import { REPORTED_STATUS_SQL } from '../database/workflow-row';
+import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
+import type { NewWorkflow } from '../database/workflows/new-workflow';
+import { WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
+import { REPORTED_STATUS_SQL } from '../database/workflows/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
-import { DELAYED_SQL, NOT_PENDING_SQL, READY_SQL, STATUS_SQL } from '../database/workflow-status.sql';
+import { DELAYED_SQL, NOT_PENDING_SQL, READY_SQL, STATUS_SQL } from '../database/tables/workflow-status.sql';
 
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
 export interface ListCursor {

@@ -1,4 +1,4 @@
-import type { QueueDatabase } from './queue-database';
+import type { QueueDatabase } from './connection/queue-database';
 
 /**
  * Writes this process's `inputLimits` to `<schema>.input_limits` (migration 019), where `<schema>.enqueue_workflow`

@@ -4,13 +4,13 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import { describeError } from '../utils/describe-error';
-import { assertCitusInstalled, assertNotCitusWorker, distributeTables } from './citus-distribution';
-import { HistoryPartitions } from './history-partitions';
+import { assertCitusInstalled, assertNotCitusWorker, distributeTables } from './migrations/citus-distribution';
+import { HistoryPartitions } from './sweeps/history-partitions';
 import { storeInputLimits } from './input-limits.store';
-import { runMigrations } from './migration.runner';
+import { runMigrations } from './migrations/migration.runner';
 import { MIGRATIONS } from './migrations';
-import { QueueDatabase } from './queue-database';
-import { ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
+import { QueueDatabase } from './connection/queue-database';
+import { ErrorPhase, isConnectionFailure, isServerError } from './connection/sql-errors';
 import { ModuleLogger } from '../utils/module-logger';
 
 const logger = new ModuleLogger('DedupQueueModule');

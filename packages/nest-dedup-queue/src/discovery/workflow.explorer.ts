@@ -1,8 +1,8 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { WORKFLOW_METADATA } from '../dedup-queue.constants';
-import { QueueDatabase } from '../database/queue-database';
-import { WorkflowVersionStore } from '../database/workflow-versions.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import { WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { findDecoratedMethods } from './decorated-methods';
 import { IsolatedWorkflowCheck } from './isolated-workflow.check';

@@ -9,7 +9,7 @@ import type { BackoffOptions } from '../interfaces/backoff-options.interface';
 import type { WorkflowFunction } from '../interfaces/workflow-function.interface';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import type { WorkflowOptions } from '../interfaces/workflow-options.interface';
-import { MAX_WORKFLOW_VERSION, WorkflowRegistration, claimKey } from '../database/workflow-registrations';
+import { MAX_WORKFLOW_VERSION, WorkflowRegistration, claimKey } from '../database/versions/workflow-registrations';
 
 /** Where a worker thread finds an isolated workflow: the file that declares its class, the class, the method. */
 export interface IsolatedTarget {

@@ -1,6 +1,6 @@
-import { isConnectionFailure, isDeadlock } from '../database/sql-errors';
-import type { NewWorkflow } from '../database/new-workflow';
-import type { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
+import { isConnectionFailure, isDeadlock } from '../database/connection/sql-errors';
+import type { NewWorkflow } from '../database/workflows/new-workflow';
+import type { InsertResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
 
 /**
  * Statements in flight at once: one being answered while the next gathers the calls that arrive meanwhile. Under

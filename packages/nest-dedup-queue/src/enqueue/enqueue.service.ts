@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-queue.config';
-import type { NewWorkflow } from '../database/new-workflow';
-import { InsertResult, WorkflowInserter } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/workflows/new-workflow';
+import { InsertResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
-import { WorkflowVersionStore } from '../database/workflow-versions.store';
+import { WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import { executionFrames } from '../execution/execution-frames';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';

@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
-import type { NewWorkflow } from '../database/new-workflow';
-import { isDeadlock } from '../database/sql-errors';
-import { DUPLICATE_TOPIC } from '../database/message.store';
-import { Holder, SupersedeResult, WorkflowInserter } from '../database/workflow-inserter';
+import type { NewWorkflow } from '../database/workflows/new-workflow';
+import { isDeadlock } from '../database/connection/sql-errors';
+import { DUPLICATE_TOPIC } from '../database/messages/message.store';
+import { Holder, SupersedeResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
 import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
@@ -15,7 +15,7 @@ import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
 import { EnqueueBatcher } from './enqueue.batcher';
 import { SupersededRuns } from './superseded-runs';
-import { WorkflowVersionStore } from '../database/workflow-versions.store';
+import { WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 
 export interface EnqueuePolicy {

@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
-import type { QueueDatabase } from '../database/queue-database';
+import type { QueueDatabase } from '../database/connection/queue-database';
 import type { StepOptions } from '../interfaces/step-options.interface';
 import type { WorkflowContext } from '../interfaces/workflow-context.interface';
 import type { RecordedTransaction } from './recorded-transaction';

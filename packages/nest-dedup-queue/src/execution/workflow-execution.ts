@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
-import type { QueueDatabase } from '../database/queue-database';
-import { isDeadlock } from '../database/sql-errors';
-import type { RecordedStep, StepCheckpoint, StepStore } from '../database/step.store';
+import type { QueueDatabase } from '../database/connection/queue-database';
+import { isDeadlock } from '../database/connection/sql-errors';
+import type { RecordedStep, StepCheckpoint, StepStore } from '../database/steps/step.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';

@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { WorkflowInserter } from '../database/workflow-inserter';
-import { toStatusInfo } from '../database/workflow-row';
-import { WorkflowStore } from '../database/workflow.store';
+import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { toStatusInfo } from '../database/workflows/workflow-row';
+import { WorkflowStore } from '../database/workflows/workflow.store';
 import { DeduplicationEvents } from '../enqueue/deduplication-events';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';

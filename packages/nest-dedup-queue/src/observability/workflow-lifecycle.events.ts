@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { WorkflowOutcome, WorkflowRef } from '../database/workflow.store';
+import type { WorkflowOutcome, WorkflowRef } from '../database/workflows/workflow.store';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
 import { ModuleLogger } from '../utils/module-logger';
 

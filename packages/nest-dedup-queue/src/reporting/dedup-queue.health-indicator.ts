@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type * as Terminus from '@nestjs/terminus';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { QueueDatabase } from '../database/queue-database';
+import { QueueDatabase } from '../database/connection/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';

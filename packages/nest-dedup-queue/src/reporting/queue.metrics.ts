@@ -2,8 +2,8 @@ import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs
 import type * as PromClient from 'prom-client';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { DEDUP_QUEUE_OPTIONS } from '../dedup-queue.module-definition';
-import { QueueDatabase } from '../database/queue-database';
-import { QueueStatsStore, StatusCount } from '../database/queue-stats.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import { QueueStatsStore, StatusCount } from '../database/queues/queue-stats.store';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 import type { StrandedRuns } from '../interfaces/workflow-version.interface';

@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { describeError } from '../database/connection-monitor';
-import { StepStore } from '../database/step.store';
-import type { ClaimedWorkflow } from '../database/workflow-claimer';
-import { type WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import { describeError } from '../database/connection/connection-monitor';
+import { StepStore } from '../database/steps/step.store';
+import type { ClaimedWorkflow } from '../database/workflows/workflow-claimer';
+import { type WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
 import { WorkflowRegistry, type RegisteredWorkflow, type WorkflowRunOptions } from '../discovery/workflow.registry';
 import { SUSPENDED, WorkflowWaits } from '../composition/workflow-waits';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';

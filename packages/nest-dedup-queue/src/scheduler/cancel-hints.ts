@@ -1,5 +1,5 @@
-import type { HeldRun, NotOwnedWorkflow } from '../database/executor.store';
-import { type InterruptPayload, parseInterruptPayload } from '../database/workflow.store';
+import type { HeldRun, NotOwnedWorkflow } from '../database/executors/executor.store';
+import { type InterruptPayload, parseInterruptPayload } from '../database/workflows/workflow.store';
 import { backoffDelayMs } from '../utils/backoff';
 
 /** What `CancelHints` asks of the scheduler. */

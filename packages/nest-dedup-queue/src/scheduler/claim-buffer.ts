@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
-import { describeError } from '../database/connection-monitor';
-import type { ClaimedWorkflow } from '../database/workflow-claimer';
-import type { WorkflowStore } from '../database/workflow.store';
+import { describeError } from '../database/connection/connection-monitor';
+import type { ClaimedWorkflow } from '../database/workflows/workflow-claimer';
+import type { WorkflowStore } from '../database/workflows/workflow.store';
 import type { QueueSettings } from '../queue-settings';
 
 /** A buffered workflow not started within this long is put back in its queue, for any process to take. */

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { StrandedDuplicates } from '../database/stranded-duplicates';
+import { StrandedDuplicates } from '../database/sweeps/stranded-duplicates';
 import { ModuleLogger } from '../utils/module-logger';
 
 /**

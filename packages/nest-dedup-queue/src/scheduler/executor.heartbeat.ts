@@ -1,10 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { ExecutorStore, type ExecutorRuns, type RecoveredWorkflow } from '../database/executor.store';
+import { ExecutorStore, type ExecutorRuns, type RecoveredWorkflow } from '../database/executors/executor.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
-import { WorkflowStore } from '../database/workflow.store';
-import { HistoryPartitions } from '../database/history-partitions';
-import { describeError } from '../database/connection-monitor';
+import { WorkflowStore } from '../database/workflows/workflow.store';
+import { HistoryPartitions } from '../database/sweeps/history-partitions';
+import { describeError } from '../database/connection/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 import { DuplicateDeliveries } from './duplicate-deliveries';

@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { ConnectionMonitor } from '../database/connection-monitor';
-import { type DedicatedConnection, type PgNotification, QueueDatabase } from '../database/queue-database';
+import { ConnectionMonitor } from '../database/connection/connection-monitor';
+import { type DedicatedConnection, type PgNotification, QueueDatabase } from '../database/connection/queue-database';
 import { backoffDelayMs } from '../utils/backoff';
 import { ModuleLogger } from '../utils/module-logger';
 

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { WorkflowClaimer } from '../database/workflow-claimer';
-import { WorkflowStore } from '../database/workflow.store';
+import { WorkflowClaimer } from '../database/workflows/workflow-claimer';
+import { WorkflowStore } from '../database/workflows/workflow.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { QueueSettings } from '../queue-settings';

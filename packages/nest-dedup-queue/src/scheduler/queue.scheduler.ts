@@ -1,9 +1,9 @@
 import { BeforeApplicationShutdown, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
-import { ExecutorStore, type HeldRun } from '../database/executor.store';
-import { QueueDatabase } from '../database/queue-database';
-import type { InterruptPayload } from '../database/workflow.store';
+import { ExecutorStore, type HeldRun } from '../database/executors/executor.store';
+import { QueueDatabase } from '../database/connection/queue-database';
+import type { InterruptPayload } from '../database/workflows/workflow.store';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';

@@ -1,8 +1,8 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
-import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflow-claimer';
-import type { WorkflowOutcome, WorkflowStore } from '../database/workflow.store';
+import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflows/workflow-claimer';
+import type { WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
-import { describeError } from '../database/connection-monitor';
+import { describeError } from '../database/connection/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
 import { type WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';

@@ -1,6 +1,6 @@
 import { Injectable, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { LiveExecutor, UnfinishedRunCount, WorkflowVersionStore } from '../database/workflow-versions.store';
+import { LiveExecutor, UnfinishedRunCount, WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';

@@ -4,7 +4,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { SCHEDULED_METADATA, WORKFLOW_METADATA } from '../dedup-queue.constants';
 import type { ScheduledMetadata } from '../decorators/scheduled.decorator';
 import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
-import { QueueDatabase } from '../database/queue-database';
+import { QueueDatabase } from '../database/connection/queue-database';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import { ScheduleDefinition, scheduleQueue, validateSchedule } from './schedule-definition';
 import { ScheduleStore } from './schedule.store';

@@ -1,8 +1,8 @@
-import type { QueueDatabase } from '../database/queue-database';
+import type { QueueDatabase } from '../database/connection/queue-database';
 import type { ScheduleCatchUp } from '../interfaces/schedule-options.interface';
 import type { ScheduleDefinition } from './schedule-definition';
-import { DELAYED_SQL } from '../database/workflow-status.sql';
-import { workflowTables } from '../database/workflow-tables';
+import { DELAYED_SQL } from '../database/tables/workflow-status.sql';
+import { workflowTables } from '../database/tables/workflow-tables';
 
 /** One row of `schedules`. */
 export interface ScheduleRow {

@@ -1,6 +1,6 @@
 import { BeforeApplicationShutdown, Inject, Injectable, OnApplicationBootstrap } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { QueueDatabase } from '../database/queue-database';
+import { QueueDatabase } from '../database/connection/queue-database';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { SCHEDULE_CLOCK, ScheduleClock } from './schedule.clock';
 import { ScheduleRow, ScheduleStore } from './schedule.store';

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import type { EntityManager } from 'typeorm';
-import { QueueDatabase } from '../database/queue-database';
+import { QueueDatabase } from '../database/connection/queue-database';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import type { EnqueuedWorkflowHandle } from '../interfaces/workflow-handle.interface';
 import { QueueService } from '../queue.service';

@@ -1,5 +1,5 @@
-import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
-import { STATUS_SQL } from '../workflow-status.sql';
+import { WAKE_UP_CHANNEL_PREFIX } from '../connection/notification-channels';
+import { STATUS_SQL } from '../tables/workflow-status.sql';
 import type { Migration } from './migration.interface';
 
 /**

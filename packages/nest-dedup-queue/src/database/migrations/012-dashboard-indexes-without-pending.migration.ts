@@ -1,4 +1,4 @@
-import { NOT_PENDING_SQL } from '../workflow-status.sql';
+import { NOT_PENDING_SQL } from '../tables/workflow-status.sql';
 import type { Migration } from './migration.interface';
 
 /**

@@ -1,4 +1,4 @@
-import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
+import { WAKE_UP_CHANNEL_PREFIX } from '../connection/notification-channels';
 import type { Migration } from './migration.interface';
 
 /** The schema's name as an SQL string literal, from its quoted identifier (`"dedup_queue"` → `'dedup_queue'`). */

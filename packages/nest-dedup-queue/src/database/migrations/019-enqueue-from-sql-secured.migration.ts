@@ -1,4 +1,4 @@
-import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
+import { WAKE_UP_CHANNEL_PREFIX } from '../connection/notification-channels';
 import type { Migration } from './migration.interface';
 
 /** NOTE: a literal, not `MAX_KEY_LENGTH`: a released migration never changes. */

@@ -1,4 +1,4 @@
-import { WAKE_UP_CHANNEL_PREFIX } from '../notification-channels';
+import { WAKE_UP_CHANNEL_PREFIX } from '../connection/notification-channels';
 import {
   DEFINER_FUNCTION,
   ENQUEUE_WORKFLOW_ARGUMENTS,

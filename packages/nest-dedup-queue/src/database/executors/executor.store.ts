@@ -1,0 +1,284 @@
+import { hostname } from 'node:os';
+import type { InterruptReason } from '../../errors/workflow-interrupted.error';
+import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
+import type { QueueDatabase } from '../connection/queue-database';
+import { END_WAKE_UPS_SQL, handOverCallSql, handOverKeysStatementSql } from '../workflows/workflow-finish.sql';
+import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
+import { STATUS_SQL } from '../tables/workflow-status.sql';
+import { nowPlusMsSql } from '../connection/time.sql';
+import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflows/workflow.store';
+import type { WorkflowRegistration } from '../versions/workflow-registrations';
+
+/** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
+export interface RecoveredWorkflow extends WorkflowRef {
+  status: Extract<WorkflowStatus, 'ENQUEUED' | 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'>;
+}
+
+/** What an executor runs: the queues it drains, and the workflow names and versions it claims in them. */
+export interface ExecutorRuns {
+  queues: string[];
+  workflows: WorkflowRegistration[];
+}
+
+/** A workflow this process holds (runs, buffers, or may be taking in a claim in flight) and its queue. */
+export interface HeldRun {
+  workflowId: string;
+  queueName: string;
+}
+
+/** What `notOwned` reads of each held workflow, from the active table or the history. */
+interface RunStateRow {
+  queue_name: string;
+  workflow_id: string;
+  status: WorkflowStatus;
+  error_name: string | null;
+  attempts: number;
+  executor_id: string | null;
+}
+
+/** A workflow this executor runs but no longer owns, and why (the run it was, for a cancel). */
+export interface NotOwnedWorkflow {
+  workflowId: string;
+  reason: Extract<InterruptReason, 'cancelled' | 'timed-out' | 'ownership-lost'>;
+  attempt?: number;
+}
+
+/**
+ * A recovered workflow past its recovery budget: it is dead-lettered instead of put back in its queue. A dead letter
+ * stays in the active table (it lets go of its key) until `resume` or a cancel.
+ */
+const DEAD_LETTERED = 'w.recovery_attempts >= w.max_recovery_attempts';
+
+/**
+ * The SQL of executors and leases: each worker process keeps a row with a heartbeat; the PENDING workflows of an
+ * executor whose heartbeat is older than the lease go back to their queue (or are dead-lettered past their
+ * recovery budget), keeping their deduplication IDs.
+ */
+export class ExecutorStore {
+  private readonly tables: WorkflowTables;
+  private readonly executors: string;
+  private readonly workflows: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+    this.executors = `${database.schemaSql}.executors`;
+    this.workflows = this.tables.active;
+  }
+
+  /**
+   * Registers (or renews) this executor's lease with what it runs: the queues it drains and the workflow names and
+   * versions it claims, so that other processes and SQL can tell runs no live executor would claim.
+   */
+  async register(executorId: string, runs?: ExecutorRuns): Promise<void> {
+    await this.database.query(
+      `INSERT INTO ${this.executors} (executor_id, hostname, pid, queues, workflows) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (executor_id) DO UPDATE
+       SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now(),
+           queues = excluded.queues, workflows = excluded.workflows`,
+      [executorId, hostname(), process.pid, runs?.queues ?? null, runs ? JSON.stringify(runs.workflows) : null],
+      { idempotent: true },
+    );
+  }
+
+  /** Renews the lease; false when the row is gone (another executor declared this one dead). */
+  async heartbeat(executorId: string): Promise<boolean> {
+    const rows = await this.database.query(
+      `UPDATE ${this.executors} SET heartbeat_at = now() WHERE executor_id = $1 RETURNING executor_id`,
+      [executorId],
+      { idempotent: true },
+    );
+    return rows.length === 1;
+  }
+
+  async remove(executorId: string): Promise<void> {
+    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], {
+      idempotent: true,
+    });
+  }
+
+  /**
+   * Why this executor should stop running some of `runs`: those no longer PENDING under it, each with the reason to
+   * give its body (cancelled, timed out, or taken over after a lost lease) and, for a cancel, the run it ended. One
+   * statement per queue, each naming its queue (on Citus, it runs on the queue's node).
+   */
+  async notOwned(executorId: string, runs: readonly HeldRun[]): Promise<NotOwnedWorkflow[]> {
+    const idsByQueue = new Map<string, string[]>();
+    for (const { workflowId, queueName } of runs) {
+      idsByQueue.set(queueName, [...(idsByQueue.get(queueName) ?? []), workflowId]);
+    }
+    const found = await Promise.all(
+      [...idsByQueue].map(([queueName, workflowIds]) =>
+        this.database.query<RunStateRow>(
+          `SELECT queue_name, workflow_id, status, error->>'name' AS error_name, attempts, executor_id
+           FROM ${this.tables.workflows} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`,
+          [queueName, workflowIds],
+          { idempotent: true },
+        ),
+      ),
+    );
+    const rowsOf = new Map<string, RunStateRow[]>();
+    for (const row of found.flat()) {
+      const key = JSON.stringify([row.queue_name, row.workflow_id]);
+      rowsOf.set(key, [...(rowsOf.get(key) ?? []), row]);
+    }
+    return runs.flatMap(({ workflowId, queueName }) => {
+      const rows = rowsOf.get(JSON.stringify([queueName, workflowId])) ?? [];
+      if (rows.some((row) => row.status === 'PENDING' && row.executor_id === executorId)) return [];
+      const row = rows.find((candidate) => candidate.status === 'CANCELLED') ?? rows[0];
+      const reason =
+        row?.status !== 'CANCELLED'
+          ? 'ownership-lost'
+          : row.error_name === 'WorkflowTimeoutError'
+            ? 'timed-out'
+            : 'cancelled';
+      return [{ workflowId, reason, attempt: row?.attempts ?? undefined }];
+    });
+  }
+
+  /**
+   * Puts back in their queue the workflows PENDING under this executor that it is not running: taken by a claim
+   * whose answer was lost with its connection. NOTE: the caller holds every claim of this process meanwhile, so
+   * nothing is claimed between reading `runningIds` and this statement.
+   */
+  async releaseUnknown(executorId: string, queueName: string, runningIds: string[]): Promise<string[]> {
+    const rows = await this.database.query<{ workflow_id: string }>(
+      `WITH released AS (
+         UPDATE ${this.workflows}
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now()
+         WHERE queue_name = $4 AND status = ${STATUS_SQL.PENDING} AND executor_id = $1
+           AND workflow_id <> ALL($2::text[])
+         RETURNING workflow_id, queue_name
+       ),
+       ${wakeUpCteSql(this.database.citus, 'woken', '$3', 'released')}
+       SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
+      [executorId, runningIds, this.database.wakeUpChannel, queueName],
+      { idempotent: true },
+    );
+    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
+    return rows.map((row) => row.workflow_id);
+  }
+
+  /** Recovers the PENDING workflows of a queue left under this executor ID by an earlier process with the same ID. */
+  recoverOwn(executorId: string, queueName: string): Promise<RecoveredWorkflow[]> {
+    return this.recover(
+      '',
+      `SELECT workflow_id, queue_name, active_deduplication_id FROM ${this.workflows}
+       WHERE queue_name = $3 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2
+       FOR UPDATE SKIP LOCKED`,
+      executorId,
+      queueName,
+    );
+  }
+
+  /**
+   * Deletes the executors whose lease expired and recovers their PENDING workflows of one queue, and those of
+   * executors that left without finishing them (so the call for the next queue, finding the executor gone, recovers
+   * that queue's). NOTE: each orphan is locked `FOR UPDATE SKIP LOCKED` and still PENDING when recovered, so
+   * concurrent sweepers recover it once; rows still locked by a step's transaction are skipped until the next sweep.
+   */
+  async recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    if (this.database.citus) return this.recoverExpiredOnItsNode(leaseMs, queueName);
+    return this.recover(
+      `expired AS (
+         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
+         RETURNING executor_id
+       ),`,
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING}
+         AND (w.executor_id IN (SELECT executor_id FROM expired)
+              OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
+       FOR UPDATE OF w SKIP LOCKED`,
+      leaseMs,
+      queueName,
+    );
+  }
+
+  /**
+   * On Citus, where the executors stay on the coordinator and a statement may not join them to a queue's rows: the
+   * expired executors are deleted and the live ones read in one statement on the coordinator, then the queue's
+   * PENDING rows of any other executor are recovered on the queue's node. NOTE: a row claimed after that read (by
+   * an executor that registered meanwhile) is newer than the read's time and left alone.
+   */
+  private async recoverExpiredOnItsNode(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+    const [live] = await this.database.query<{ executor_ids: string[]; read_at: Date }>(
+      `WITH expired AS (
+         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'
+         RETURNING executor_id
+       )
+       SELECT array(SELECT executor_id FROM ${this.executors}
+                    WHERE executor_id NOT IN (SELECT executor_id FROM expired)) AS executor_ids,
+              clock_timestamp() AS read_at`,
+      [leaseMs],
+    );
+    return this.recover(
+      '',
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
+         AND w.updated_at < $4::timestamptz
+       FOR UPDATE OF w SKIP LOCKED`,
+      live.executor_ids,
+      queueName,
+      [live.read_at],
+    );
+  }
+
+  /**
+   * Recovers the rows `orphansSql` locks: ENQUEUED again, or dead-lettered past their recovery budget, in which case
+   * their keys go to the follow-ups waiting for them in the same transaction (on one server through the hand-over
+   * function the statement calls; on Citus in a statement of its own after it).
+   */
+  private async recover(
+    leadingCtes: string,
+    orphansSql: string,
+    parameter: unknown,
+    queueName: string,
+    moreParams: unknown[] = [],
+  ): Promise<RecoveredWorkflow[]> {
+    const citus = this.database.citus;
+    const deadLetteredKeys = `SELECT queue_name, held_key AS key FROM recovered
+          WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`;
+    const sql = `WITH ${leadingCtes} orphans AS (${orphansSql}),
+       recovered AS (
+         UPDATE ${this.workflows} AS w
+         SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+                           ELSE ${STATUS_SQL.ENQUEUED} END,
+             active_deduplication_id = CASE WHEN ${DEAD_LETTERED} THEN NULL ELSE w.active_deduplication_id END,
+             completed_at = ${
+               citus
+                 ? nowPlusMsSql(true, `CASE WHEN ${DEAD_LETTERED} THEN 0 END`)
+                 : `CASE WHEN ${DEAD_LETTERED} THEN now() END`
+             },
+             recovery_attempts = w.recovery_attempts + 1,
+             executor_id = NULL,
+             updated_at = now()
+         FROM orphans WHERE w.queue_name = $3 AND w.workflow_id = orphans.workflow_id
+         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
+       ),
+       ${citus ? '' : `${handOverCallSql(this.tables, deadLetteredKeys, '$1')},`}
+       ${wakeUpCteSql(citus, 'woken', '$1', 'recovered')}
+       SELECT workflow_id, queue_name, workflow_name, status, held_key, (SELECT count(*) FROM woken) AS woken
+              ${citus ? '' : `, ${END_WAKE_UPS_SQL} AS handed_over`}
+       FROM recovered`;
+    const params = [this.database.wakeUpChannel, parameter, queueName, ...moreParams];
+    type Row = WorkflowRefRow & { status: RecoveredWorkflow['status']; held_key: string | null };
+    const rows = citus
+      ? await this.database.transaction(async (query) => {
+          const recovered = await query<Row>(sql, params);
+          const keys = recovered.flatMap((row) =>
+            row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],
+          );
+          if (keys.length > 0) {
+            await query(handOverKeysStatementSql(this.workflows, '$3::text[]', '$1', '$2'), [
+              this.database.wakeUpChannel,
+              queueName,
+              keys,
+            ]);
+          }
+          return recovered;
+        })
+      : await this.database.query<Row>(sql, params);
+    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
+    return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
+  }
+}

@@ -1,0 +1,130 @@
+import { DedupQueueConfigurationError } from '../../errors/dedup-queue-configuration.error';
+import type { QueueDatabase } from '../connection/queue-database';
+import { lockSchema } from '../connection/schema-lock';
+
+/** The column every per-workflow table is distributed by: every rule (keys, limits, order) is per queue. */
+export const DISTRIBUTION_COLUMN = 'queue_name';
+
+/**
+ * Where each table of the schema lives on a Citus cluster (`forRoot({ distribution: 'citus' })`), named once.
+ *
+ * - `distributed`: the per-workflow tables, hash-distributed by `queue_name` and co-located with the first one, so
+ *   that a queue's active rows, history and steps sit on one node and every statement keyed by its queue runs there
+ *   whole. Partitioned tables are distributed with their partitions; partitions created later (the daily ones of
+ *   `HistoryPartitions`) come out distributed. A table added by a later migration that holds rows of workflows goes
+ *   here (its unique keys must include `queue_name`).
+ * - `reference`: small tables that hot statements read next to a queue's rows (the queue's pause flag in the
+ *   claim): a copy on every node. Writing one needs every node.
+ * - `coordinator`: tables that stay plain tables on the coordinator, written often or by everyone whatever the
+ *   queue (leases and heartbeats, schedules and their tick cursors, the migrations' bookkeeping), so that a worker
+ *   node that is down stops only the queues it holds.
+ */
+export const CITUS_TABLES = {
+  distributed: [
+    'workflow_queue',
+    'workflow_history',
+    'steps',
+    'workflow_events',
+    'workflow_messages',
+    'workflow_streams',
+    'event_waits',
+  ],
+  reference: ['queues'],
+  coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],
+} as const;
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/** Refuses `distribution: 'citus'` on a database without the extension, before anything is written. */
+export async function assertCitusInstalled(database: QueueDatabase): Promise<void> {
+  const rows = await database.query<{ version: string }>(
+    `SELECT extversion AS version FROM pg_extension WHERE extname = 'citus'`,
+    [],
+    { idempotent: true },
+  );
+  if (rows.length === 0) {
+    throw new DedupQueueConfigurationError(
+      `DedupQueueModule: \`distribution: 'citus'\` needs the Citus extension, which the database at ` +
+        `${database.settings.endpoint.label} does not have. ` +
+        `Connect to a Citus coordinator (CREATE EXTENSION citus, with worker nodes added by citus_add_node), or ` +
+        `leave \`distribution\` out on a single PostgreSQL server`,
+    );
+  }
+}
+
+/**
+ * Refuses a worker node of a Citus cluster (whatever `distribution` says), before anything is written: the module
+ * connects to the coordinator. Its migrations and `create_distributed_table` run there only; its leases, schedules,
+ * registrations and migrations' bookkeeping are plain tables of the coordinator that a worker node cannot read; a
+ * NOTIFY sent through a worker node reaches only that node's listeners; an enqueue through a worker node numbers its
+ * row from that node's sequence range (its group ID shifted 48 bits), after every row numbered on the coordinator,
+ * which would break first-in first-out between callers on different nodes. A database without the extension, or a
+ * node not yet added to a cluster, is no worker node (its group is 0).
+ */
+export async function assertNotCitusWorker(database: QueueDatabase): Promise<void> {
+  const [catalog] = await database.query<{ present: boolean }>(
+    `SELECT to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AS present`,
+    [],
+    { idempotent: true },
+  );
+  if (!catalog.present) return;
+  const [node] = await database.query<{ group_id: number; coordinator: string | null }>(
+    `SELECT groupid AS group_id,
+            (SELECT nodename || ':' || nodeport FROM pg_dist_node WHERE groupid = 0 LIMIT 1) AS coordinator
+     FROM pg_dist_local_group`,
+    [],
+    { idempotent: true },
+  );
+  if (!node || node.group_id === 0) return;
+  const coordinator = node.coordinator
+    ? `its coordinator, at ${node.coordinator} as the cluster names it`
+    : 'its coordinator';
+  throw new DedupQueueConfigurationError(
+    `DedupQueueModule: the database at ${database.settings.endpoint.label} is a worker node of a Citus cluster ` +
+      `(group ${node.group_id}). Connect to ${coordinator}: nest-dedup-queue migrates and distributes its schema, ` +
+      `keeps its leases and schedules, and sends its wake-ups there (see docs/citus.md, "Worker nodes")`,
+  );
+}
+
+/**
+ * Distributes the schema's tables as `CITUS_TABLES` says, under the schema's advisory lock, in one transaction.
+ * Tables already distributed are left alone, so a boot after the first does nothing; tables of a schema that ran on
+ * one server are distributed in place with their rows (Citus copies them to the shards; the coordinator's local
+ * copy is then emptied). Returns the tables this call distributed.
+ */
+export async function distributeTables(database: QueueDatabase): Promise<string[]> {
+  return database.transaction(async (query: Query) => {
+    await lockSchema(query, database.schema);
+    const done: string[] = [];
+    const [anchor] = CITUS_TABLES.distributed;
+    for (const table of CITUS_TABLES.distributed) {
+      const name = `${database.schemaSql}.${table}`;
+      if (await isDistributed(query, name)) continue;
+      await query(`SELECT create_distributed_table($1, $2, colocate_with => $3)`, [
+        name,
+        DISTRIBUTION_COLUMN,
+        table === anchor ? 'default' : `${database.schemaSql}.${anchor}`,
+      ]);
+      await emptyLocalCopy(query, name);
+      done.push(table);
+    }
+    for (const table of CITUS_TABLES.reference) {
+      const name = `${database.schemaSql}.${table}`;
+      if (await isDistributed(query, name)) continue;
+      await query(`SELECT create_reference_table($1)`, [name]);
+      await emptyLocalCopy(query, name);
+      done.push(table);
+    }
+    return done;
+  });
+}
+
+async function isDistributed(query: Query, table: string): Promise<boolean> {
+  const rows = await query(`SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass`, [table]);
+  return rows.length > 0;
+}
+
+/** Once Citus copied a table's rows to its shards, the coordinator's own copy is dead weight. */
+async function emptyLocalCopy(query: Query, table: string): Promise<void> {
+  await query(`SELECT truncate_local_data_after_distributing_table($1)`, [table]);
+}

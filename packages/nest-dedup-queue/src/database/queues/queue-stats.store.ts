@@ -1,0 +1,80 @@
+import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
+import { settleWithin } from '../../utils/settle-within';
+import type { QueueDatabase } from '../connection/queue-database';
+import { REPORTED_STATUS_SQL } from '../workflows/workflow-row';
+import { ACTIVE_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
+import { workflowTables } from '../tables/workflow-tables';
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+export interface StatusCount {
+  queueName: string;
+  status: WorkflowStatus;
+  count: number;
+}
+
+/** How long the oldest due ENQUEUED workflow of each queue has waited, in seconds (queues with none are absent). */
+export type OldestWaits = Map<string, number>;
+
+/**
+ * The cluster-wide numbers behind the metrics gauges, read at scrape time. ENQUEUED and PENDING are counted through
+ * their partial indexes (the active set only); the finished statuses need a scan of the table and are counted by a
+ * separate statement that the caller runs less often. Each read runs under a statement timeout.
+ */
+export class QueueStatsStore {
+  private readonly table: string;
+  private readonly workflows: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.table = workflowTables(database.schemaSql).active;
+    this.workflows = workflowTables(database.schemaSql).workflows;
+  }
+
+  /** ENQUEUED (ready), DELAYED, PENDING and WAITING workflows per queue, and the wait of each queue's oldest due workflow. */
+  async active(timeoutMs: number): Promise<{ counts: StatusCount[]; oldestWaits: OldestWaits }> {
+    const rows = await this.withTimeout(timeoutMs, (query) =>
+      query<{ queue_name: string; status: WorkflowStatus; n: number; oldest_wait: number | null }>(
+        `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::float8 AS n,
+                extract(epoch FROM now() - min(greatest(created_at, not_before))
+                                   FILTER (WHERE (not_before IS NULL OR not_before <= now())
+                                             AND isfinite(greatest(created_at, not_before))))::float8 AS oldest_wait
+         FROM ${this.table} WHERE status = ${STATUS_SQL.ENQUEUED} GROUP BY queue_name, 2
+         UNION ALL
+         SELECT queue_name, ${STATUS_SQL.PENDING}, count(*)::float8, NULL FROM ${this.table}
+         WHERE status = ${STATUS_SQL.PENDING}
+         GROUP BY queue_name
+         UNION ALL
+         SELECT queue_name, ${STATUS_SQL.WAITING}, count(*)::float8, NULL FROM ${this.table}
+         WHERE status = ${STATUS_SQL.WAITING}
+         GROUP BY queue_name`,
+      ),
+    );
+    const oldestWaits: OldestWaits = new Map();
+    for (const row of rows) if (row.oldest_wait !== null) oldestWaits.set(row.queue_name, Math.max(0, row.oldest_wait));
+    return { counts: rows.map(toStatusCount), oldestWaits };
+  }
+
+  /** SUCCESS, ERROR, CANCELLED and MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows per queue (a scan of the table). */
+  async finished(timeoutMs: number): Promise<StatusCount[]> {
+    const rows = await this.withTimeout(timeoutMs, (query) =>
+      query<{ queue_name: string; status: WorkflowStatus; n: number }>(
+        `SELECT queue_name, status, count(*)::float8 AS n FROM ${this.workflows}
+         WHERE status NOT IN ${ACTIVE_STATUSES_SQL} GROUP BY queue_name, status`,
+      ),
+    );
+    return rows.map(toStatusCount);
+  }
+
+  /** NOTE: the statement timeout ends the query on the server; the timer also covers waiting for a connection. */
+  private withTimeout<T>(timeoutMs: number, read: (query: Query) => Promise<T>): Promise<T> {
+    const reading = this.database.transaction(async (query) => {
+      await query(`SET LOCAL statement_timeout = ${Math.max(1, Math.floor(timeoutMs))}`);
+      return read(query);
+    });
+    return settleWithin(reading, timeoutMs, `no answer within ${timeoutMs} ms`);
+  }
+}
+
+function toStatusCount(row: { queue_name: string; status: WorkflowStatus; n: number }): StatusCount {
+  return { queueName: row.queue_name, status: row.status, count: row.n };
+}

@@ -1,0 +1,176 @@
+import type { EntityManager } from 'typeorm';
+import type { WorkflowErrorInfo } from '../../interfaces/workflow-status.interface';
+import type { QueueDatabase } from '../connection/queue-database';
+import { STATUS_SQL } from '../tables/workflow-status.sql';
+import { startTimeSql } from '../connection/time.sql';
+import { workflowTables } from '../tables/workflow-tables';
+
+/** A step outcome as checkpointed. */
+export interface RecordedStep {
+  name: string;
+  /** JSON text; null when the step returned undefined or failed. */
+  output: string | null;
+  error: WorkflowErrorInfo | null;
+}
+
+export interface StepCheckpoint {
+  workflowId: string;
+  queueName: string;
+  index: number;
+  name: string;
+  outputJson: string | null;
+  error: WorkflowErrorInfo | null;
+  /** How long the step took, from its first attempt's start (measured in this process). */
+  durationMs: number;
+}
+
+/**
+ * The checkpoint's columns after the key: its outcome and its times, by the database's clock (on Citus, the
+ * statement's `now()`, as `startTimeSql` says).
+ */
+function checkpointValuesSql(citus: boolean): string {
+  const time = startTimeSql(citus);
+  return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
+}
+
+/** The columns of a checkpoint, as an INSERT lists them. */
+export const STEP_COLUMNS =
+  'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
+
+/**
+ * The active row of workflow `$1` in `queue` if it is PENDING under `executor` in the run `attempt` (parameter
+ * references).
+ */
+export function ownedRowSql(active: string, queue: string, executor: string, attempt: string): string {
+  return `SELECT queue_name, created_at FROM ${active}
+    WHERE queue_name = ${queue} AND workflow_id = $1 AND status = ${STATUS_SQL.PENDING}
+      AND executor_id = ${executor} AND attempts = ${attempt}`;
+}
+
+/** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
+export class StepStore {
+  private readonly steps: string;
+  private readonly workflows: string;
+  /** The checkpoint ($1 to $6) of workflow $1 inserted if it is owned by executor $7 in run $8 of queue $9. */
+  private readonly insertSql: string;
+
+  constructor(
+    /** The database the checkpoints are written to (a running workflow's events go there too). */
+    readonly database: QueueDatabase,
+    /** How long a step's transaction may sit idle (its process stalled) before Postgres ends it. */
+    private readonly idleTransactionTimeoutMs: number,
+  ) {
+    const tables = workflowTables(database.schemaSql);
+    this.steps = tables.steps;
+    this.workflows = tables.active;
+    this.insertSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
+       SELECT $1, $2, $3, ${checkpointValuesSql(database.citus)}, owned.queue_name, owned.created_at
+       FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`;
+  }
+
+  /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
+  async load(queueName: string, workflowId: string): Promise<Map<number, RecordedStep>> {
+    const rows = await this.database.query<{
+      step_index: number;
+      step_name: string;
+      output: string | null;
+      error: WorkflowErrorInfo | null;
+    }>(
+      `SELECT step_index, step_name, output::text AS output, error FROM ${this.steps}
+       WHERE queue_name = $2 AND workflow_id = $1`,
+      [workflowId, queueName],
+      { idempotent: true },
+    );
+    return new Map(rows.map((row) => [row.step_index, { name: row.step_name, output: row.output, error: row.error }]));
+  }
+
+  /** The checkpoint of workflow `workflowId` of queue `queueName` at step `index`, if there is one. */
+  async find(queueName: string, workflowId: string, index: number): Promise<RecordedStep | undefined> {
+    const rows = await this.database.query<{
+      step_name: string;
+      output: string | null;
+      error: WorkflowErrorInfo | null;
+    }>(
+      `SELECT step_name, output::text AS output, error FROM ${this.steps}
+       WHERE queue_name = $2 AND workflow_id = $1 AND step_index = $3`,
+      [workflowId, queueName, index],
+      { idempotent: true },
+    );
+    return rows[0] && { name: rows[0].step_name, output: rows[0].output, error: rows[0].error };
+  }
+
+  /**
+   * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
+   * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
+   * this index (an earlier send whose answer was lost) counts as recorded. NOTE: one `INSERT … SELECT` from the
+   * owned row, which Citus sends whole to the queue's node (a CTE's rows would be pulled to the coordinator); only
+   * when it inserts nothing does a second statement tell an existing checkpoint from a workflow no longer owned.
+   */
+  async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
+    const params = [...this.values(step), executorId, attempt, step.queueName];
+    const inserted = await this.database.query(
+      `${this.insertSql} ON CONFLICT DO NOTHING RETURNING step_index`,
+      params,
+      {
+        idempotent: true,
+      },
+    );
+    if (inserted.length > 0) return true;
+    const owned = await this.database.query(
+      ownedRowSql(this.workflows, '$4', '$2', '$3'),
+      [step.workflowId, executorId, attempt, step.queueName],
+      { idempotent: true },
+    );
+    return owned.length > 0;
+  }
+
+  /**
+   * Runs `work` in a transaction on the module's DataSource. NOTE: if this process stalls inside it for longer than
+   * the lease, Postgres ends the session, releasing the workflow row so that another executor can recover it.
+   */
+  async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.database.managerTransaction(async (manager) => {
+      await manager.query(
+        `SET LOCAL idle_in_transaction_session_timeout = ${Math.round(this.idleTransactionTimeoutMs)}`,
+      );
+      return work(manager);
+    });
+  }
+
+  /**
+   * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
+   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
+   * step's commit, so the step's writes never land after its workflow was taken away.
+   */
+  async lockIfOwned(
+    manager: EntityManager,
+    queueName: string,
+    workflowId: string,
+    executorId: string,
+    attempt: number,
+  ): Promise<boolean> {
+    const rows: unknown[] = await manager.query(`${ownedRowSql(this.workflows, '$4', '$2', '$3')} FOR SHARE`, [
+      workflowId,
+      executorId,
+      attempt,
+      queueName,
+    ]);
+    return rows.length === 1;
+  }
+
+  /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
+  async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
+    await manager.query(this.insertSql, [...this.values(step), executorId, attempt, step.queueName]);
+  }
+
+  private values(step: StepCheckpoint): unknown[] {
+    return [
+      step.workflowId,
+      step.index,
+      step.name,
+      step.outputJson,
+      step.error ? JSON.stringify(step.error) : null,
+      step.durationMs,
+    ];
+  }
+}

@@ -1,0 +1,401 @@
+import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../../dedup-queue.config';
+import type { QueueDatabase, TransactionQuery } from '../connection/queue-database';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { nowPlusMsSql, startTimeSql } from '../connection/time.sql';
+import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
+
+export interface ClaimedWorkflow {
+  workflowId: string;
+  workflowName: string;
+  /** The version it was enqueued with. */
+  version: number;
+  /** A fork (`QueueService.fork`): its first run already has recorded positions to replay. */
+  forked: boolean;
+  inputsJson: string;
+  /** How many times it has been claimed, this claim included. */
+  attempts: number;
+  failedAttempts: number;
+  maxAttempts: number;
+  maxRecoveryAttempts: number;
+  /** Milliseconds left until its timeout, by the database's clock; null without a timeout. */
+  remainingMs: number | null;
+  /** Its deadline, by the database's clock (its own timeout's, or the parent's it inherited); null without one. */
+  deadlineAt: Date | null;
+  /** The W3C `traceparent` stored by the enqueue, if it was traced. */
+  traceContext: string | null;
+  /** Seconds from when it became due (enqueued, delayed, or waiting to retry) to this start; null after a recovery. */
+  waitSeconds: number | null;
+}
+
+export interface ClaimRequest {
+  /** The queue, with the limits that apply now. */
+  queue: ResolvedQueue;
+  executorId: string;
+  /** This process's free slots. */
+  limit: number;
+  /** The names and versions this process runs, as `claimKey`s: only those are claimed. */
+  claimKeys: string[];
+}
+
+/**
+ * A claim to run in the statement that records outcomes (see `WorkflowStore.recordOutcomes`): its CTEs (`claimable`,
+ * then `claimed`, the UPDATE returning the claimed rows) with parameters numbered from `firstParam`.
+ */
+export interface AttachedClaim {
+  ctes(firstParam: number): string;
+  params: unknown[];
+  /**
+   * On Citus, in place of `ctes`: the claim as router statements of its own in the caller's transaction (see
+   * `claimOnCitus`); its rows as JSON text, for `read`.
+   */
+  runInTransaction(query: TransactionQuery): Promise<string[]>;
+  /** The workflows claimed, from the rows of `claimed` as JSON. */
+  read(rowsJson: string[]): ClaimedWorkflow[];
+}
+
+export interface ClaimResult {
+  workflows: ClaimedWorkflow[];
+  /** When a rate limit stopped the claim: how long until a start slot frees. */
+  retryInMs?: number;
+}
+
+interface ClaimedRow {
+  workflow_id: string;
+  workflow_name: string;
+  workflow_version: number;
+  forked: boolean;
+  inputs: string;
+  priority: number;
+  seq: string;
+  attempts: number;
+  failed_attempts: number;
+  max_attempts: number;
+  max_recovery_attempts: number;
+  remaining_ms: number | null;
+  /**
+   * The deadline in milliseconds since the epoch (a number, as the attached claim's JSON carries it). NOTE: from an
+   * interval, whose `extract` is IMMUTABLE, as Citus wants in a RETURNING (a timestamp's is only STABLE).
+   */
+  deadline_ms: number | null;
+  trace_context: string | null;
+  wait_seconds: number | null;
+}
+
+const LOCK_TIMEOUT = '5s';
+
+/**
+ * A CTE for a claim that runs as a statement of its own: its commit does not wait for the WAL to reach the disk
+ * (`synchronous_commit = off` for its transaction only, as `SET LOCAL`). Nobody waits on a claim: lost in a server
+ * crash, its workflows are simply claimed again, and whatever the run then records (a step, its outcome) commits
+ * synchronously, which flushes the claim with it. The UPDATE names it, so that it is evaluated, once.
+ */
+const COMMIT_WITHOUT_FLUSH_CTE = `commit_without_flush AS (SELECT set_config('synchronous_commit', 'off', true))`;
+
+/**
+ * Claims due ENQUEUED workflows for one executor: moves them to PENDING under it, highest priority and oldest
+ * first, only while its lease row exists, starting their timeout clocks. A queue without global limits is claimed
+ * in one statement with SKIP LOCKED. A queue with a global concurrency, partitions or a rate limit is claimed in a
+ * transaction that first locks the queue's row, so that the counts it reads are exact while it claims; partitions
+ * are served round-robin (each partition's first due workflow before any partition's second). Both skip rows locked
+ * by others, read the pause flag in the database, and time starts by `clock_timestamp()`, after any lock wait.
+ */
+export class WorkflowClaimer {
+  private readonly tables: WorkflowTables;
+  private readonly workflows: string;
+  private readonly queues: string;
+  private readonly executors: string;
+  /**
+   * On Citus, the claim of a queue without partitions as two statements that Citus plans on its fast path (one table,
+   * `queue_name = $1`, no CTE): the due rows of queue $1 whose claim key is one of $2, at most $3, locked
+   * `FOR UPDATE SKIP LOCKED`; then their update for executor $2, by IDs ($3), returning `ClaimedRow`s.
+   */
+  private readonly candidatesOnCitusSql: string;
+  private readonly updateOnCitusSql: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+    this.workflows = this.tables.active;
+    this.queues = `${database.schemaSql}.queues`;
+    this.executors = `${database.schemaSql}.executors`;
+    this.candidatesOnCitusSql = `SELECT workflow_id FROM ${this.workflows}
+       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
+       ORDER BY priority, seq
+       LIMIT $3
+       FOR UPDATE SKIP LOCKED`;
+    this.updateOnCitusSql = this.updateSql('', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const partitioned = isPartitioned(request.queue);
+    if (!hasGlobalLimits(request.queue) && this.database.citus) {
+      return this.database.transaction(async (query) => ({
+        workflows: toClaimed(await this.claimOnCitus(query, request, request.limit, false)),
+      }));
+    }
+    if (!hasGlobalLimits(request.queue)) {
+      const sql = this.claimSql(false, true);
+      return {
+        workflows: toClaimed(
+          await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), { prepared: true }),
+        ),
+      };
+    }
+    return this.database.transaction(async (query) => {
+      await query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'; SET LOCAL synchronous_commit = off`);
+      const [queue] = await query<{ paused: boolean }>(
+        `SELECT paused FROM ${this.queues} WHERE queue_name = $1 FOR UPDATE`,
+        [request.queue.name],
+      );
+      if (queue?.paused) return { workflows: [] };
+      const { limit, retryInMs } = await this.allowedStarts(query, request);
+      if (limit <= 0) return { workflows: [], retryInMs };
+      const rows = this.database.citus
+        ? await this.claimOnCitus(query, request, limit, partitioned)
+        : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit), { prepared: true });
+      return { workflows: toClaimed(rows), retryInMs };
+    });
+  }
+
+  /** The claim of a queue without global limits, to attach to another statement. */
+  attachable(request: ClaimRequest): AttachedClaim {
+    const { candidates, update } = this.claimParts(false);
+    const sql = `${candidates.replace(/^\s*WITH /, '')}, claimed AS (${update})`;
+    return {
+      ctes: (firstParam) => sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + firstParam - 1}`),
+      params: this.params(request, request.limit),
+      runInTransaction: async (query) =>
+        (await this.claimOnCitus(query, request, request.limit, false)).map((row) => JSON.stringify(row)),
+      read: (rowsJson) => toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow)),
+    };
+  }
+
+  /**
+   * On Citus, in a transaction: the executor's lease row locked (`FOR KEY SHARE`, so that it cannot be deleted until the
+   * claim commits; none, no claim), then the claim on the queue's node. The executors table is on the coordinator:
+   * named in the claim, its look-up and the claim's candidates would be planned as subplans whose results pass through
+   * the coordinator. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
+   * the caller locked the queue's row and read it), the candidates locked, then their update (see
+   * `candidatesOnCitusSql`); a partitioned one by the router statement of `claimSql`.
+   */
+  private async claimOnCitus(
+    query: TransactionQuery,
+    request: ClaimRequest,
+    limit: number,
+    partitioned: boolean,
+  ): Promise<ClaimedRow[]> {
+    const alive = await query(`SELECT 1 FROM ${this.executors} WHERE executor_id = $1 FOR KEY SHARE`, [
+      request.executorId,
+    ]);
+    if (alive.length === 0) return [];
+    if (partitioned) return query<ClaimedRow>(this.claimSql(true), this.params(request, limit));
+    if (!hasGlobalLimits(request.queue)) {
+      const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1`, [
+        request.queue.name,
+      ]);
+      if (queue?.paused) return [];
+    }
+    const candidates = await query<{ workflow_id: string }>(this.candidatesOnCitusSql, [
+      request.queue.name,
+      request.claimKeys,
+      limit,
+    ]);
+    if (candidates.length === 0) return [];
+    return query<ClaimedRow>(this.updateOnCitusSql, [
+      request.queue.name,
+      request.executorId,
+      candidates.map((row) => row.workflow_id),
+    ]);
+  }
+
+  private async allowedStarts(
+    query: TransactionQuery,
+    request: ClaimRequest,
+  ): Promise<{ limit: number; retryInMs?: number }> {
+    const { concurrency, rateLimit } = request.queue;
+    const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
+    if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
+    const citus = this.database.citus;
+    // NOTE: on Citus this transaction's claims are stamped with the coordinator's now(), but a router SELECT's now()
+    // is the node's, whose transaction began later (after the lease and queue locks): the window is counted from the
+    // coordinator's now(), read by a statement that names no table, so that it ends where the stamps say.
+    const windowEnd = citus ? (await query<{ now: Date }>('SELECT now() AS now'))[0].now : undefined;
+    const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
+      `SELECT
+         (SELECT count(*)::int FROM ${this.workflows}
+          WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}) AS running,
+         count(*)::int AS recent,
+         (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
+           AS frees_in_ms
+       FROM ${this.startsSql('queue_name = $1')} AS s
+       WHERE $2::float8 > 0
+         AND started_at > ${citus ? '$3::timestamptz' : startTimeSql(false)} - $2::float8 * interval '1 millisecond'`,
+      citus
+        ? [request.queue.name, queueWideRate?.periodMs ?? 0, windowEnd]
+        : [request.queue.name, queueWideRate?.periodMs ?? 0],
+      { prepared: true },
+    );
+    let limit = request.limit;
+    if (concurrency !== undefined) limit = Math.min(limit, concurrency - counts.running);
+    if (queueWideRate) {
+      const rateRoom = queueWideRate.limit - counts.recent;
+      if (rateRoom < limit) {
+        limit = rateRoom;
+        if (limit <= 0) return { limit, retryInMs: Math.max(1, counts.frees_in_ms ?? queueWideRate.periodMs) };
+      }
+    }
+    return { limit };
+  }
+
+  /** The starts of a queue that a rate limit counts: running workflows' and finished ones', matching `where`. */
+  private startsSql(where: string): string {
+    return `(SELECT started_at, partition_key FROM ${this.tables.active}
+             WHERE ${where} AND started_at IS NOT NULL AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
+             UNION ALL
+             SELECT started_at, partition_key FROM ${this.tables.history} WHERE ${where} AND started_at IS NOT NULL)`;
+  }
+
+  private params(request: ClaimRequest, limit: number): unknown[] {
+    const { queue } = request;
+    const params: unknown[] = [queue.name, request.executorId, request.claimKeys, limit];
+    if (isPartitioned(queue)) {
+      const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
+      params.push(queue.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
+    }
+    return params;
+  }
+
+  /**
+   * $1 queue, $2 executor, $3 the claim keys of the names and versions this process runs, $4 how many; partitioned: $5 per-partition concurrency,
+   * $6 per-partition rate limit and $7 its period (null/0 when unset).
+   *
+   * NOTE: the UPDATE joins the locked candidates by primary key only. A `w.status = 'ENQUEUED'` there would be
+   * redundant (the lock rechecked it and holds it) and lets the planner scan `workflows_ready` for every candidate
+   * when statistics say the queue is empty (ANALYZE ran on a drained table): 400 ms instead of 1 ms per claim.
+   */
+  private claimSql(partitioned: boolean, withoutFlush = false): string {
+    const { candidates, update } = this.claimParts(partitioned, withoutFlush);
+    return `${candidates}\n${update}`;
+  }
+
+  /** `withoutFlush`: the claim is its statement's whole transaction, whose commit need not wait for the disk. */
+  private claimParts(partitioned: boolean, withoutFlush = false): { candidates: string; update: string } {
+    const citus = this.database.citus;
+    const due = `${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($3::text[])`;
+    // NOTE: Citus plans no recursive CTE over a queue's rows: there the partitions are read by DISTINCT (no skip scan).
+    const partitions = citus
+      ? `WITH partitions AS (
+           SELECT DISTINCT partition_key FROM ${this.workflows}
+           WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
+         ),`
+      : `WITH RECURSIVE partitions AS (
+           (SELECT partition_key FROM ${this.workflows}
+            WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
+            ORDER BY partition_key LIMIT 1)
+           UNION ALL
+           SELECT (SELECT w.partition_key FROM ${this.workflows} AS w
+                   WHERE w.queue_name = $1 AND w.status = ${STATUS_SQL.ENQUEUED} AND w.partition_key > p.partition_key
+                   ORDER BY w.partition_key LIMIT 1)
+           FROM partitions AS p WHERE p.partition_key IS NOT NULL
+         ),`;
+    const candidates = partitioned
+      ? `${partitions}
+         running AS (
+           SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
+           WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key
+         ),
+         recent AS (
+           SELECT partition_key, count(*)::int AS n
+           FROM ${this.startsSql(`queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
+             AND started_at > ${startTimeSql(citus)} - $7::float8 * interval '1 millisecond'`)} AS s
+           GROUP BY partition_key
+         ),
+         picks AS (
+           SELECT c.workflow_id, c.priority, c.seq,
+                  row_number() OVER (PARTITION BY p.partition_key ORDER BY c.priority, c.seq) AS turn
+           FROM partitions AS p
+           CROSS JOIN LATERAL (
+             SELECT workflow_id, priority, seq
+             FROM ${this.workflows}
+             WHERE queue_name = $1 AND partition_key = p.partition_key AND ${due}
+             ORDER BY priority, seq
+             LIMIT GREATEST(0, LEAST($4,
+               coalesce($5::int - coalesce((SELECT n FROM running AS r WHERE r.partition_key = p.partition_key), 0), $4),
+               coalesce($6::int - coalesce((SELECT n FROM recent AS r WHERE r.partition_key = p.partition_key), 0), $4)))
+             FOR UPDATE SKIP LOCKED
+           ) AS c
+           WHERE p.partition_key IS NOT NULL
+           UNION ALL
+           SELECT workflow_id, priority, seq, row_number() OVER (ORDER BY priority, seq)
+           FROM (SELECT workflow_id, priority, seq FROM ${this.workflows}
+                 WHERE queue_name = $1 AND partition_key IS NULL AND ${due}
+                 ORDER BY priority, seq LIMIT $4
+                 FOR UPDATE SKIP LOCKED) AS unpartitioned
+         ),
+         claimable AS (SELECT workflow_id FROM picks ORDER BY turn, priority, seq LIMIT $4)`
+      : `WITH claimable AS (
+           SELECT workflow_id FROM ${this.workflows}
+           WHERE queue_name = $1 AND ${due}
+             AND NOT EXISTS (SELECT 1 FROM ${this.queues} WHERE queue_name = $1 AND paused)
+           ORDER BY priority, seq
+           LIMIT $4
+           FOR UPDATE SKIP LOCKED
+         )${withoutFlush ? `, ${COMMIT_WITHOUT_FLUSH_CTE}` : ''}`;
+    const update = this.updateSql(
+      'FROM claimable',
+      `w.queue_name = $1 AND w.workflow_id = claimable.workflow_id${
+        citus ? '' : `\n        AND EXISTS (SELECT 1 FROM ${this.executors} WHERE executor_id = $2)`
+      }${withoutFlush ? '\n        AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''}`,
+    );
+    return { candidates, update };
+  }
+
+  /**
+   * The UPDATE that claims the active rows `w` (joined to `from`, matching `where`) for executor $2, returning
+   * `ClaimedRow`s.
+   */
+  private updateSql(from: string, where: string): string {
+    const citus = this.database.citus;
+    return `
+      UPDATE ${this.workflows} AS w
+      SET status = ${STATUS_SQL.PENDING}, executor_id = $2, attempts = w.attempts + 1,
+          started_at = ${startTimeSql(citus)}, updated_at = now(),
+          deadline_at = ${
+            citus
+              ? // NOTE: a later deadline is never earlier than the first one, so least() keeps the first (no COALESCE on Citus).
+                `least(w.deadline_at, ${nowPlusMsSql(true, 'w.timeout_ms')})`
+              : `coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond')`
+          }
+      ${from}
+      WHERE ${where}
+      RETURNING w.workflow_id, w.workflow_name, w.workflow_version, w.forked_from IS NOT NULL AS forked,
+                w.inputs::text AS inputs, w.priority, w.seq,
+                w.attempts, w.failed_attempts, w.max_attempts, w.max_recovery_attempts,
+                (extract(epoch FROM w.deadline_at - ${citus ? 'w.started_at' : 'now()'}) * 1000)::float8 AS remaining_ms,
+                (extract(epoch FROM w.deadline_at - timestamptz 'epoch') * 1000)::float8 AS deadline_ms, w.trace_context,
+                CASE WHEN w.attempts = w.failed_attempts + 1
+                     THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
+                  AS wait_seconds`;
+  }
+}
+
+/** The workflows of an attached claim, from the JSON text of its `claimed` rows. */
+function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
+  return rows
+    .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))
+    .map((row) => ({
+      workflowId: row.workflow_id,
+      workflowName: row.workflow_name,
+      version: row.workflow_version,
+      forked: row.forked,
+      inputsJson: row.inputs,
+      attempts: row.attempts,
+      failedAttempts: row.failed_attempts,
+      maxAttempts: row.max_attempts,
+      maxRecoveryAttempts: row.max_recovery_attempts,
+      remainingMs: row.remaining_ms,
+      deadlineAt: row.deadline_ms === null ? null : new Date(row.deadline_ms),
+      traceContext: row.trace_context,
+      waitSeconds: row.wait_seconds,
+    }));
+}

@@ -1,0 +1,835 @@
+import { MAX_KEY_LENGTH } from '../../dedup-queue.constants';
+import type { ListWorkflowsOptions } from '../../interfaces/list-workflows-options.interface';
+import type { WorkflowErrorInfo, WorkflowStatus } from '../../interfaces/workflow-status.interface';
+import type { QueueDatabase } from '../connection/queue-database';
+import {
+  ENDED_WAKE_UPS_SQL,
+  EndSpec,
+  EndingRow,
+  endWorkflowsSql,
+  followedKeysSql,
+  handOverStrandedSql,
+  holdsKeyForWindowSql,
+  keepsKeyInWindowSql,
+  runEndStatements,
+} from './workflow-finish.sql';
+import type { AttachedClaim } from './workflow-claimer';
+import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import {
+  ACTIVE_STATUSES_SQL,
+  RESUMABLE_STATUSES,
+  STATUS_SQL,
+  cancellableSql,
+  parkedSql,
+} from '../tables/workflow-status.sql';
+import {
+  ACTIVE_DEDUPLICATION_INDEX,
+  WORKFLOW_COLUMN_LIST,
+  WorkflowTables,
+  workflowColumnsSql,
+  workflowTables,
+} from '../tables/workflow-tables';
+import { isUniqueViolationOn } from '../connection/sql-errors';
+import { usedParameters } from '../connection/sql-parameters';
+import { changedStartSql, nowPlusMsSql } from '../connection/time.sql';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
+import { exceedsCharacters } from '../../utils/character-length';
+
+/**
+ * Cancel notifications carry `<reason prefix><attempts>:<workflow ID>`, so that the process running the workflow
+ * tells its body why, and leaves alone a later run of it (see `parseInterruptPayload`). They are hints only: any role
+ * that can connect may NOTIFY, so the process confirms in the database before it aborts anything (`CancelHints`).
+ */
+export function interruptPayloadPrefix(reason: 'cancelled' | 'timed-out'): string {
+  return reason === 'timed-out' ? 't:' : 'c:';
+}
+
+/**
+ * The payload for the run `attempts` of `workflowId`. NOTE: a workflow ID longer than `MAX_KEY_LENGTH` (a row written
+ * through SQL before the function checked lengths) would overflow a payload (under 8000 bytes) and fail the whole
+ * statement: it goes out as the prefix alone, which has each process check all its runs.
+ */
+export function interruptPayload(reason: 'cancelled' | 'timed-out', attempts: number, workflowId: string): string {
+  const prefix = interruptPayloadPrefix(reason);
+  return exceedsCharacters(workflowId, MAX_KEY_LENGTH) ? prefix : `${prefix}${attempts}:${workflowId}`;
+}
+
+/** `interruptPayload` in SQL: the prefix parameter `prefixParam`, and the `attempts` and `workflow_id` of the row. */
+export function interruptPayloadSql(prefixParam: string): string {
+  return `${prefixParam}::text || CASE WHEN char_length(workflow_id) <= ${MAX_KEY_LENGTH}
+           THEN attempts || ':' || workflow_id ELSE '' END`;
+}
+
+export interface InterruptPayload {
+  workflowId: string;
+  reason: 'cancelled' | 'timed-out';
+  /** The claim count of the workflow when it was cancelled: the run that the cancel ended. */
+  attempt?: number;
+}
+
+export function parseInterruptPayload(payload: string): InterruptPayload {
+  const reason = payload.startsWith('t:') ? 'timed-out' : 'cancelled';
+  const numbered = /^[ct]:(\d+):/.exec(payload);
+  return numbered
+    ? { workflowId: payload.slice(numbered[0].length), reason, attempt: Number(numbered[1]) }
+    : { workflowId: payload.slice(2), reason };
+}
+
+/**
+ * Built from IMMUTABLE parts only (text casts, concatenation, coalesce), as Citus wants in a CASE of a modification.
+ * A workflow without a timeout of its own had its parent's deadline.
+ */
+const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"'
+  || coalesce('Workflow timed out after ' || w.timeout_ms::text || ' ms', 'Workflow timed out at its parent''s deadline')
+  || '"}')::json`;
+
+/** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
+const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
+  AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
+
+/**
+ * The outcomes as FROM items `o`: on one server, the `outcomes` CTE of `recordOutcomes` (see there); on Citus, whose
+ * statements each read the parameters, `OUTCOMES_SQL`.
+ */
+function outcomesSql(citus: boolean): string {
+  return citus ? OUTCOMES_SQL : 'outcomes AS o';
+}
+
+/**
+ * The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run (on Citus, of
+ * the queue $11, so that the statement runs on its node).
+ */
+function outcomeRowSql(citus: boolean): string {
+  return `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt${
+    citus ? ' AND w.queue_name = $11' : ''
+  }`;
+}
+
+/** The run of the active row `w` (see `runOf`). */
+const RUN_OF_ROW_SQL = `(w.attempts::text || ':' || w.workflow_id)`;
+
+/** The parameter arrays of `OUTCOMES_SQL`'s fields that a retry or a park reads. */
+const OUTCOME_ARRAYS = {
+  status: '$2::text[]',
+  output: '$3::text[]',
+  error: '$4::text[]',
+  retry_delay_ms: '$5::float8[]',
+} as const;
+
+/**
+ * A field of the outcome of the active row `w`: on one server, of the FROM item `o`; on Citus, its element in the
+ * parameter array, found by the row's run (`<attempts>:<workflow ID>`) in $12 (none: NULL, another run's row), so
+ * that the statement joins no `unnest` and Citus plans it on its fast path.
+ */
+function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
+  return citus ? `(${OUTCOME_ARRAYS[field]})[array_position($12::text[], ${RUN_OF_ROW_SQL})]` : `o.${field}`;
+}
+
+/** The run of an outcome, `<attempt>:<workflow ID>`, as `RUN_OF_ROW_SQL` gives it of the active row `w`. */
+function runOf(outcome: WorkflowOutcome): string {
+  return `${outcome.attempt}:${outcome.workflowId}`;
+}
+
+/** On Citus, the active rows `w` of the outcomes in `$1` of queue $11, still PENDING under this executor ($6). */
+const OUTCOME_ROWS_BY_ID_SQL = `w.queue_name = $11 AND w.workflow_id = ANY($1::text[])
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6`;
+
+type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
+/** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
+export const RESUMED_COLUMNS = {
+  status: STATUS_SQL.ENQUEUED,
+  active_deduplication_id: 'deduplication_id',
+  executor_id: 'NULL',
+  recovery_attempts: '0',
+  not_before: 'NULL',
+  deadline_at: 'NULL',
+  error: 'NULL',
+  completed_at: 'NULL',
+  updated_at: 'now()',
+} as const;
+
+export interface WorkflowOutcome {
+  workflowId: string;
+  queueName: string;
+  /** The claim count of the run that produced it: only that run's outcome is recorded. */
+  attempt: number;
+  /**
+   * RETRY: the attempt failed and the workflow waits ENQUEUED, keeping its key, until `retryAt`. PARKED: the run met
+   * a recorded position with a different operation (`WorkflowDeterminismError`): it is dead-lettered with that
+   * error, keeping its key, its steps and its children, until `resume`.
+   */
+  status: 'SUCCESS' | 'ERROR' | 'RETRY' | 'PARKED';
+  /** The return value as JSON text; null when the workflow returned undefined or failed. */
+  outputJson: string | null;
+  error: WorkflowErrorInfo | null;
+  /** For RETRY: how long to wait, by the database's clock. */
+  retryDelayMs?: number;
+}
+
+export interface StatusCount {
+  queueName: string;
+  status: WorkflowStatus;
+  count: number;
+}
+
+export interface WorkflowResultRow {
+  status: WorkflowStatus;
+  output: string | null;
+  error: WorkflowErrorInfo | null;
+  /** A dead letter parked by a code change, keeping its key: it goes on once resumed (see `parkedSql`). */
+  parked: boolean;
+}
+
+/** Which workflow a statement changed. */
+export interface WorkflowRef {
+  workflowId: string;
+  queueName: string;
+  workflowName: string;
+}
+
+export interface WorkflowRefRow {
+  workflow_id: string;
+  queue_name: string;
+  workflow_name: string;
+}
+
+export function toWorkflowRef(row: WorkflowRefRow): WorkflowRef {
+  return { workflowId: row.workflow_id, queueName: row.queue_name, workflowName: row.workflow_name };
+}
+
+/** What `recordOutcomes` did. */
+export interface OutcomesRecorded {
+  /** The workflows whose outcome was recorded. */
+  recorded: string[];
+  /** The rows of the attached claim, as JSON text. */
+  claimedJson: string[];
+  /** Those of `recorded` that ended and had been sent messages (some may be left unreceived). */
+  sentMessages: string[];
+}
+
+/**
+ * The SQL of a workflow after it was enqueued (`WorkflowInserter` enqueues, `WorkflowClaimer` claims): recording
+ * outcomes, cancel and timeouts, retention, resume, reschedule and look-ups. Each change is one statement that ends
+ * workflows through `endWorkflowsSql` (on Citus, router statements in one transaction: `runEndStatements`). Locks:
+ * none beyond the rows a statement updates; a cancel waits for a step transaction that holds its row `FOR SHARE`
+ * (see `StepStore.lockIfOwned`), the timeout and retention sweeps skip such rows (`FOR UPDATE SKIP LOCKED`) until
+ * their next round, and an outcome changes only a row still PENDING under its executor in the same run (no lock is
+ * taken to check that: the UPDATE's condition decides; on Citus, the rows that end are locked first).
+ */
+export class WorkflowStore {
+  private readonly tables: WorkflowTables;
+  private readonly table: string;
+  private readonly steps: string;
+
+  constructor(private readonly database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+    this.table = this.tables.active;
+    this.steps = this.tables.steps;
+  }
+
+  /**
+   * Records finished workflows and frees their deduplication IDs in the same statement; a RETRY goes back to
+   * ENQUEUED for its `retryDelayMs`, keeping its key, and forgets the checkpoints from its first failed step on (so
+   * that step runs again). Only rows still PENDING under this executor change: a workflow cancelled, timed out or
+   * recovered meanwhile keeps its recorded state, and so does a later run of it (the attempt must match). Wakes the
+   * workers of `wakeQueues` (queues with a global limit, whose freed slot another process may take). With `claim`,
+   * claims in the same statement and commit (one round trip for a worker's finished and next workflows) and returns
+   * the claimed rows as JSON text. On Citus, see `recordOutcomesByQueue`.
+   */
+  async recordOutcomes(
+    executorId: string,
+    outcomes: WorkflowOutcome[],
+    wakeQueues: string[],
+    claim?: AttachedClaim,
+  ): Promise<OutcomesRecorded> {
+    if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
+    // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
+    // The outcomes are unnested once (MATERIALIZED): the prepared statement's generic plan, which cannot know the
+    // batch's size, may join them as the inner side of a nested loop over this executor's PENDING rows, and would
+    // then unnest every array again for each of those rows.
+    const retries = outcomes.some((o) => o.status === 'RETRY');
+    const parks = outcomes.some((o) => o.status === 'PARKED');
+    const wakes = wakeQueues.length > 0;
+    const rows = await this.database.query<{
+      workflow_id: string | null;
+      claimed: string | null;
+      sent_messages: boolean | null;
+    }>(
+      `WITH outcomes AS MATERIALIZED (SELECT * FROM ${OUTCOMES_SQL}), retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
+       ${endWorkflowsSql(this.outcomesEndSpec(false))},
+       finished AS (
+         SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
+         UNION ALL SELECT workflow_id, queue_name, outcome, false FROM retried
+         ${parks ? 'UNION ALL SELECT workflow_id, queue_name, outcome, false FROM parked' : ''}
+       )${retries ? `, forgotten AS (${this.forgetFailedStepsSql('retried AS f', 'f.queue_name')})` : ''}, woken AS (
+         SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
+         WHERE queue_name = ANY($8::text[])
+       )
+       ${claim ? `, ${claim.ctes(11)}` : ''}
+       SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
+              ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
+       FROM finished
+       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
+      this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
+      // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
+      { prepared: true, idempotent: !claim },
+    );
+    const recorded: string[] = [];
+    const claimedJson: string[] = [];
+    const sentMessages: string[] = [];
+    for (const row of rows) {
+      if (row.claimed !== null) claimedJson.push(row.claimed);
+      else if (row.workflow_id !== null) recorded.push(row.workflow_id);
+      if (row.sent_messages && row.workflow_id !== null) sentMessages.push(row.workflow_id);
+    }
+    return { recorded, claimedJson, sentMessages };
+  }
+
+  /**
+   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the attached claim with the first
+   * queue's): the retries (and their forgotten steps), the workflows that end (`runEndStatements`), the claim, and
+   * the wake-up from the coordinator.
+   */
+  private async recordOutcomesByQueue(
+    executorId: string,
+    outcomes: WorkflowOutcome[],
+    wakeQueues: string[],
+    claim?: AttachedClaim,
+  ): Promise<OutcomesRecorded> {
+    const byQueue = new Map<string, WorkflowOutcome[]>();
+    for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
+    const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
+    for (const [queue, batch] of byQueue) {
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue, batch.map(runOf)];
+      const attached = queue === outcomes[0].queueName ? claim : undefined;
+      await this.database.transaction(async (query) => {
+        const retried = batch.some((o) => o.status === 'RETRY')
+          ? await query<{ workflow_id: string }>(...usedParameters(this.retriedSql(true), params))
+          : [];
+        if (retried.length > 0) await this.forgetFailedStepsOnCitus(query, queue, retried);
+        const parked = batch.some((o) => o.status === 'PARKED')
+          ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
+          : [];
+        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params, () =>
+          this.lockEndingOnCitus(query, executorId, queue, batch),
+        );
+        const claimed = attached ? await attached.runInTransaction(query) : [];
+        if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
+          await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
+        }
+        result.recorded.push(...[...ended, ...retried, ...parked].map((row) => row.workflow_id));
+        result.claimedJson.push(...claimed);
+        result.sentMessages.push(...ended.filter((row) => row.sent_messages).map((row) => row.workflow_id));
+      });
+    }
+    return result;
+  }
+
+  /**
+   * On Citus, the lock of `runEndStatements` for the outcomes of `batch` (of `queue`) that end, as statements on
+   * Citus's fast path (one table, no join of the outcomes): the rows still PENDING under `executorId` locked
+   * (`FOR UPDATE`, which rechecks that on a row changed meanwhile), those in the outcome's run kept; then, if some may
+   * keep their key for a window, which of those keys a follow-up waits for (`keepsKeyInWindowSql`, in two parts).
+   */
+  private async lockEndingOnCitus(
+    query: Query,
+    executorId: string,
+    queue: string,
+    batch: WorkflowOutcome[],
+  ): Promise<EndingRow[]> {
+    const ending = batch.filter((o) => o.status !== 'RETRY' && o.status !== 'PARKED');
+    if (ending.length === 0) return [];
+    const locked = await query<EndingRow>(
+      `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+              w.has_streams, ${holdsKeyForWindowSql(`${RUN_OF_ROW_SQL} = ANY($4::text[])`)} AS keeps_key,
+              w.active_deduplication_id
+       FROM ${this.table} AS w
+       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
+         AND w.executor_id = $3
+       FOR UPDATE`,
+      [queue, ending.map((o) => o.workflowId), executorId, ending.filter((o) => o.status === 'ERROR').map(runOf)],
+    );
+    const rows = locked.filter((row) =>
+      ending.some((o) => o.workflowId === row.workflow_id && o.attempt === row.attempts),
+    );
+    const windowKeys = rows.flatMap((row) => (row.keeps_key && row.active_deduplication_id) || []);
+    if (windowKeys.length === 0) return rows;
+    const followed = new Set(
+      (await query<{ key: string }>(followedKeysSql(this.table), [queue, windowKeys])).map((row) => row.key),
+    );
+    return rows.map((row) => ({
+      ...row,
+      keeps_key: row.keeps_key && !followed.has(row.active_deduplication_id as string),
+    }));
+  }
+
+  /**
+   * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
+   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 runs, $10 queues (on Citus, $11: the queue, and $12: the
+   * runs as `<attempt>:<workflow ID>`).
+   */
+  private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
+    return [
+      outcomes.map((o) => o.workflowId),
+      outcomes.map((o) => o.status),
+      outcomes.map((o) => o.outputJson),
+      outcomes.map((o) => (o.error ? JSON.stringify(o.error) : null)),
+      outcomes.map((o) => o.retryDelayMs ?? null),
+      executorId,
+      this.database.wakeUpChannel,
+      wakeQueues,
+      outcomes.map((o) => o.attempt),
+      outcomes.map((o) => o.queueName),
+    ];
+  }
+
+  /** The RETRY outcomes: their rows go back to ENQUEUED until their retry delay is over, keeping their key. */
+  private retriedSql(citus: boolean): string {
+    const o = (field: keyof typeof OUTCOME_ARRAYS) => outcomeFieldSql(citus, field);
+    return `
+         UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
+             not_before = ${nowPlusMsSql(citus, o('retry_delay_ms'))},
+             failed_attempts = w.failed_attempts + 1, output = ${o('output')}::json, error = ${o('error')}::json
+         ${this.outcomeRowsSql(citus, 'RETRY')}
+       `;
+  }
+
+  /**
+   * The FROM and WHERE of an UPDATE of the rows whose outcome is `status`, and its RETURNING: on one server joined to
+   * the outcomes; on Citus, by IDs and run (see `outcomeFieldSql`).
+   */
+  private outcomeRowsSql(citus: boolean, status: 'RETRY' | 'PARKED'): string {
+    const outcome = outcomeFieldSql(citus, 'status');
+    return citus
+      ? `WHERE ${outcome} = '${status}' AND ${OUTCOME_ROWS_BY_ID_SQL}
+         RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`
+      : `FROM ${outcomesSql(false)}
+         WHERE o.status = '${status}' AND ${outcomeRowSql(false)}
+         RETURNING w.workflow_id, w.queue_name, o.status AS outcome`;
+  }
+
+  /**
+   * The PARKED outcomes: their rows are dead-lettered in place with the determinism error, keeping their key (a
+   * dead letter that holds its key, which `resume` continues and `cancel` ends), their steps and their children.
+   */
+  private parkedSql(citus: boolean): string {
+    return `
+         UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}, executor_id = NULL, updated_at = now(),
+             completed_at = now(), error = ${outcomeFieldSql(citus, 'error')}::json
+         ${this.outcomeRowsSql(citus, 'PARKED')}
+       `;
+  }
+
+  /** The other outcomes: their workflows end (see `endWorkflowsSql`). */
+  private outcomesEndSpec(citus: boolean): EndSpec {
+    const queueParam = citus ? '$11' : undefined;
+    return {
+      tables: this.tables,
+      using: outcomesSql(citus),
+      where: `o.status NOT IN ('RETRY', 'PARKED') AND ${outcomeRowSql(citus)}`,
+      status: 'o.status',
+      output: 'o.output::json',
+      error: 'o.error::json',
+      keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
+      overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
+      channelParam: '$7',
+      citus,
+      queueParam,
+    };
+  }
+
+  /** Deletes the checkpoints of the workflows `retried` (FROM items with `f.workflow_id`) from their first failed step on. */
+  private forgetFailedStepsSql(retried: string, queue: string): string {
+    return `
+         DELETE FROM ${this.steps} AS s
+         USING ${retried}
+         WHERE s.queue_name = ${queue} AND s.workflow_id = f.workflow_id
+           AND s.step_index >= (SELECT min(step_index) FROM ${this.steps}
+                                WHERE queue_name = ${queue} AND workflow_id = f.workflow_id
+                                  AND error IS NOT NULL)
+       `;
+  }
+
+  /**
+   * On Citus, `forgetFailedStepsSql` as statements on Citus's fast path: the first failed step of each `retried`
+   * workflow of `queue`, then the checkpoints of those that have one from there on.
+   */
+  private async forgetFailedStepsOnCitus(query: Query, queue: string, retried: Array<{ workflow_id: string }>) {
+    const failed = await query<{ workflow_id: string; first_failed: number }>(
+      `SELECT workflow_id, min(step_index)::int AS first_failed FROM ${this.steps}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND error IS NOT NULL
+       GROUP BY workflow_id`,
+      [queue, retried.map((row) => row.workflow_id)],
+    );
+    if (failed.length === 0) return;
+    await query(
+      `DELETE FROM ${this.steps}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
+         AND step_index >= ($3::int[])[array_position($2::text[], workflow_id)]`,
+      [queue, failed.map((row) => row.workflow_id), failed.map((row) => row.first_failed)],
+    );
+  }
+
+  /**
+   * Ends an ENQUEUED or PENDING workflow as CANCELLED, frees its deduplication ID and tells the process running it
+   * (NOTIFY on the cancel channel). Returns the status the workflow has afterwards and its claim count (the run a
+   * cancel ended; with `cancelled` when this call cancelled it), or undefined when it does not exist. A timeout
+   * records a `WorkflowTimeoutError` as the error.
+   */
+  async cancel(
+    workflowId: string,
+    reason: 'cancelled' | 'timed-out' = 'cancelled',
+  ): Promise<{ status: WorkflowStatus; attempts: number; cancelled?: WorkflowRef } | undefined> {
+    const citus = this.database.citus;
+    // NOTE: on Citus the queue is looked up first (a probe of every node), so that the cancel runs on its node.
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
+    const spec: EndSpec = {
+      tables: this.tables,
+      where: `w.workflow_id = $1 AND ${cancellableSql('w.')}${citus ? ' AND w.queue_name = $6' : ''}`,
+      status: STATUS_SQL.CANCELLED,
+      error: `CASE WHEN $2 = 'timed-out' THEN ${TIMEOUT_ERROR_JSON} END`,
+      channelParam: '$5',
+      citus,
+      queueParam: citus ? '$6' : undefined,
+    };
+    const params = [
+      workflowId,
+      reason,
+      this.database.cancelChannel,
+      interruptPayloadPrefix(reason),
+      this.database.wakeUpChannel,
+      ...(citus ? [queue] : []),
+    ];
+    const cancelled = citus
+      ? await this.database.transaction(async (query) =>
+          this.notifyCancelled(query, reason, await runEndStatements(query, spec, params)),
+        )
+      : await this.database.query<WorkflowRefRow & { attempts: number }>(
+          `WITH ${endWorkflowsSql(spec)}
+       SELECT attempts, workflow_id, queue_name, workflow_name,
+              pg_notify($3, ${interruptPayloadSql('$4')}), ${ENDED_WAKE_UPS_SQL} AS handed_over
+       FROM ended`,
+          params,
+          { idempotent: true },
+        );
+    if (cancelled.length === 1) {
+      return { status: 'CANCELLED', attempts: cancelled[0].attempts, cancelled: toWorkflowRef(cancelled[0]) };
+    }
+    const row = await this.findRow(workflowId);
+    return row && { status: row.status, attempts: row.attempts };
+  }
+
+  /**
+   * Cancels every workflow of a queue past its start-to-close deadline, wherever it runs (or whoever ran it died). Rows locked
+   * by a step's transaction are skipped until the next sweep rather than waited for.
+   */
+  async cancelTimedOut(queueName: string): Promise<WorkflowRef[]> {
+    const due = `SELECT workflow_id, queue_name FROM ${this.table}
+         WHERE queue_name = $4 AND deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
+         FOR UPDATE SKIP LOCKED`;
+    const params = [
+      this.database.cancelChannel,
+      interruptPayloadPrefix('timed-out'),
+      this.database.wakeUpChannel,
+      queueName,
+    ];
+    const spec: EndSpec = {
+      tables: this.tables,
+      using: this.database.citus ? undefined : 'due',
+      where: `w.queue_name = $4 AND w.workflow_id = ${this.database.citus ? 'ANY($5::text[])' : 'due.workflow_id'}`,
+      status: STATUS_SQL.CANCELLED,
+      error: TIMEOUT_ERROR_JSON,
+      channelParam: '$3',
+      citus: this.database.citus,
+      queueParam: '$4',
+    };
+    if (this.database.citus) {
+      return this.database.transaction(async (query) => {
+        const locked = await query<{ workflow_id: string }>(...usedParameters(due, params));
+        if (locked.length === 0) return [];
+        const ids = locked.map((row) => row.workflow_id);
+        const ended = await runEndStatements(query, spec, [...params, ids]);
+        return (await this.notifyCancelled(query, 'timed-out', ended)).map(toWorkflowRef);
+      });
+    }
+    const rows = await this.database.query<WorkflowRefRow>(
+      `WITH due AS (
+         ${due}
+       ),
+       ${endWorkflowsSql(spec)}
+       SELECT workflow_id, queue_name, workflow_name, pg_notify($1, ${interruptPayloadSql('$2')}),
+              ${ENDED_WAKE_UPS_SQL} AS handed_over
+       FROM ended`,
+      params,
+      { idempotent: true },
+    );
+    return rows.map(toWorkflowRef);
+  }
+
+  /** On Citus, after `runEndStatements`: tells the processes running the ended workflows (from the coordinator). */
+  private async notifyCancelled<R extends EndingRow>(
+    query: Query,
+    reason: 'cancelled' | 'timed-out',
+    ended: R[],
+  ): Promise<R[]> {
+    if (ended.length > 0) {
+      await query(NOTIFY_SQL, [
+        this.database.cancelChannel,
+        ended.map((row) => interruptPayload(reason, row.attempts, row.workflow_id)),
+      ]);
+    }
+    return ended;
+  }
+
+  /**
+   * Hands their keys to the `queue-next` follow-ups of a queue that no unfinished workflow holds the key of (see
+   * `handOverStrandedSql`); how many took one. A key taken meanwhile by a new holder (a unique violation) leaves the
+   * follow-up waiting for that holder, which will hand it over.
+   */
+  async handOverStrandedFollowUps(queueName: string): Promise<number> {
+    try {
+      const [row] = await this.database.query<{ handed_over: number }>(
+        handOverStrandedSql(this.table, this.database.citus),
+        [this.database.wakeUpChannel, queueName],
+      );
+      await sendWakeUpsLeftToCaller(this.database, row.handed_over > 0 ? [queueName] : []);
+      return row.handed_over;
+    } catch (error) {
+      if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return 0;
+      throw error;
+    }
+  }
+
+  /**
+   * Puts a CANCELLED or dead-lettered workflow back in its queue with its recovery count reset; it takes its
+   * deduplication ID again (a unique violation if another workflow holds it meanwhile) and keeps its completed
+   * steps. Returns the status it had before, or undefined when it does not exist.
+   */
+  async resume(
+    workflowId: string,
+  ): Promise<{ before: WorkflowStatus; queueName: string; deduplicationId: string | null } | undefined> {
+    const row = await this.findRow(workflowId);
+    if (!row) return undefined;
+    if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status) && this.database.citus) {
+      await this.resumeOnItsNode(workflowId, row.queue_name);
+    } else if ((RESUMABLE_STATUSES as readonly string[]).includes(row.status)) {
+      // NOTE: a dead letter waits in the active table; a cancelled workflow comes back from the history.
+      await this.database.query(
+        `WITH in_place AS (
+           UPDATE ${this.table}
+           SET ${Object.entries(RESUMED_COLUMNS)
+             .map(([column, value]) => `${column} = ${value}`)
+             .join(', ')}
+           WHERE workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+           RETURNING queue_name
+         ),
+         moved AS (
+           DELETE FROM ${this.tables.history} WHERE workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED} RETURNING *
+         ),
+         back AS (
+           INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST}) SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM moved
+           RETURNING queue_name
+         )
+         SELECT pg_notify($2, queue_name)::text FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
+        [workflowId, this.database.wakeUpChannel],
+      );
+    }
+    return { before: row.status, queueName: row.queue_name, deduplicationId: row.deduplication_id };
+  }
+
+  /**
+   * On Citus, `resume` as statements on the queue's node, in one transaction: a dead letter in place; a cancelled
+   * workflow copied back from the history (`INSERT … SELECT`), then deleted from it (a moved row inserted from a
+   * data-modifying CTE would travel through the coordinator); the wake-up a statement of its own.
+   */
+  private async resumeOnItsNode(workflowId: string, queueName: string): Promise<void> {
+    const resumed = Object.entries(RESUMED_COLUMNS)
+      .map(([column, value]) => `${column} = ${value}`)
+      .join(', ');
+    await this.database.transaction(async (query) => {
+      const inPlace = await query(
+        `UPDATE ${this.table} SET ${resumed}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      const back = await query(
+        `INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST})
+         SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM ${this.tables.history}
+         WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}
+         ON CONFLICT (workflow_id, queue_name) DO NOTHING
+         RETURNING workflow_id`,
+        [workflowId, queueName],
+      );
+      if (back.length > 0) {
+        await query(
+          `DELETE FROM ${this.tables.history}
+           WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}`,
+          [workflowId, queueName],
+        );
+      }
+      if (inPlace.length + back.length > 0) {
+        await query('SELECT pg_notify($1, $2)::text', [this.database.wakeUpChannel, queueName]);
+      }
+    });
+  }
+
+  /**
+   * Changes when an ENQUEUED workflow may start and its priority. Returns its status afterwards (unchanged unless
+   * ENQUEUED), or undefined when it does not exist.
+   */
+  async reschedule(
+    workflowId: string,
+    change: { runAt: Date | null; delayMs: number | null; priority: number | null },
+  ): Promise<WorkflowStatus | undefined> {
+    const citus = this.database.citus;
+    const queue = citus ? await this.findQueue(workflowId) : undefined;
+    if (citus && queue === undefined) return undefined;
+    const base: unknown[] = [workflowId, change.priority, this.database.wakeUpChannel, ...(citus ? [queue] : [])];
+    const start = changedStartSql(citus, change, base.length + 1);
+    const rows = await this.database.query<{ queue_name: string }>(
+      `WITH changed AS (
+         UPDATE ${this.table}
+         SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
+         RETURNING queue_name
+       ),
+       ${wakeUpCteSql(citus, 'woken', '$3', 'changed')}
+       SELECT queue_name, (SELECT count(*) FROM woken) AS woken FROM changed`,
+      [...base, ...start.params],
+    );
+    if (rows.length === 1) {
+      await sendWakeUpsLeftToCaller(this.database, [rows[0].queue_name]);
+      return 'ENQUEUED';
+    }
+    return (await this.findRow(workflowId))?.status;
+  }
+
+  /** The queue of a workflow, by its ID alone (on Citus a probe of every node); undefined when it does not exist. */
+  async findQueue(workflowId: string): Promise<string | undefined> {
+    const rows = await this.database.query<{ queue_name: string }>(
+      `SELECT queue_name FROM ${this.tables.workflows} WHERE workflow_id = $1 LIMIT 1`,
+      [workflowId],
+      { idempotent: true },
+    );
+    return rows[0]?.queue_name;
+  }
+
+  /** A workflow's row; `queueName`, when known, is named in the look-up (on Citus: one node instead of every node). */
+  async findRow(workflowId: string, queueName?: string): Promise<WorkflowRow | undefined> {
+    const rows = await this.database.query<WorkflowRow>(
+      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows}
+       WHERE workflow_id = $1 ${queueName === undefined ? '' : 'AND queue_name = $2'} LIMIT 1`,
+      queueName === undefined ? [workflowId] : [workflowId, queueName],
+      { prepared: true, idempotent: true },
+    );
+    return rows[0];
+  }
+
+  async findResult(workflowId: string, queueName?: string): Promise<WorkflowResultRow | undefined> {
+    const rows = await this.database.query<WorkflowResultRow>(
+      `SELECT status, output::text AS output, error, ${parkedSql()} AS parked FROM ${this.tables.workflows}
+       WHERE workflow_id = $1 ${queueName === undefined ? '' : 'AND queue_name = $2'} LIMIT 1`,
+      queueName === undefined ? [workflowId] : [workflowId, queueName],
+      { prepared: true, idempotent: true },
+    );
+    return rows[0];
+  }
+
+  async list(filter: ListWorkflowsOptions): Promise<WorkflowRow[]> {
+    const conditions: string[] = [];
+    const params: unknown[] = [];
+    const where = (column: string, value: unknown) => {
+      params.push(value);
+      conditions.push(`${column} = $${params.length}`);
+    };
+    if (filter.queueName !== undefined) where('queue_name', filter.queueName);
+    if (filter.workflowName !== undefined) where('workflow_name', filter.workflowName);
+    if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
+    if (filter.parentWorkflowId !== undefined) where('parent_workflow_id', filter.parentWorkflowId);
+    if (filter.status !== undefined) {
+      const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
+      params.push(
+        wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)),
+        wanted,
+      );
+      const [stored, reported] = [params.length - 1, params.length];
+      conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
+    }
+    params.push(filter.limit ?? 100, filter.offset ?? 0);
+    return this.database.query<WorkflowRow>(
+      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows}
+       ${conditions.length ? `WHERE ${conditions.join(' AND ')}` : ''}
+       ORDER BY seq DESC
+       LIMIT $${params.length - 1} OFFSET $${params.length}`,
+      params,
+      { idempotent: true },
+    );
+  }
+
+  /** How many workflows each queue has per status, as reported (`DELAYED` apart from `ENQUEUED`). */
+  async countByStatus(queueName?: string): Promise<StatusCount[]> {
+    const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; count: number }>(
+      `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::int AS count FROM ${this.tables.workflows}
+       WHERE $1::text IS NULL OR queue_name = $1
+       GROUP BY 1, 2`,
+      [queueName ?? null],
+    );
+    return rows.map((row) => ({ queueName: row.queue_name, status: row.status, count: row.count }));
+  }
+
+  /**
+   * Stores the retry and dead-letter limits that the process running a workflow applies (its own `@Workflow()`
+   * options), so that recovery, which any process may do, dead-letters by them and the dashboard shows them. Only
+   * while that run (`attempt`) still owns the workflow.
+   */
+  async recordRunOptions(
+    queueName: string,
+    workflowId: string,
+    attempt: number,
+    options: { maxAttempts: number; maxRecoveryAttempts: number },
+  ): Promise<void> {
+    await this.database.query(
+      `UPDATE ${this.table} SET max_attempts = $3, max_recovery_attempts = $4, updated_at = now()
+       WHERE queue_name = $5 AND workflow_id = $1 AND attempts = $2 AND status = ${STATUS_SQL.PENDING}`,
+      [workflowId, attempt, options.maxAttempts, options.maxRecoveryAttempts, queueName],
+      { idempotent: true },
+    );
+  }
+
+  /**
+   * Puts back in their queue workflows this executor claimed but never started (a worker's local buffer), as if
+   * unclaimed: ENQUEUED, no executor, their claim count back by one; the queue's workers everywhere are woken.
+   * Only the given runs that are still PENDING under it change.
+   */
+  async giveBack(
+    executorId: string,
+    queueName: string,
+    runs: { workflowId: string; attempt: number }[],
+  ): Promise<void> {
+    await this.database.query(
+      `WITH returned AS (
+         UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, attempts = w.attempts - 1, updated_at = now()
+         FROM unnest($2::text[], $3::int[]) AS r(workflow_id, attempt)
+         WHERE w.queue_name = $5 AND w.workflow_id = r.workflow_id AND w.attempts = r.attempt
+           AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $1
+         RETURNING w.queue_name
+       )
+       SELECT pg_notify($4, queue_name)::text FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
+      [
+        executorId,
+        runs.map((run) => run.workflowId),
+        runs.map((run) => run.attempt),
+        this.database.wakeUpChannel,
+        queueName,
+      ],
+      { idempotent: true },
+    );
+  }
+}
