@@ -1,4 +1,4 @@
-import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
+import type { QueryOptions, QueueDatabase } from '../connection/queue-database';
 
 /**
  * The rows a window of creation time should hold: windows grow (4 times while they hold under a quarter of it, twice
