@@ -26,7 +26,15 @@ const statements = new Map();
 let connections = 0;
 const timeline = { notifications: [], claims: [] };
 
+const keys = new Map();
+/** The statement's key, once per text: the harness's own work (and allocations) stay out of the library's share. */
 function keyOf(text) {
+  let key = keys.get(text);
+  if (key === undefined) keys.set(text, (key = computeKeyOf(text)));
+  return key;
+}
+
+function computeKeyOf(text) {
   const flat = String(text || '')
     .replace(/\s+/g, ' ')
     .trim();
@@ -256,6 +264,7 @@ async function w1(ctx) {
   console.log(`\nW1: ${calls} calls, ${accepted} accepted, ${Math.round(calls / elapsed)} calls/s (in-process)`);
   printStatements(calls, 'call');
   printProfile(cpu);
+  printInclusive(cpu);
   await producer.close();
 }
 
