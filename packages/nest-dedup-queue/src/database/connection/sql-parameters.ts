@@ -37,10 +37,13 @@ export function usedParameters(sql: string, values: unknown[]): [string, unknown
 
 /**
  * A one-dimensional array parameter as the text `pg` sends for an array (`{"a","1",NULL}`), taken from `items` by
- * `value`: the same text, without the intermediate array and without a regular expression per element that needs no
+ * `value` (strings, numbers and booleans; `pg` writes dates itself): the same text, without the intermediate array and without a regular expression per element that needs no
  * escaping (a batch statement's arrays are built for every batch).
  */
-export function arrayParameter<T>(items: readonly T[], value: (item: T) => string | number | null | undefined): string {
+export function arrayParameter<T>(
+  items: readonly T[],
+  value: (item: T) => string | number | boolean | null | undefined,
+): string {
   let text = '{';
   for (let i = 0; i < items.length; i++) {
     if (i > 0) text += ',';
