@@ -8,7 +8,8 @@
  *
  * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys;
  * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (32 slots shared by the queues), in
- *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes);
+ *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot workload
+ *   (in one queue on one server; spread over 8 queues of 32 slots each on a cluster, docs/citus.md's "A hot queue");
  *
  * with each server's CPU per call or job (`cpuacct.usage` of its group) and its share of the quota, which says which
  * server is saturated. Each measurement has a schema of its own, created and filled (W2's prefill) with the quotas of
@@ -93,6 +94,12 @@ interface Workload {
   short: string;
   /** W2's queues; 0 for W1. */
   queues: number;
+  /**
+   * One hot workload: on a cluster spread over `queues` queue names with the worker's 32 slots for each (as
+   * docs/citus.md's "A hot queue" says to, while `shards` is refused there), on one server in one queue (where
+   * `shards` leaves a queue whole).
+   */
+  hot?: boolean;
 }
 
 const WORKLOADS: Workload[] = [
@@ -100,6 +107,7 @@ const WORKLOADS: Workload[] = [
   { id: 'w2x1', row: 'W2 one queue, jobs/s', short: 'one queue', queues: 1 },
   { id: 'w2x2', row: 'W2 two queues', short: 'two queues', queues: 2 },
   { id: 'w2x4', row: 'W2 four queues', short: 'four queues', queues: 4 },
+  { id: 'w2hot', row: 'W2 one hot queue in 8 × 32 slots (one server: 1)', short: 'hot queue', queues: 8, hot: true },
 ];
 
 interface Server {
@@ -112,7 +120,7 @@ interface Target extends BenchDatabase {
   id: string;
   column: string;
   servers: Server[];
-  /** Four queue names, the i-th on worker node i modulo the nodes. */
+  /** Eight queue names, the i-th on worker node i modulo the nodes. */
   queues: string[];
 }
 
@@ -209,11 +217,11 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
         await producer.app.close();
       }
     }
-    const queues = target.queues.slice(0, workload.queues);
+    const queues = target.queues.slice(0, workload.hot && target.distribution === 'single' ? 1 : workload.queues);
     await prefill(target, schema, queues, settings.jobs);
     limit([target], true);
     const before = throttling();
-    const run = await drain(target, schema, queues, settings.jobs, meterOf(target));
+    const run = await drain(target, schema, queues, settings.jobs, meterOf(target), workload.hot ? 'each' : 'split');
     return sample(target, run, capacity, before);
   } finally {
     limit([target], false);
@@ -338,7 +346,7 @@ async function main(): Promise<void> {
       url: single.url,
       distribution: 'single',
       servers: [{ label: 'server', dataDir: single.dataDir }],
-      queues: ['q0', 'q1', 'q2', 'q3'],
+      queues: Array.from({ length: 8 }, (_, i) => `q${i}`),
     },
     ...clusters.map((cluster): Target => ({
       id: `citus${cluster.workers.length}`,
@@ -366,7 +374,7 @@ async function main(): Promise<void> {
   for (const [index, cluster] of clusters.entries()) {
     const target = targets[index + 1];
     limit([target], false);
-    target.queues = await queuesSpreadOver(cluster, 4);
+    target.queues = await queuesSpreadOver(cluster, 8);
     limit([target], true);
     log(
       `${target.column}: queues ${target.queues.join(', ')} (node ${target.queues.map((_, i) => (i % cluster.workers.length) + 1).join(', ')})`,

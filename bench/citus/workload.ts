@@ -70,9 +70,15 @@ export async function bootModule(database: BenchDatabase, schema: string, worker
   return { app, queues: app.get(QueueService), tasks: app.get(BenchTasks) };
 }
 
-/** The queues of a drain: the worker's slots split equally among them. */
-function drainQueues(queueNames: readonly string[]): QueueOptions[] {
-  const workerConcurrency = Math.max(1, Math.floor(WORKER_SLOTS / queueNames.length));
+/**
+ * How a drain's worker gives its slots to the queues: `split` equally among them (32 in all), or all 32 to `each`
+ * (so that each queue's claims stay as large as one queue's).
+ */
+export type DrainSlots = 'split' | 'each';
+
+/** The queues of a drain, with the worker's slots given as `slots` says. */
+function drainQueues(queueNames: readonly string[], slots: DrainSlots = 'split'): QueueOptions[] {
+  const workerConcurrency = slots === 'each' ? WORKER_SLOTS : Math.max(1, Math.floor(WORKER_SLOTS / queueNames.length));
   return queueNames.map((name) => ({ name, workerConcurrency }));
 }
 
@@ -133,7 +139,7 @@ export async function prefill(
 }
 
 /**
- * W2's drain of a prefilled schema: one worker (32 slots shared by the queues) boots and runs the jobs; measured from
+ * W2's drain of a prefilled schema: one worker (32 slots shared by the queues, or 32 for each) boots and runs the jobs; measured from
  * the first job's start until every queue's own count shows them all succeeded (a count across queues would ask
  * every shard on Citus, and its connections would be charged to the jobs).
  */
@@ -143,10 +149,11 @@ export async function drain(
   queueNames: readonly string[],
   jobs: number,
   meter: CpuMeter,
+  slots: DrainSlots = 'split',
 ): Promise<Measured> {
   const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
   onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
-  const worker = await bootModule(database, schema, true, drainQueues(queueNames));
+  const worker = await bootModule(database, schema, true, drainQueues(queueNames, slots));
   const deadline = Date.now() + DRAIN_TIMEOUT_MS;
   try {
     const succeeded = async (queueName: string) =>

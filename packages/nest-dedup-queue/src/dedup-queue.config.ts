@@ -43,7 +43,19 @@ export interface ResolvedQueue {
   workerConcurrency: number;
   partitionConcurrency?: number;
   rateLimit?: RateLimit;
+  /** Declared shards above 1 (`QueueOptions.shards`): the queue takes no limit that holds across the whole queue. */
+  shards?: number;
 }
+
+/** The most shards a queue may declare (`QueueOptions.shards`). */
+export const MAX_QUEUE_SHARDS = 64;
+
+/** The limits that hold across a whole queue, which a queue declaring shards cannot take. */
+export const QUEUE_WIDE_LIMIT_KEYS: readonly (keyof QueueLimits)[] = [
+  'concurrency',
+  'partitionConcurrency',
+  'rateLimit',
+];
 
 /** The pool of worker threads for isolated bodies (`forRoot({ isolation })`), with defaults applied. */
 export interface ResolvedIsolation {
@@ -163,7 +175,20 @@ export function resolveConfig(
   if (!SCHEMA_NAME.test(schema)) {
     fail(`schema "${schema}" must be 1 to 40 lowercase letters, digits or underscores, not starting with a digit`);
   }
+  if (options.distribution !== undefined && options.distribution !== 'single' && options.distribution !== 'citus') {
+    fail("`distribution` must be 'single' (one PostgreSQL server) or 'citus' (the coordinator of a Citus cluster)");
+  }
   const queues = resolveQueues(options.queues, registrations, fail);
+  if (options.distribution === 'citus') {
+    const sharded = [...queues.values()].find((queue) => queue.shards !== undefined);
+    if (sharded) {
+      fail(
+        `queue "${sharded.name}" declares \`shards: ${sharded.shards}\`, which \`distribution: 'citus'\` does not ` +
+          'support yet (a queue is held by one worker node); leave `shards` out, or spread the work over several ' +
+          'queues (docs/citus.md, "A hot queue")',
+      );
+    }
+  }
   const worker = options.worker ?? true;
   if (typeof worker === 'object' && !Array.isArray(worker?.queues)) {
     fail('`worker` must be true, false or { queues: [...declared queue names] }');
@@ -189,9 +214,6 @@ export function resolveConfig(
     fail("`pooler` must be 'transaction' (PgBouncer pool_mode = transaction, Supavisor, ...) or 'none'");
   }
   const transactionPooler = options.pooler === 'transaction';
-  if (options.distribution !== undefined && options.distribution !== 'single' && options.distribution !== 'citus') {
-    fail("`distribution` must be 'single' (one PostgreSQL server) or 'citus' (the coordinator of a Citus cluster)");
-  }
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
     isolation: resolveIsolation(options.isolation, fail),
@@ -258,12 +280,38 @@ function resolveQueues(
       );
     }
     const prefix = place === FOR_ROOT_QUEUES ? `queues["${name}"].` : `registerQueue({ name: "${name}" }).`;
-    const unknownQueueOption = unknownKey(queue, ['name', ...QUEUE_LIMIT_KEYS]);
+    const unknownQueueOption = unknownKey(queue, ['name', 'shards', ...QUEUE_LIMIT_KEYS]);
     if (unknownQueueOption) fail(`\`${prefix}${unknownQueueOption.key}\` ${unknownQueueOption.reason}`);
-    queues.set(name, resolveLimits(name, queue, prefix, fail));
+    const shards = resolveShards(queue, prefix, fail);
+    queues.set(name, { ...resolveLimits(name, queue, prefix, fail), ...(shards > 1 && { shards }) });
     declaredAt.set(name, place);
   }
   return queues;
+}
+
+/**
+ * A queue's declared shards (1 when left out), refused with a limit that would have to hold across all of them.
+ */
+function resolveShards(queue: QueueOptions, prefix: string, fail: (message: string) => never): number {
+  const { shards } = queue;
+  if (shards === undefined) return 1;
+  if (!Number.isInteger(shards) || shards < 1 || shards > MAX_QUEUE_SHARDS) {
+    fail(`\`${prefix}shards\` must be an integer from 1 to ${MAX_QUEUE_SHARDS}, got ${JSON.stringify(shards)}`);
+  }
+  const wide = shards > 1 && queueWideLimit(queue);
+  if (wide) {
+    fail(
+      `\`${prefix}${wide}\` cannot hold across the ${shards} shards of queue "${queue.name}" (a queue with shards ` +
+        `takes no limit across the whole queue: \`concurrency\`, \`partitionConcurrency\` or \`rateLimit\`); ` +
+        'leave the limit out (`workerConcurrency` limits each process), or leave `shards` out',
+    );
+  }
+  return shards;
+}
+
+/** The first limit of `limits` that holds across a whole queue (see `QUEUE_WIDE_LIMIT_KEYS`), if any. */
+export function queueWideLimit(limits: QueueLimits): keyof QueueLimits | undefined {
+  return QUEUE_WIDE_LIMIT_KEYS.find((key) => limits[key] !== undefined && limits[key] !== null);
 }
 
 function resolveExternalWorkflows(names: unknown, fail: (message: string) => never): ReadonlySet<string> {

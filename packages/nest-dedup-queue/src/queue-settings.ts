@@ -1,6 +1,7 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
-import { DedupQueueConfig, ResolvedQueue } from './dedup-queue.config';
+import { DedupQueueConfig, QUEUE_WIDE_LIMIT_KEYS, ResolvedQueue, queueWideLimit } from './dedup-queue.config';
 import { QueueControlStore, QueueOverrides } from './database/queues/queue-control.store';
+import { ModuleLogger } from './utils/module-logger';
 
 /** A queue's limits as they apply now: declared, with run-time overrides on top, and whether it is paused. */
 export interface EffectiveQueue extends ResolvedQueue {
@@ -10,6 +11,8 @@ export interface EffectiveQueue extends ResolvedQueue {
 /**
  * The effective settings of the declared queues in this process. Refreshed from Postgres when a control
  * notification arrives and on every polling tick, so a change made anywhere applies everywhere within a second.
+ * A queue declared with shards ignores a stored override of a queue-wide limit (set before it declared them), said
+ * once at boot.
  */
 @Injectable()
 export class QueueSettings implements OnModuleInit {
@@ -17,6 +20,7 @@ export class QueueSettings implements OnModuleInit {
   /** `effective` per queue, made once per read of the overrides (workers ask for it several times per workflow). */
   private readonly computed = new Map<string, EffectiveQueue>();
   private refreshing?: Promise<void>;
+  private readonly logger = new ModuleLogger('DedupQueueSettings');
 
   constructor(
     private readonly config: DedupQueueConfig,
@@ -26,6 +30,15 @@ export class QueueSettings implements OnModuleInit {
   async onModuleInit(): Promise<void> {
     await this.control.ensure([...this.config.queues.keys()]);
     await this.refresh();
+    for (const [name, { shards }] of this.config.queues) {
+      const wide = shards && queueWideLimit(this.overrides.get(name)?.limits ?? {});
+      if (wide) {
+        this.logger.warn(
+          `Queue "${name}" declares ${shards} shards and ignores its run-time \`${wide}\` override; clear it with ` +
+            `setQueueLimits('${name}', { ${wide}: null })`,
+        );
+      }
+    }
   }
 
   /** Re-reads the overrides; concurrent calls share one read. */
@@ -50,7 +63,8 @@ export class QueueSettings implements OnModuleInit {
   private compute(queueName: string): EffectiveQueue {
     const declared = this.config.queues.get(queueName) as ResolvedQueue;
     const override = this.overrides.get(queueName);
-    const limits = override?.limits ?? {};
+    const limits = { ...override?.limits };
+    if (declared.shards) for (const key of QUEUE_WIDE_LIMIT_KEYS) delete limits[key];
     const concurrency = limits.concurrency ?? declared.concurrency;
     return {
       ...declared,

@@ -1,5 +1,11 @@
 import { Injectable } from '@nestjs/common';
-import { DedupQueueConfig, QUEUE_LIMIT_KEYS, assertQueueDeclared, resolveLimits } from '../dedup-queue.config';
+import {
+  DedupQueueConfig,
+  QUEUE_LIMIT_KEYS,
+  assertQueueDeclared,
+  queueWideLimit,
+  resolveLimits,
+} from '../dedup-queue.config';
 import { QueueControlStore } from '../database/queues/queue-control.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { QueueLimits } from '../interfaces/queue-options.interface';
@@ -41,6 +47,15 @@ export class QueueControlService {
     resolveLimits(queueName, given, 'limits.', (message) => {
       throw new InvalidArgumentError('limits', message);
     });
+    const shards = this.config.queues.get(queueName)?.shards;
+    const wide = shards && queueWideLimit(given);
+    if (wide) {
+      throw new InvalidArgumentError(
+        `limits.${wide}`,
+        `cannot hold across the ${shards} shards of queue "${queueName}"; a queue with shards takes only ` +
+          '`workerConcurrency`',
+      );
+    }
     await this.control.setLimits(queueName, limits);
   }
 
@@ -48,7 +63,7 @@ export class QueueControlService {
   async getQueueSettings(queueName: string): Promise<QueueLimits & { paused: boolean }> {
     assertQueueDeclared(this.config, queueName);
     await this.settings.refresh();
-    const { name: _name, ...settings } = this.settings.effective(queueName);
+    const { name: _name, shards: _shards, ...settings } = this.settings.effective(queueName);
     return settings;
   }
 }

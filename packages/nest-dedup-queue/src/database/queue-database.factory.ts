@@ -4,7 +4,7 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import { describeError } from '../utils/describe-error';
-import { assertCitusInstalled, distributeTables } from './migrations/citus-distribution';
+import { assertCitusInstalled, assertNotCitusWorker, distributeTables } from './migrations/citus-distribution';
 import { HistoryPartitions } from './sweeps/history-partitions';
 import { storeInputLimits } from './input-limits.store';
 import { runMigrations } from './migrations/migration.runner';
@@ -50,6 +50,7 @@ export async function createQueueDatabase(
       phase = 'statement';
       database.guardPoolConnections();
       if (database.citus) await assertCitusInstalled(database);
+      await assertNotCitusWorker(database);
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0)
         logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);

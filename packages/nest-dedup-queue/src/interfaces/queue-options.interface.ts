@@ -31,4 +31,12 @@ export interface QueueLimits {
 export interface QueueOptions extends QueueLimits {
   /** The queue's name, used in `QueueService.enqueue(name, ...)` and `@InjectQueue(name)`. 1 to 100 characters. */
   name: string;
+  /**
+   * Declares a hot queue that may be spread over several shards (an integer from 1 to 64; default 1), so that no
+   * limit may hold across the whole queue: a queue with `shards` above 1 takes no `concurrency`,
+   * `partitionConcurrency` or `rateLimit` (refused at boot, and by `setQueueLimits`); `workerConcurrency` limits
+   * each process as usual. On one PostgreSQL server the queue stays one queue (the option only fixes the rules);
+   * with `distribution: 'citus'` it is refused for now (spreading a queue over worker nodes is not built yet).
+   */
+  shards?: number;
 }

@@ -53,6 +53,40 @@ export async function assertCitusInstalled(database: QueueDatabase): Promise<voi
 }
 
 /**
+ * Refuses a worker node of a Citus cluster (whatever `distribution` says), before anything is written: the module
+ * connects to the coordinator. Its migrations and `create_distributed_table` run there only; its leases, schedules,
+ * registrations and migrations' bookkeeping are plain tables of the coordinator that a worker node cannot read; a
+ * NOTIFY sent through a worker node reaches only that node's listeners; an enqueue through a worker node numbers its
+ * row from that node's sequence range (its group ID shifted 48 bits), after every row numbered on the coordinator,
+ * which would break first-in first-out between callers on different nodes. A database without the extension, or a
+ * node not yet added to a cluster, is no worker node (its group is 0).
+ */
+export async function assertNotCitusWorker(database: QueueDatabase): Promise<void> {
+  const [catalog] = await database.query<{ present: boolean }>(
+    `SELECT to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AS present`,
+    [],
+    { idempotent: true },
+  );
+  if (!catalog.present) return;
+  const [node] = await database.query<{ group_id: number; coordinator: string | null }>(
+    `SELECT groupid AS group_id,
+            (SELECT nodename || ':' || nodeport FROM pg_dist_node WHERE groupid = 0 LIMIT 1) AS coordinator
+     FROM pg_dist_local_group`,
+    [],
+    { idempotent: true },
+  );
+  if (!node || node.group_id === 0) return;
+  const coordinator = node.coordinator
+    ? `its coordinator, at ${node.coordinator} as the cluster names it`
+    : 'its coordinator';
+  throw new DedupQueueConfigurationError(
+    `DedupQueueModule: the database at ${database.settings.endpoint.label} is a worker node of a Citus cluster ` +
+      `(group ${node.group_id}). Connect to ${coordinator}: nest-dedup-queue migrates and distributes its schema, ` +
+      `keeps its leases and schedules, and sends its wake-ups there (see docs/citus.md, "Worker nodes")`,
+  );
+}
+
+/**
  * Distributes the schema's tables as `CITUS_TABLES` says, under the schema's advisory lock, in one transaction.
  * Tables already distributed are left alone, so a boot after the first does nothing; tables of a schema that ran on
  * one server are distributed in place with their rows (Citus copies them to the shards; the coordinator's local
