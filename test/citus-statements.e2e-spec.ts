@@ -10,7 +10,8 @@
  * more strictly (test/support/citus-plans.ts): no statement of it may be planned with a distributed subplan, "pull to
  * coordinator", a repartition or more than one task; the enqueue inserts must be router inserts (`INSERT … VALUES`),
  * the claim, the outcome's statements but the archive, and the hand-over's look-up fast-path router statements
- * (FAST_PATH), and the statements of
+ * (FAST_PATH), a rate-limited claim's starts (`queue_starts`: counted, recorded, pruned) router statements, and the
+ * statements of
  * `enqueue_workflow` may not show any of those in the planner's messages.
  */
 import { appendFileSync } from 'node:fs';
@@ -48,6 +49,10 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     shape: /^SELECT workflow_id, created_at FROM \S+\.workflow_history_legacy AS l/,
   },
   {
+    what: "retention: the rate limits' starts past the retention (a day at least)",
+    shape: /^DELETE FROM \S+\.queue_starts WHERE started_at < now\(\)/,
+  },
+  {
     what: 'retention: is a workflow of that day still active (per day)',
     shape: /^SELECT 1 FROM \S+\.workflow_queue WHERE created_at >= \$1/,
   },
@@ -79,7 +84,7 @@ const WORKLOAD_FAST_PATH: RegExp[] = [
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
-    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|pg_notify/,
+    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|pg_notify/,
   );
   let cluster: CitusCluster;
   let pool: Pool;
@@ -142,6 +147,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     for (const shape of FAST_PATH) expect({ shape, kinds: new Set(kindOf(shape)) }).toEqual({ shape, kinds: FAST });
     expect(new Set(kindOf(/^INSERT INTO \S+\.steps \(/))).toEqual(new Set(['router']));
     expect(kindOf(/^SELECT pg_notify\(/)).toEqual(['coordinator']);
+    expect(new Set(kindOf(/^INSERT INTO \S+\.queue_starts /))).toEqual(new Set(['router']));
+    expect(new Set(kindOf(/^DELETE FROM \S+\.queue_starts /))).toEqual(FAST);
+    expect(new Set(kindOf(/^(?!DELETE).*FROM \S+\.queue_starts\s+WHERE queue_name = \$1/s))).toEqual(
+      new Set(['router']),
+    );
     expect(kinds.filter(({ kind }) => kind === 'fast-path router').length).toBeGreaterThanOrEqual(4);
   });
 
@@ -245,6 +255,7 @@ async function runHotPath(app: QueueApp, pool: Pool, schema: string): Promise<st
   expect(batch.map((result) => result.status)).toEqual(['created', 'created', 'duplicate']);
   results.push((await queues.enqueue('work', app.get(StepTasks).stepsThenFailOnce, ['hot'])).getResult());
   results.push((await queues.enqueue('work', app.get(StepTasks).failingStepOnce, ['hot'])).getResult());
+  results.push((await queues.enqueue('rated', tasks.echo, ['hot-rated'])).getResult());
   const client = await pool.connect();
   const planner: string[] = [];
   client.on('notice', (notice: { message?: string }) => planner.push(notice.message ?? ''));

@@ -1,7 +1,14 @@
 import { ConsoleLogger } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { DedupQueueConfigurationError, DedupQueueModule, QueueService } from 'nest-dedup-queue';
-import { Migration, MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
+import {
+  ExecutorStore,
+  Migration,
+  MIGRATIONS,
+  QueueDatabase,
+  WorkflowClaimer,
+  runMigrations,
+} from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
@@ -271,6 +278,66 @@ describe('schema migrations', () => {
       `SELECT count(*)::int AS count, bool_or(breaking) AS any_breaking FROM "${schema}".schema_migrations`,
     );
     expect(rows).toEqual([{ count: MIGRATIONS.length + 1, any_breaking: false }]);
+  });
+
+  it("migration 23 keeps a rate window in flight (the last hour's starts copied to queue_starts) and drops the history's list indexes", async () => {
+    const schema = freshSchema('starts');
+    const database = new QueueDatabase(dataSource, schema, false);
+    await runMigrations(
+      database,
+      MIGRATIONS.filter((migration) => migration.version <= 22),
+    );
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_history (workflow_id, queue_name, workflow_name, status, inputs, started_at,
+                                               completed_at)
+       VALUES ('done-1', 'rated', 'Tasks.run', 'SUCCESS', '[]', now() - interval '2 seconds', now()),
+              ('done-2', 'rated', 'Tasks.run', 'ERROR', '[]', now() - interval '2 seconds', now()),
+              ('done-old', 'rated', 'Tasks.run', 'SUCCESS', '[]', now() - interval '2 hours', now())`,
+    );
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, started_at,
+                                             executor_id)
+       VALUES ('running', 'rated', 'Tasks.run', 'PENDING', '[]', now() - interval '1 second', 'gone'),
+              ('next', 'rated', 'Tasks.run', 'ENQUEUED', '[]', NULL, NULL)`,
+    );
+
+    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([23]);
+
+    const starts = await pool.query(
+      `SELECT queue_name, now() - started_at < interval '1 minute' AS recent FROM "${schema}".queue_starts`,
+    );
+    expect(starts.rows).toEqual(Array(3).fill({ queue_name: 'rated', recent: true }));
+    const indexes = await pool.query(
+      `SELECT indexname, indexdef ~ 'USING brin' AS brin FROM pg_indexes
+       WHERE schemaname = $1 AND tablename = 'workflow_history' ORDER BY indexname`,
+      [schema],
+    );
+    expect(indexes.rows).toEqual([
+      { indexname: 'workflow_history_by_parent', brin: false },
+      { indexname: 'workflow_history_completed_at', brin: true },
+      { indexname: 'workflow_history_created_at', brin: true },
+      { indexname: 'workflow_history_workflow_id', brin: false },
+    ]);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflow_history`)).rows[0].n).toBe(3);
+
+    // The copied starts fill a window of 3 a minute: the queued workflow waits for the first of them to leave it.
+    await new ExecutorStore(database).register('claim-test', {
+      queues: ['rated'],
+      workflows: [{ name: 'Tasks.run', version: 1 }],
+    });
+    const claimer = new WorkflowClaimer(database);
+    const claim = (limit: number) =>
+      claimer.claim({
+        queue: { name: 'rated', workerConcurrency: 10, rateLimit: { limit, periodMs: 60_000 } },
+        executorId: 'claim-test',
+        limit: 10,
+        claimKeys: ['1:Tasks.run'],
+      });
+    const full = await claim(3);
+    expect(full.workflows).toEqual([]);
+    expect(full.retryInMs).toBeGreaterThan(50_000);
+    expect((await claim(4)).workflows.map((workflow) => workflow.workflowId)).toEqual(['next']);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".queue_starts`)).rows[0].n).toBe(4);
   });
 
   it('rolls a failing migration back entirely and names it in the error', async () => {

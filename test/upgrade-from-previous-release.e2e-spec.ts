@@ -1,16 +1,20 @@
 /**
- * Upgrade in place (issue 20, item 5; issue 31, item 7): a database made by an earlier release (0.2.0, and 1.0.0,
- * each built from git at its last commit and run in a child process) is booted by this release. From 0.2.0 it applies
- * the breaking migration 013, which moves active work apart from history; from 1.0.0 the migrations after 018 (none
- * breaking). Every finished workflow keeps its status, result, error and steps; every queued, delayed or running one
+ * Upgrade in place (issue 20, item 5; issue 31, item 7; issue 32): a database made by an earlier release (0.2.0,
+ * 1.0.0 and 1.1.0, each built from git at its last commit and run in a child process) is booted by this release. From 0.2.0 it applies
+ * the breaking migration 013, which moves active work apart from history; from 1.0.0 the migrations after 018, from
+ * 1.1.0 migration 023 (the history by ID only; none breaking). Every finished workflow keeps its status, result, error and steps; every queued, delayed or running one
  * keeps its key and runs exactly once (a delayed one not before its time, by the database's clock); every run gets a
  * version (1, what a workflow without `@Workflow({ version })` registers); the deduplication window still holds; the
  * follow-up runs after its holder; schedules keep their cursors. Then a process of the old release meets the
  * migrated schema: 0.2.0 refuses to start and writes nothing; 1.0.0 runs against it (one warning), enqueues and runs
  * its runs (version 1), and, as it cannot tell versions apart, also runs a version-2 run of a name it has (which is
- * why docs/upgrading.md says to upgrade every process before deploying a version 2).
+ * why docs/upgrading.md says to upgrade every process before deploying a version 2); 1.1.0 runs against it too, and its
+ * own rate-limited claim still counts the history's starts exactly (without the index migration 023 dropped) and
+ * records none in `queue_starts`.
  * The migration's duration on 1,000,000 finished workflows is measured by bench/upgrade/measure.js, not here.
  */
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
 import { QueueDeduplicatedError, ScheduleService, Step, Workflow, WorkflowFailedError } from 'nest-dedup-queue';
 import { MIGRATIONS, QueueDatabase, runMigrations } from 'nest-dedup-queue/testing';
 import type { Pool } from 'pg';
@@ -22,6 +26,7 @@ import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/datab
 import {
   PREVIOUS_RELEASE,
   RELEASE_1_0,
+  RELEASE_1_1,
   Release,
   buildPreviousRelease,
   describeWithPreviousRelease,
@@ -62,6 +67,7 @@ interface Seeded extends IpcMessage {
 const RELEASES: Array<Release & { lastMigration: number }> = [
   { ...PREVIOUS_RELEASE, lastMigration: 12 },
   { ...RELEASE_1_0, lastMigration: 18 },
+  { ...RELEASE_1_1, lastMigration: 22 },
 ];
 
 for (const release of RELEASES)
@@ -69,6 +75,8 @@ for (const release of RELEASES)
 
 function upgradeFrom(release: Release & { lastMigration: number }): void {
   const major = release.lastMigration < 13;
+  /** 1.1 on: a process claims only the versions it registers. */
+  const knowsVersions = release.lastMigration >= 22;
   const schema = uniqueSchema('upgrade');
   /** A fresh install of this release, to compare the upgraded schema's shape with. */
   const freshSchema = uniqueSchema('upgrade_fresh');
@@ -494,13 +502,60 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
     });
   }
 
+  if (knowsVersions) {
+    it(`counts the history's starts in a rate-limited claim of ${release.version} on the migrated schema: exact, without the dropped index`, async () => {
+      // 1.1's own claimer, from its build: it counts the running workflows' and the history's started_at.
+      const previous = createRequire(__filename)(join(previousRelease, 'dist', 'testing.js')) as Pick<
+        typeof import('nest-dedup-queue/testing'),
+        'QueueDatabase' | 'ExecutorStore' | 'WorkflowClaimer'
+      >;
+      await pool.query(
+        `INSERT INTO "${schema}".workflow_history (workflow_id, queue_name, workflow_name, status, inputs, started_at,
+                                                 completed_at)
+         SELECT 'rated-done-' || i, 'rated', 'Rated.run', 'SUCCESS', '[]', now() - interval '2 seconds', now()
+         FROM generate_series(1, 3) AS i`,
+      );
+      await pool.query(
+        `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
+         VALUES ('rated-next', 'rated', 'Rated.run', 'ENQUEUED', '[]')`,
+      );
+      const dataSource = await new DataSource({ type: 'postgres', url: databaseUrl() }).initialize();
+      const database = new previous.QueueDatabase(dataSource, schema, false);
+      try {
+        await new previous.ExecutorStore(database).register('rated-1.1', {
+          queues: ['rated'],
+          workflows: [{ name: 'Rated.run', version: 1 }],
+        });
+        const claimer = new previous.WorkflowClaimer(database);
+        const claim = (limit: number) =>
+          claimer.claim({
+            queue: { name: 'rated', workerConcurrency: 10, rateLimit: { limit, periodMs: 60_000 } },
+            executorId: 'rated-1.1',
+            limit: 10,
+            claimKeys: ['1:Rated.run'],
+          });
+        const full = await claim(3);
+        expect(full.workflows).toEqual([]);
+        expect(full.retryInMs).toBeGreaterThan(50_000);
+        expect((await claim(4)).workflows.map((workflow) => workflow.workflowId)).toEqual(['rated-next']);
+        // It does not record its starts where 1.2 counts them (docs/upgrading.md).
+        const starts = await pool.query(`SELECT 1 FROM "${schema}".queue_starts WHERE queue_name = 'rated'`);
+        expect(starts.rowCount).toBe(0);
+        await new previous.ExecutorStore(database).remove('rated-1.1');
+        await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE queue_name = 'rated'`);
+      } finally {
+        await database.close();
+      }
+    });
+  }
+
   if (!major) {
-    it(`runs a process of ${release.version} on the migrated schema: one warning, its runs (version 1), and any version of its names`, async () => {
+    it(`runs a process of ${release.version} on the migrated schema: one warning, its runs (version 1)${knowsVersions ? '' : ', and any version of its names'}`, async () => {
       app ??= await startQueueApp(
         { schema, executorId, worker: false, queues: [{ name: 'upgrade' }, { name: 'parked' }] },
         [UpgradeTasks],
       );
-      // A run recorded at a version that release does not know: it cannot tell, and runs it as its own.
+      // A run recorded at a version that release does not know: 1.0 cannot tell, and runs it as its own; 1.1 leaves it.
       const later = await app.queues.enqueue('upgrade', 'UpgradeTasks.record', ['a version 2 run'], {
         workflowId: 'v2-for-the-old-release',
         version: 2,
@@ -519,16 +574,22 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
       expect((await child.message<IpcMessage & { result: string }>('worked')).result).toBe(
         'recorded by the old release',
       );
-      await waitFor(async () => (await runsOf('a version 2 run')).length === 1, { what: 'the old release to run it' });
-      expect(await runsOf('a version 2 run')).toEqual(['old']);
+      if (!knowsVersions) {
+        await waitFor(async () => (await runsOf('a version 2 run')).length === 1, {
+          what: 'the old release to run it',
+        });
+        expect(await runsOf('a version 2 run')).toEqual(['old']);
+      }
       const rows = await pool.query(
         `SELECT workflow_id, status, workflow_version FROM "${schema}".workflows
          WHERE workflow_id IN ('old-after-upgrade', 'v2-for-the-old-release') ORDER BY workflow_id`,
       );
-      // The old release moves a finished run to the history without the version: the column's default (1).
+      // 1.0 moves a finished run to the history without the version: the column's default (1).
       expect(rows.rows).toEqual([
         { workflow_id: 'old-after-upgrade', status: 'SUCCESS', workflow_version: 1 },
-        { workflow_id: 'v2-for-the-old-release', status: 'SUCCESS', workflow_version: 1 },
+        knowsVersions
+          ? { workflow_id: 'v2-for-the-old-release', status: 'ENQUEUED', workflow_version: 2 }
+          : { workflow_id: 'v2-for-the-old-release', status: 'SUCCESS', workflow_version: 1 },
       ]);
       expect(later.workflowId).toBe('v2-for-the-old-release');
       child.send({ type: 'stop' });

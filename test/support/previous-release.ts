@@ -22,6 +22,9 @@ export const PREVIOUS_RELEASE = { version: '0.2.0', commit: '53ce303' } as const
 /** 1.0.0, the release before 1.1 (its migrations end at 018): main's last commit before this round's work. */
 export const RELEASE_1_0 = { version: '1.0.0', commit: '8f612a1' } as const satisfies Release;
 
+/** 1.1.0, the release before 1.2 (its migrations end at 022): main's last commit before src/database was regrouped. */
+export const RELEASE_1_1 = { version: '1.1.0', commit: 'd7f04bc' } as const satisfies Release;
+
 const ROOT = resolve(__dirname, '../..');
 const CACHE = join(ROOT, 'test', '.previous-release');
 const PACKAGE = 'packages/nest-dedup-queue';

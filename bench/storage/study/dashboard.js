@@ -6,7 +6,9 @@
  * only): `node bench/storage/study/dashboard.js` (DASHBOARD_ROWS, default 1,000,000). On a server of the study's own.
  * Each read: one warm-up, then the median of 5. Lists on C read time windows newest first (the BRIN on created_at
  * skips the older block ranges) and widen the window until the page is full: 1 minute, 10 minutes, 1 hour, 6 hours,
- * a day, everything.
+ * a day, everything. `DASHBOARD_LAYOUTS=1.1,1.2 DASHBOARD_BEFORE_DIST=<a copy of 1.1's dist>`: issue 32 step 1, the
+ * history by ID only (this build's store, in windows of creation time) against 1.1's store with its list indexes, on the
+ * same rows.
  */
 const path = require('node:path');
 const { Pool } = require('pg');
@@ -40,7 +42,34 @@ async function timed(run) {
   return median(times);
 }
 
-async function layout10(pool, url) {
+/** The history's list indexes of 1.0 and 1.1 (migration 013), which migration 023 drops. */
+const LIST_INDEXES_SQL = `
+  CREATE INDEX workflow_history_created_at_btree ON dedup_queue.workflow_history (created_at) WHERE status <> 'PENDING';
+  CREATE INDEX workflow_history_by_queue_status ON dedup_queue.workflow_history (queue_name, status, created_at, seq)
+    INCLUDE (not_before) WHERE status <> 'PENDING';
+  CREATE INDEX workflow_history_by_workflow_name ON dedup_queue.workflow_history (workflow_name, status, created_at, seq)
+    INCLUDE (not_before) WHERE status <> 'PENDING';
+  CREATE INDEX workflow_history_by_deduplication_id ON dedup_queue.workflow_history (deduplication_id, created_at, seq)
+    WHERE deduplication_id IS NOT NULL AND status <> 'PENDING';
+  CREATE INDEX workflow_history_by_partition_key ON dedup_queue.workflow_history (partition_key, created_at, seq)
+    WHERE partition_key IS NOT NULL AND status <> 'PENDING';
+  CREATE INDEX workflow_history_started_at ON dedup_queue.workflow_history (queue_name, started_at)
+    WHERE started_at IS NOT NULL`;
+
+/**
+ * This build's layout (1.2: the history by ID only) with its `DashboardStore`; with `before`, the same rows with
+ * 1.1's list indexes re-created and the `DashboardStore` of the build at DASHBOARD_BEFORE_DIST (1.1's).
+ */
+async function layoutHistoryById(pool, url, before) {
+  const reads = await layout10(pool, url, before ? process.env.DASHBOARD_BEFORE_DIST : LIBRARY_DIST);
+  if (before) {
+    await pool.query(LIST_INDEXES_SQL);
+    await pool.query('VACUUM ANALYZE dedup_queue.workflow_history');
+  }
+  return reads;
+}
+
+async function layout10(pool, url, dist = LIBRARY_DIST) {
   await libraryCandidate('1.0').install({ url, query: (sql, params) => pool.query(sql, params) }, 0);
   await pool.query(`INSERT INTO dedup_queue.queues (queue_name) VALUES ('q1'), ('q2') ON CONFLICT DO NOTHING`);
   await pool.query(
@@ -58,7 +87,7 @@ async function layout10(pool, url) {
     citus: false,
     query: async (sql, params) => (await pool.query(sql, params)).rows,
   };
-  const { DashboardStore } = require(path.join(LIBRARY_DIST, 'dashboard', 'dashboard.store.js'));
+  const { DashboardStore } = require(path.join(dist, 'dashboard', 'dashboard.store.js'));
   const store = new DashboardStore(database);
   const [{ id }] = (
     await pool.query(`SELECT workflow_id AS id FROM dedup_queue.workflow_history OFFSET $1 LIMIT 1`, [ROWS / 2])
@@ -69,7 +98,13 @@ async function layout10(pool, url) {
     errorsOfQueue: () => store.list({ queueName: 'q1', statuses: ['ERROR'] }, undefined, 50, STATUSES),
     byName: () => store.list({ workflowName: 'Tasks.n3' }, undefined, 50, STATUSES),
     search: () => store.list({ search: `d${ROWS / 2 + 1}` }, undefined, 50, STATUSES),
-    counts: () => store.statusCounts(['q1', 'q2'], ['SUCCESS', 'ERROR', 'CANCELLED'], 10_000),
+    searchIndexed: async () => {
+      await pool.query(`CREATE INDEX IF NOT EXISTS workflow_history_by_deduplication_id
+        ON dedup_queue.workflow_history (deduplication_id) WHERE deduplication_id IS NOT NULL`);
+      return store.list({ search: `d${ROWS / 2 + 1}` }, undefined, 50, STATUSES);
+    },
+    counts: () => store.statusCounts(['q1', 'q2'], ['SUCCESS', 'ERROR', 'CANCELLED'], 1_000),
+    listCount: () => store.count({ queueName: 'q1', statuses: ['ERROR'] }, 10_000, STATUSES),
     recent: () => store.finishedRecently(),
   };
 }
@@ -145,7 +180,9 @@ const LABELS = {
   errorsOfQueue: 'newest 50 ERROR of a queue (1 in 1,000)',
   byName: 'newest 50 of a workflow name (1 in 10)',
   search: 'search by deduplication ID',
-  counts: 'status counts (1.0: capped at 10,000, per queue and status; C: one pass over the outcomes)',
+  searchIndexed: 'search by deduplication ID, with the opt-in index (1.2)',
+  counts: 'status counts (1.0: capped at 10,000, 1.1/1.2: at 1,000, per queue and status; C: one pass)',
+  listCount: "a list's total, ERROR of a queue (capped at 10,000)",
   recent: 'finished in the last minute / 5 minutes',
 };
 
@@ -155,10 +192,13 @@ const LABELS = {
   admin.on('error', () => {});
   const results = {};
   try {
-    for (const [name, build] of [
+    const layouts = [
       ['1.0', layout10],
       ['C', layoutC],
-    ]) {
+      ['1.1', (pool, url) => layoutHistoryById(pool, url, true)],
+      ['1.2', (pool, url) => layoutHistoryById(pool, url, false)],
+    ].filter(([name]) => (process.env.DASHBOARD_LAYOUTS ?? '1.0,C').split(',').includes(name));
+    for (const [name, build] of layouts) {
       const database = `dashboard_${name.replace(/\W/g, '').toLowerCase()}`;
       await admin.query(`CREATE DATABASE ${database}`);
       const url = withDatabase(server.url, database);
@@ -184,12 +224,14 @@ const LABELS = {
     await server.dispose();
   }
   console.log(`\n${ROWS.toLocaleString('en-US')} finished workflows; median of 5 (ms), one warm-up before:\n`);
-  console.log('| read | 1.0 (history list indexes) | C (ID B-trees and BRINs only) |');
-  console.log('|---|---:|---:|');
+  const names = Object.keys(results);
+  console.log(`| read | ${names.join(' | ')} |`);
+  console.log(`|---|${names.map(() => '---:').join('|')}|`);
   for (const [read, label] of Object.entries(LABELS)) {
-    console.log(`| ${label} | ${results['1.0'][read].toFixed(1)} | ${results.C[read].toFixed(1)} |`);
+    const cells = names.map((name) => (results[name][read] === undefined ? '' : results[name][read].toFixed(1)));
+    console.log(`| ${label} | ${cells.join(' | ')} |`);
   }
-  console.log(`| size on disk (tables and indexes) | ${results['1.0'].size} | ${results.C.size} |`);
+  console.log(`| size on disk (tables and indexes) | ${names.map((name) => results[name].size).join(' | ')} |`);
 })().catch((error) => {
   console.error(error);
   process.exit(1);

@@ -113,7 +113,8 @@ function libraryCandidate(variant) {
     async install(db, seed) {
       const { app } = await boot(db.url, false);
       await app.close();
-      if (timeOrdered) await db.query(`DROP INDEX ${TRIMMED_INDEXES.map((name) => `${SCHEMA}.${name}`).join(', ')}`);
+      if (timeOrdered)
+        await db.query(`DROP INDEX IF EXISTS ${TRIMMED_INDEXES.map((name) => `${SCHEMA}.${name}`).join(', ')}`);
       if (seed > 0) {
         await db.query(seedSql(timeOrdered ? 'uuidv7_at(t)' : 'gen_random_uuid()::text'), [seed]);
         await db.query(`VACUUM ANALYZE ${SCHEMA}.workflow_history`);

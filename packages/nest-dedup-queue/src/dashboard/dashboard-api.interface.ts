@@ -3,9 +3,10 @@ import type { UnexpectedValue, WorkflowErrorInfo, WorkflowStatus } from '../inte
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 
 /**
- * A count that stops at a limit, so that counting never scans a million rows: `exact: false` means "more than
- * `value`" (the page shows "10,000+"). A queue's count per status then also gives `estimate`, the planner's
- * estimate from the table's statistics (the page shows "≈ 912,000").
+ * A count that stops at a limit, so that counting never scans a million rows: `exact: false` means "at least
+ * `value`" (the page shows "10,000+"): the limit was reached, or the history (which has no index for counts) was
+ * read only in part (its newest 100,000 rows for a list's total, 50,000 for a queue's counts). A queue's count per
+ * status then also gives `estimate`, the planner's estimate from the table's statistics (the page shows "≈ 912,000").
  */
 export interface DashboardCount {
   value: number;

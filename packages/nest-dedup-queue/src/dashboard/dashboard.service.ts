@@ -27,7 +27,14 @@ import type {
   DashboardWorkflowSummary,
 } from './dashboard-api.interface';
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
-import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
+import {
+  DashboardStore,
+  HISTORY_STATUSES,
+  ListCursor,
+  StepRow,
+  SummaryRow,
+  WorkflowListFilter,
+} from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
 import { RowValues } from '../database/connection/row-values';
 import { nestsDeeperThan } from '../utils/json-depth';
@@ -92,15 +99,14 @@ export class DashboardService {
       const recent = finished.find((row) => row.queue_name === name);
       const byStatus = Object.fromEntries(
         WORKFLOW_STATUSES.map((status) => {
-          const count = counts.find((row) => row.queue_name === name && row.status === status)?.count ?? 0;
-          if (count <= STATUS_COUNT_LIMIT) return [status, { value: count, exact: true }];
+          const count = counts.rows.find((row) => row.queue_name === name && row.status === status)?.count ?? 0;
+          const counted = counts.complete || !HISTORY_STATUSES.includes(status);
+          if (count <= STATUS_COUNT_LIMIT && counted) return [status, { value: count, exact: true }];
           const estimate = Math.round(
             estimates.rows * (estimates.queues.get(name) ?? 0) * (estimates.statuses.get(status) ?? 0),
           );
-          return [
-            status,
-            { value: STATUS_COUNT_LIMIT, exact: false, estimate: Math.max(estimate, STATUS_COUNT_LIMIT + 1) },
-          ];
+          const value = Math.min(count, STATUS_COUNT_LIMIT);
+          return [status, { value, exact: false, estimate: Math.max(estimate, value + 1) }];
         }),
       ) as Record<WorkflowStatus, DashboardCount>;
       return {
@@ -123,16 +129,20 @@ export class DashboardService {
     const filter = this.listFilter(query);
     const limit = integerParameter(query.limit, 'limit', 1, MAX_PAGE_SIZE) ?? DEFAULT_PAGE_SIZE;
     const cursor = cursorParameter(query.cursor);
-    const [rows, total] = await Promise.all([
+    const [{ rows, resumeCursor }, total] = await Promise.all([
       this.store.list(filter, cursor, limit + 1, WORKFLOW_STATUSES),
       this.store.count(filter, LIST_COUNT_LIMIT, WORKFLOW_STATUSES),
     ]);
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
+    const more = rows.length > limit && last && last.created_us !== null ? `${last.created_us}.${last.seq}` : null;
     return {
       workflows: page.map((row) => toSummary(row, new RowValues())),
-      total: total > LIST_COUNT_LIMIT ? { value: LIST_COUNT_LIMIT, exact: false } : { value: total, exact: true },
-      nextCursor: rows.length > limit && last && last.created_us !== null ? `${last.created_us}.${last.seq}` : null,
+      total:
+        total.count > LIST_COUNT_LIMIT || !total.complete
+          ? { value: Math.min(total.count, LIST_COUNT_LIMIT), exact: false }
+          : { value: total.count, exact: true },
+      nextCursor: more ?? resumeCursor ?? null,
     };
   }
 

@@ -3,7 +3,19 @@ import type { NewWorkflow } from '../database/workflows/new-workflow';
 import { WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
 import { REPORTED_STATUS_SQL } from '../database/workflows/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
-import { DELAYED_SQL, NOT_PENDING_SQL, READY_SQL, STATUS_SQL } from '../database/tables/workflow-status.sql';
+import {
+  ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
+  DELAYED_SQL,
+  NOT_PENDING_SQL,
+  READY_SQL,
+  STATUS_SQL,
+} from '../database/tables/workflow-status.sql';
+import { HistoryWindows } from './history-windows';
+
+/** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
+const HISTORY_READ_BUDGET = 200_000;
+const COUNT_READ_BUDGET = 100_000;
+const STATUS_COUNT_READ_BUDGET = 50_000;
 
 /** Where a list page ends: the `(created_at, seq)` of its last row, created_at in microseconds since the epoch. */
 export interface ListCursor {
@@ -86,7 +98,35 @@ const SUMMARY_COLUMNS = `workflow_id, queue_name, workflow_name, workflow_versio
   started_at, completed_at, not_before, parent_workflow_id,
   CASE WHEN isfinite(created_at) THEN (extract(epoch FROM created_at) * 1000000)::bigint::text END AS created_us, seq`;
 
+/** `SUMMARY_COLUMNS` of a history row: it holds its key while its deduplication window is open (as the view says). */
+const HISTORY_SUMMARY_COLUMNS = SUMMARY_COLUMNS.replace(
+  'active_deduplication_id IS NOT NULL AS holds_key',
+  '(active_deduplication_id IS NOT NULL AND dedup_expires_at > now()) AS holds_key',
+);
+
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
+
+/** The statuses of the history's rows. */
+export const HISTORY_STATUSES: readonly WorkflowStatus[] = ['SUCCESS', 'ERROR', 'CANCELLED'];
+
+/**
+ * The index on `deduplication_id` that an operator may add to the history (docs/dashboard.md): with it, a search by
+ * deduplication ID reads the history through it instead of in windows.
+ */
+export const HISTORY_DEDUPLICATION_INDEX = 'workflow_history_by_deduplication_id';
+
+/** A page of a list: its rows, and where the next page starts when the history's read budget stopped this one. */
+export interface SummaryPage {
+  rows: SummaryRow[];
+  /** The cursor of the next page when this one has fewer rows than asked because the history was read in part. */
+  resumeCursor?: string;
+}
+
+/** A capped count: `complete` unless the history's read budget stopped it (then it is a lower bound). */
+export interface CappedCount {
+  count: number;
+  complete: boolean;
+}
 
 /** Every statement here is a read: safe to send again when a connection broke. */
 const READ: QueryOptions = { idempotent: true };
@@ -95,8 +135,10 @@ const PREPARED_READ: QueryOptions = { prepared: true, idempotent: true };
 
 /**
  * The SQL of the dashboard: capped counts, recent throughput, filtered lists paged by `(created_at, seq)`, one
- * workflow with its steps. Every query is served by an index (see migrations 010 and 012: the list indexes leave
- * PENDING rows out, which are read through `workflows_running`); no count reads past its limit.
+ * workflow with its steps. The active table is read by its indexes, split by status and queue (see `list`); the
+ * history, which since migration 023 has no ordered index but its workflow ID's (and the children's), newest first
+ * in windows of creation time (`HistoryWindows`), within a read budget: no request reads the whole history of a
+ * busy system, and a count or a page it stopped says so.
  */
 export class DashboardStore {
   private readonly tables: WorkflowTables;
@@ -104,34 +146,75 @@ export class DashboardStore {
   private readonly steps: string;
   private readonly queues: string;
 
+  private readonly windows: HistoryWindows;
+
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
+    this.windows = new HistoryWindows(database, this.tables.history);
     this.table = this.tables.workflows;
     this.steps = this.tables.steps;
     this.queues = `${database.schemaSql}.queues`;
   }
 
-  /** For each queue and status, how many workflows, counting at most `limit` + 1 (index-only, queue/status index). */
+  /**
+   * For each queue and status, how many workflows, counting at most `limit` + 1: the active table's statuses by its
+   * indexes, the history's in windows (see `HistoryWindows`); `complete` is false when the read budget stopped the
+   * history's (its counts are then lower bounds).
+   */
   async statusCounts(
     queueNames: string[],
     statuses: readonly WorkflowStatus[],
     limit: number,
-  ): Promise<StatusCountRow[]> {
+  ): Promise<{ rows: StatusCountRow[]; complete: boolean }> {
     const params: unknown[] = [limit + 1];
     const param = (value: unknown) => {
       params.push(value);
       return `$${params.length}`;
     };
     const pairs = queueNames.flatMap((queueName) =>
-      statuses.map((status) => {
-        const [queue, wanted] = [param(queueName), param(status)];
-        return `SELECT ${queue}::text AS queue_name, ${wanted}::text AS status,
-                  (SELECT count(*)::int FROM (SELECT 1 FROM ${this.table}
+      statuses
+        .filter((status) => !HISTORY_STATUSES.includes(status))
+        .map((status) => {
+          const [queue, wanted] = [param(queueName), param(status)];
+          return `SELECT ${queue}::text AS queue_name, ${wanted}::text AS status,
+                  (SELECT count(*)::int FROM (SELECT 1 FROM ${this.tables.active}
                                               WHERE queue_name = ${queue} AND ${statusCondition(status, param)}
+                                                AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
                                               LIMIT $1) AS capped) AS count`;
-      }),
+        }),
     );
-    return this.database.query<StatusCountRow>(pairs.join('\nUNION ALL\n'), params, READ);
+    const active = pairs.length
+      ? await this.database.query<StatusCountRow>(pairs.join('\nUNION ALL\n'), params, READ)
+      : [];
+    const finished = statuses.filter((status) => HISTORY_STATUSES.includes(status));
+    const counts = new Map<string, number>();
+    const end = finished.length
+      ? await this.windows.walk({}, STATUS_COUNT_READ_BUDGET, async (window) => {
+          const windowParams: unknown[] = [];
+          const rows = await this.database.query<{ queue_name: string; status: WorkflowStatus; n: number }>(
+            `SELECT queue_name, status, count(*)::int AS n FROM ${this.tables.history}
+             WHERE ${HistoryWindows.condition(window, windowParams)} GROUP BY queue_name, status`,
+            windowParams,
+            READ,
+          );
+          for (const row of rows) {
+            const key = `${row.queue_name}\u0000${row.status}`;
+            counts.set(key, (counts.get(key) ?? 0) + row.n);
+          }
+          const enough = queueNames.every((queue) =>
+            finished.every((status) => (counts.get(`${queue}\u0000${status}`) ?? 0) > limit),
+          );
+          return { seen: rows.reduce((sum, row) => sum + row.n, 0), enough };
+        })
+      : { complete: true };
+    const history = queueNames.flatMap((queue) =>
+      finished.map((status) => ({
+        queue_name: queue,
+        status,
+        count: Math.min(limit + 1, counts.get(`${queue}\u0000${status}`) ?? 0),
+      })),
+    );
+    return { rows: [...active, ...history], complete: end.complete };
   }
 
   /**
@@ -186,32 +269,68 @@ export class DashboardStore {
   }
 
   /**
-   * One page of workflows, newest first, after `cursor`. NOTE: Postgres cannot walk one index in (created_at, seq)
-   * order across several statuses, and sorting a whole queue is what must not happen; so with a queue, a workflow
-   * name or a status, each status (and, without queue and name, each queue) is read as its own UNION ALL branch,
-   * `limit` rows at most, and the branches are merged; otherwise PENDING rows and the others are the two branches.
-   * Its values are bound parameters of an unnamed statement, so each branch is planned for its own status (a rare
-   * one walks the (queue_name, status, ...) index).
+   * One page of workflows, newest first, after `cursor`: the active table's page (see `activePage`) merged with the
+   * history's (see `historyPage`). When the history's read budget stopped before a full page, the page ends where the
+   * history was read to, and `resumeCursor` continues from there.
    */
   async list(
     filter: WorkflowListFilter,
     cursor: ListCursor | undefined,
     limit: number,
     allStatuses: readonly WorkflowStatus[],
+  ): Promise<SummaryPage> {
+    const [active, history] = await Promise.all([
+      this.activePage(filter, cursor, limit, allStatuses),
+      this.historyPage(filter, cursor, limit),
+    ]);
+    const micros = (row: SummaryRow) => BigInt(row.created_us ?? '-9223372036854775808');
+    let rows = [...active, ...history.rows].sort((a, b) => {
+      const [x, y] = [micros(a), micros(b)];
+      return x === y ? Number(BigInt(b.seq) - BigInt(a.seq)) : y > x ? 1 : -1;
+    });
+    if (!history.stoppedAt) return { rows: rows.slice(0, limit) };
+    const stoppedMicros = BigInt(history.stoppedAt.getTime()) * 1000n;
+    rows = rows.filter((row) => row.created_us !== null && micros(row) >= stoppedMicros).slice(0, limit);
+    return rows.length < limit ? { rows, resumeCursor: `${stoppedMicros}.0` } : { rows };
+  }
+
+  /**
+   * How many workflows match, counting at most `limit` + 1: the active table's by the branches of `list`, the
+   * history's in windows (or by an index, see `historyIndexed`); not `complete` when the history's read budget stopped.
+   */
+  async count(filter: WorkflowListFilter, limit: number, allStatuses: readonly WorkflowStatus[]): Promise<CappedCount> {
+    const [active, history] = await Promise.all([
+      this.activeCount(filter, limit, allStatuses),
+      this.historyCount(filter, limit),
+    ]);
+    return { count: Math.min(limit + 1, active + history.count), complete: history.complete };
+  }
+
+  /**
+   * The active table's page. NOTE: Postgres cannot walk one index in (created_at, seq) order across several statuses,
+   * and sorting a whole queue is what must not happen; so with a queue, a workflow name or a status, each status
+   * (and, without queue and name, each queue) is read as its own UNION ALL branch, `limit` rows at most, and the
+   * branches are merged; otherwise PENDING rows and the others are the two branches. Its values are bound parameters
+   * of an unnamed statement, so each branch is planned for its own status.
+   */
+  private async activePage(
+    filter: WorkflowListFilter,
+    cursor: ListCursor | undefined,
+    limit: number,
+    allStatuses: readonly WorkflowStatus[],
   ): Promise<SummaryRow[]> {
+    const statuses = activeStatuses(filter, allStatuses);
+    if (statuses.length === 0) return [];
     const { conditions, params } = this.conditions(filter);
-    if (cursor) {
-      params.push(cursor.createdAtMicros, cursor.seq);
-      const [micros, seq] = [`$${params.length - 1}::bigint`, `$${params.length}::bigint`];
-      conditions.push(`(created_at, seq) < (timestamptz 'epoch' + ${micros} * interval '1 microsecond', ${seq})`);
-    }
+    if (cursor) conditions.push(cursorCondition(cursor, params));
     params.push(limit);
     const limitParam = `$${params.length}`;
-    const branches = await this.branches(filter, allStatuses, conditions, params);
+    const branches = await this.branches({ ...filter, statuses }, statuses, conditions, params);
     const union = branches
       .map(
         (branch) =>
-          `(SELECT ${SUMMARY_COLUMNS} FROM ${this.table} ${whereClause(branch)} ${NEWEST_FIRST} LIMIT ${limitParam})`,
+          `(SELECT ${SUMMARY_COLUMNS} FROM ${this.tables.active} ${whereClause([...branch, ACTIVE_ROWS_SQL])}
+            ${NEWEST_FIRST} LIMIT ${limitParam})`,
       )
       .join(' UNION ALL ');
     return this.database.query<SummaryRow>(
@@ -221,14 +340,22 @@ export class DashboardStore {
     );
   }
 
-  /** How many workflows match, counting at most `limit` + 1 (the branches of `list`, read until the limit). */
-  async count(filter: WorkflowListFilter, limit: number, allStatuses: readonly WorkflowStatus[]): Promise<number> {
+  private async activeCount(
+    filter: WorkflowListFilter,
+    limit: number,
+    allStatuses: readonly WorkflowStatus[],
+  ): Promise<number> {
+    const statuses = activeStatuses(filter, allStatuses);
+    if (statuses.length === 0) return 0;
     const { conditions, params } = this.conditions(filter);
     params.push(limit + 1);
     const limitParam = `$${params.length}`;
-    const branches = await this.branches(filter, allStatuses, conditions, params);
+    const branches = await this.branches({ ...filter, statuses }, statuses, conditions, params);
     const union = branches
-      .map((branch) => `(SELECT 1 FROM ${this.table} ${whereClause(branch)} LIMIT ${limitParam})`)
+      .map(
+        (branch) =>
+          `(SELECT 1 FROM ${this.tables.active} ${whereClause([...branch, ACTIVE_ROWS_SQL])} LIMIT ${limitParam})`,
+      )
       .join(' UNION ALL ');
     const rows = await this.database.query<{ count: number }>(
       `SELECT count(*)::int AS count FROM (SELECT 1 FROM (${union}) AS hits LIMIT ${limitParam}) AS capped`,
@@ -236,6 +363,123 @@ export class DashboardStore {
       READ,
     );
     return rows[0].count;
+  }
+
+  /**
+   * The history's page: by an index when the filter has one (`historyIndexed`), else in windows of creation time
+   * newest first, each read once (its rows that match first, with how many it holds), until `limit` rows match, the
+   * filter's `createdFrom`, or the read budget (`stoppedAt`).
+   */
+  private async historyPage(
+    filter: WorkflowListFilter,
+    cursor: ListCursor | undefined,
+    limit: number,
+  ): Promise<{ rows: SummaryRow[]; stoppedAt?: Date }> {
+    const history = this.historyConditions(filter);
+    if (!history) return { rows: [] };
+    const { conditions, params } = history;
+    if (cursor) conditions.push(cursorCondition(cursor, params));
+    if (await this.historyIndexed(filter)) {
+      params.push(limit);
+      const rows = await this.database.query<SummaryRow>(
+        `SELECT ${HISTORY_SUMMARY_COLUMNS} FROM ${this.tables.history} ${whereClause(conditions)}
+         ${NEWEST_FIRST} LIMIT $${params.length}`,
+        params,
+        READ,
+      );
+      return { rows };
+    }
+    const rows: SummaryRow[] = [];
+    const end = await this.windows.walk(this.historyRange(filter, cursor), HISTORY_READ_BUDGET, async (window) => {
+      const windowParams = [...params];
+      const where = HistoryWindows.condition(window, windowParams);
+      windowParams.push(limit - rows.length);
+      // NOTE: the rows of the window are counted apart (a count reads no column), and only the matching ones are read.
+      const read = await this.database.query<SummaryRow & { seen: number }>(
+        `SELECT window_rows.seen, page.*
+         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${where}) AS window_rows
+         LEFT JOIN LATERAL (
+           SELECT ${HISTORY_SUMMARY_COLUMNS} FROM ${this.tables.history} ${whereClause([where, ...conditions])}
+           ${NEWEST_FIRST} LIMIT $${windowParams.length}
+         ) AS page ON true`,
+        windowParams,
+        READ,
+      );
+      for (const { seen: _seen, ...summary } of read) if (summary.workflow_id !== null) rows.push(summary);
+      return { seen: read[0]?.seen ?? 0, enough: rows.length >= limit };
+    });
+    return { rows, stoppedAt: end.stoppedAt };
+  }
+
+  private async historyCount(filter: WorkflowListFilter, limit: number): Promise<CappedCount> {
+    const history = this.historyConditions(filter);
+    if (!history) return { count: 0, complete: true };
+    const { conditions, params } = history;
+    if (await this.historyIndexed(filter)) {
+      params.push(limit + 1);
+      const rows = await this.database.query<{ count: number }>(
+        `SELECT count(*)::int AS count
+         FROM (SELECT 1 FROM ${this.tables.history} ${whereClause(conditions)} LIMIT $${params.length}) AS capped`,
+        params,
+        READ,
+      );
+      return { count: rows[0].count, complete: true };
+    }
+    let count = 0;
+    const end = await this.windows.walk(this.historyRange(filter, undefined), COUNT_READ_BUDGET, async (window) => {
+      const windowParams = [...params];
+      const where = HistoryWindows.condition(window, windowParams);
+      const [row] = await this.database.query<{ hits: number; seen: number }>(
+        `SELECT count(*) FILTER (WHERE ${conditions.length ? conditions.join(' AND ') : 'true'})::int AS hits,
+                count(*)::int AS seen
+         FROM ${this.tables.history} WHERE ${where}`,
+        windowParams,
+        READ,
+      );
+      count += row.hits;
+      return { seen: row.seen, enough: count > limit };
+    });
+    return { count: Math.min(count, limit + 1), complete: end.complete };
+  }
+
+  /** The filter's conditions on the history, or none when it asks only for statuses the history has not. */
+  private historyConditions(filter: WorkflowListFilter): { conditions: string[]; params: unknown[] } | undefined {
+    const statuses = filter.statuses?.filter((status) => HISTORY_STATUSES.includes(status));
+    if (statuses?.length === 0) return undefined;
+    const { conditions, params } = this.conditions(filter);
+    if (statuses) {
+      params.push(statuses);
+      conditions.push(`status = ANY($${params.length}::text[])`);
+    }
+    return { conditions, params };
+  }
+
+  /** Where the history's windows start and end: the cursor or `createdTo`, and `createdFrom`. */
+  private historyRange(filter: WorkflowListFilter, cursor: ListCursor | undefined): { before?: Date; floor?: Date } {
+    const tops = [
+      cursor ? Math.floor(Number(cursor.createdAtMicros) / 1000) + 1 : undefined,
+      filter.createdTo?.getTime(),
+    ].filter((top): top is number => top !== undefined);
+    return {
+      before: tops.length ? new Date(Math.min(...tops)) : undefined,
+      floor: filter.createdFrom,
+    };
+  }
+
+  /**
+   * Whether an index serves the filter in the history: the children's (`parentWorkflowId`), or the opt-in
+   * `HISTORY_DEDUPLICATION_INDEX` for a deduplication ID or a search (a search matches the workflow ID too, which is
+   * indexed).
+   */
+  private async historyIndexed(filter: WorkflowListFilter): Promise<boolean> {
+    if (filter.parentWorkflowId !== undefined) return true;
+    if (filter.deduplicationId === undefined && filter.search === undefined) return false;
+    const rows = await this.database.query<{ present: boolean }>(
+      `SELECT to_regclass($1) IS NOT NULL AS present`,
+      [`${this.database.schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`],
+      READ,
+    );
+    return rows[0].present;
   }
 
   /**
@@ -348,6 +592,21 @@ function statusCondition(status: WorkflowStatus, param: (value: unknown) => stri
   if (status === 'PENDING') return `status = ${param(status)}`;
   const stored = status === 'DELAYED' ? DELAYED_SQL : status === 'ENQUEUED' ? READY_SQL : `status = ${param(status)}`;
   return `(${stored} AND ${NOT_PENDING_SQL})`;
+}
+
+/** The active table's rows that are workflows (not the key records of finished ones, which the history shows). */
+const ACTIVE_ROWS_SQL = `status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}`;
+
+/** The statuses a list reads in the active table: the filter's (or all), but the history's. */
+function activeStatuses(filter: WorkflowListFilter, allStatuses: readonly WorkflowStatus[]): WorkflowStatus[] {
+  return (filter.statuses ?? allStatuses).filter((status) => !HISTORY_STATUSES.includes(status));
+}
+
+/** Rows after `cursor` in the order newest first; its values appended to `params`. */
+function cursorCondition(cursor: ListCursor, params: unknown[]): string {
+  params.push(cursor.createdAtMicros, cursor.seq);
+  const [micros, seq] = [`$${params.length - 1}::bigint`, `$${params.length}::bigint`];
+  return `(created_at, seq) < (timestamptz 'epoch' + ${micros} * interval '1 microsecond', ${seq})`;
 }
 
 function whereClause(conditions: string[]): string {

@@ -28,6 +28,7 @@ export const CITUS_TABLES = {
     'workflow_messages',
     'workflow_streams',
     'event_waits',
+    'queue_starts',
   ],
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],

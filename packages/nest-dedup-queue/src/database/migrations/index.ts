@@ -20,6 +20,7 @@ import { enqueueFromSqlSecured } from './019-enqueue-from-sql-secured.migration'
 import { wholeRecord } from './020-the-whole-record.migration';
 import { durableStreams } from './021-durable-streams.migration';
 import { workflowVersions } from './022-workflow-versions.migration';
+import { historyByIdOnly } from './023-history-by-id-only.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -46,6 +47,7 @@ export const MIGRATIONS: readonly Migration[] = [
   wholeRecord,
   durableStreams,
   workflowVersions,
+  historyByIdOnly,
 ];
 
 export type { Migration } from './migration.interface';

@@ -9,6 +9,12 @@ export const PARTITION_DAYS_AHEAD = 7;
 /** How long retention waits for the locks that dropping a partition takes before trying again at its next round. */
 const DROP_LOCK_TIMEOUT_MS = 2000;
 
+/**
+ * The starts (`queue_starts`) retention keeps at least, whatever the retention: a claim of a rate-limited queue deletes
+ * its own past its window; retention deletes those of queues no longer claimed with a rate limit.
+ */
+const STARTS_KEPT_AT_LEAST_MS = 86_400_000;
+
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
@@ -17,8 +23,9 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
  * `steps_pYYYYMMDD`, `workflow_messages_pYYYYMMDD` and `workflow_streams_pYYYYMMDD` (their events, in
  * `workflow_events`, are deleted by creation day when the day is dropped). `extend` creates the days up to a week
  * ahead; `prune` drops a day's partitions whole once every workflow created that day finished more than the
- * retention ago, and deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
- * `steps_legacy`, `steps_before`) in batches, as retention did before.
+ * retention ago, deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
+ * `steps_legacy`, `steps_before`) in batches, as retention did before, and the rate limits' starts older than the
+ * retention (a day at least).
  */
 export class HistoryPartitions {
   private readonly tables: WorkflowTables;
@@ -85,6 +92,11 @@ export class HistoryPartitions {
     for (const partition of expired) {
       if (await this.dropDay(partition, retentionMs)) days.push(partition.name.replace(/^workflow_history_p/, ''));
     }
+    await this.database.query(
+      `DELETE FROM ${this.tables.starts} WHERE started_at < now() - $1::float8 * interval '1 millisecond'`,
+      [Math.max(retentionMs, STARTS_KEPT_AT_LEAST_MS)],
+      { idempotent: true },
+    );
     if (this.database.citus) return { days, rows: await this.pruneLegacyById(retentionMs, batch) };
     const rows = await this.database.query(
       `WITH pruned AS (

@@ -21,6 +21,8 @@ export interface WorkflowTables {
   streamChannel: string;
   handOverKeys: string;
   eventWaits: string;
+  /** The starts of workflows in queues with a rate limit, which the limit counts (since migration 023). */
+  starts: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -34,6 +36,7 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     streamChannel: `${STREAM_CHANNEL_PREFIX}${schemaSql.slice(1, -1)}`,
     handOverKeys: `${schemaSql}.hand_over_keys`,
     eventWaits: `${schemaSql}.event_waits`,
+    starts: `${schemaSql}.queue_starts`,
   };
 }
 

@@ -1,6 +1,6 @@
 import { ResolvedQueue, hasGlobalLimits, isPartitioned } from '../../dedup-queue.config';
 import type { QueueDatabase, TransactionQuery } from '../connection/queue-database';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
+import { READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { nowPlusMsSql, startTimeSql } from '../connection/time.sql';
 import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
@@ -112,6 +112,10 @@ export class WorkflowClaimer {
    */
   private readonly candidatesOnCitusSql: string;
   private readonly updateOnCitusSql: string;
+  /** The starts of the claimed workflows $2 of queue $1 into `queue_starts`, returning their start times. */
+  private readonly recordStartsSql: string;
+  /** The starts of queue $1 before $2, which no window counts. */
+  private readonly pruneStartsSql: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
@@ -124,6 +128,11 @@ export class WorkflowClaimer {
        LIMIT $3
        FOR UPDATE SKIP LOCKED`;
     this.updateOnCitusSql = this.updateSql('', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
+    this.recordStartsSql = `INSERT INTO ${this.tables.starts} (queue_name, started_at, partition_key)
+       SELECT queue_name, started_at, partition_key FROM ${this.workflows}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
+       RETURNING started_at`;
+    this.pruneStartsSql = `DELETE FROM ${this.tables.starts} WHERE queue_name = $1 AND started_at < $2::timestamptz`;
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -153,6 +162,7 @@ export class WorkflowClaimer {
       const rows = this.database.citus
         ? await this.claimOnCitus(query, request, limit, partitioned)
         : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit), { prepared: true });
+      if (request.queue.rateLimit && rows.length > 0) await this.recordStarts(query, request, rows);
       return { workflows: toClaimed(rows), retryInMs };
     });
   }
@@ -227,8 +237,8 @@ export class WorkflowClaimer {
          count(*)::int AS recent,
          (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
            AS frees_in_ms
-       FROM ${this.startsSql('queue_name = $1')} AS s
-       WHERE $2::float8 > 0
+       FROM ${this.tables.starts}
+       WHERE queue_name = $1 AND $2::float8 > 0
          AND started_at > ${citus ? '$3::timestamptz' : startTimeSql(false)} - $2::float8 * interval '1 millisecond'`,
       citus
         ? [request.queue.name, queueWideRate?.periodMs ?? 0, windowEnd]
@@ -247,12 +257,21 @@ export class WorkflowClaimer {
     return { limit };
   }
 
-  /** The starts of a queue that a rate limit counts: running workflows' and finished ones', matching `where`. */
-  private startsSql(where: string): string {
-    return `(SELECT started_at, partition_key FROM ${this.tables.active}
-             WHERE ${where} AND started_at IS NOT NULL AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
-             UNION ALL
-             SELECT started_at, partition_key FROM ${this.tables.history} WHERE ${where} AND started_at IS NOT NULL)`;
+  /**
+   * Records the starts of a claim in a rate-limited queue in `queue_starts`, in the claim's transaction (under the
+   * queue's lock), and deletes the queue's starts that no window can count any more: older than the first of these
+   * starts by more than the period (the later claims' windows end after it). Both are router statements on Citus.
+   */
+  private async recordStarts(query: TransactionQuery, request: ClaimRequest, rows: ClaimedRow[]): Promise<void> {
+    const starts = await query<{ started_at: Date }>(this.recordStartsSql, [
+      request.queue.name,
+      rows.map((row) => row.workflow_id),
+    ]);
+    const first = Math.min(...starts.map((start) => start.started_at.getTime()));
+    await query(this.pruneStartsSql, [
+      request.queue.name,
+      new Date(first - (request.queue.rateLimit?.periodMs ?? 0) - 1),
+    ]);
   }
 
   private params(request: ClaimRequest, limit: number): unknown[] {
@@ -306,8 +325,9 @@ export class WorkflowClaimer {
          ),
          recent AS (
            SELECT partition_key, count(*)::int AS n
-           FROM ${this.startsSql(`queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
-             AND started_at > ${startTimeSql(citus)} - $7::float8 * interval '1 millisecond'`)} AS s
+           FROM ${this.tables.starts}
+           WHERE queue_name = $1 AND $7::float8 > 0 AND partition_key IS NOT NULL
+             AND started_at > ${startTimeSql(citus)} - $7::float8 * interval '1 millisecond'
            GROUP BY partition_key
          ),
          picks AS (
