@@ -6,7 +6,7 @@
  * Runs the workload in this one process against bench_profile_nest (dropped and recreated) and prints:
  *  - every SQL statement the library sent, grouped by its first words: count, per call/job, rows, errors, mean time,
  *    and how many connections were opened (pg's Client.prototype.query/connect, wrapped);
- *  - a CPU profile of the process (node:inspector), by package and by function, and (W2) the library's functions by
+ *  - a CPU profile of the process (node:inspector), by package and by function, and (W1, W2) the library's functions by
  *    total time; with --allocations, W2 once more under the sampling heap profiler (bytes allocated per job by
  *    function: what the garbage collector's share of the profile reclaims);
  *  - W3: the enqueue-to-start timeline per job (insert round trip, NOTIFY delivery, claim, dispatch to the body).
@@ -26,7 +26,15 @@ const statements = new Map();
 let connections = 0;
 const timeline = { notifications: [], claims: [] };
 
+const keys = new Map();
+/** The statement's key, once per text: the harness's own work (and allocations) stay out of the library's share. */
 function keyOf(text) {
+  let key = keys.get(text);
+  if (key === undefined) keys.set(text, (key = computeKeyOf(text)));
+  return key;
+}
+
+function computeKeyOf(text) {
   const flat = String(text || '')
     .replace(/\s+/g, ' ')
     .trim();
@@ -256,6 +264,7 @@ async function w1(ctx) {
   console.log(`\nW1: ${calls} calls, ${accepted} accepted, ${Math.round(calls / elapsed)} calls/s (in-process)`);
   printStatements(calls, 'call');
   printProfile(cpu);
+  printInclusive(cpu);
   await producer.close();
 }
 

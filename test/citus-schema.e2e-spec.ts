@@ -114,6 +114,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_streams: 'distributed, co-located',
       workflow_streams_before: 'distributed, co-located',
       event_waits: 'distributed, co-located',
+      queue_starts: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator',
       registered_workflows: 'coordinator',

@@ -47,9 +47,11 @@ describe('workflow messages', () => {
     ).rows;
 
   it('across a SIGKILL, recv returns the recorded first message and then the next one', async () => {
-    const first = await startWorker('messages-killed');
+    // NOTE: the first message is there before any worker runs the body, so that its first recv finds it (a worker
+    // started first could run the body before the send: it would suspend, then start again on the message).
     const receiver = await app.queues.enqueue('inbox', tasks.receive, ['orders', 2, 60_000]);
     await app.queues.send(receiver.workflowId, { n: 1 }, { topic: 'orders' });
+    const first = await startWorker('messages-killed');
     await waitFor(async () => (await eventsOf(receiver.workflowId)).some((event) => event.kind === 'received'), {
       what: 'the first message received',
     });

@@ -43,12 +43,9 @@ export interface RunWaitsDependencies {
  * The durable waits (`sleep`, `recv`, `getEvent`) of one run of one workflow. Each records what it decides at its step position
  * (a wake-up time, a deadline, the message received), so that a re-executed workflow gets the same outcome at the
  * same point. A wait that outlasts `IN_PROCESS_WAIT_MS` suspends the workflow: its row becomes WAITING (key kept, no
- * executor, no slot) and `suspended` resolves, which ends the run for its worker; the body's promise never settles.
+ * executor, no slot) and `suspended` is called, which ends the run for its worker; the body's promise never settles.
  */
 export class RunWaits {
-  /** Resolves when the run was suspended. */
-  readonly suspended: Promise<void>;
-  private suspend!: () => void;
   private readonly run: OwnedRun;
   /** The database's clock minus this process's, once read. */
   private clockOffsetMs?: number;
@@ -56,8 +53,9 @@ export class RunWaits {
   constructor(
     private readonly execution: WorkflowExecution,
     private readonly deps: RunWaitsDependencies,
+    /** Called once the run is suspended. */
+    private readonly suspended: () => void,
   ) {
-    this.suspended = new Promise((resolve) => (this.suspend = resolve));
     const { queueName, workflowId, attempt } = execution.context;
     this.run = { queueName, workflowId, attempt, executorId: deps.executorId };
   }
@@ -186,7 +184,7 @@ export class RunWaits {
 
   private suspendRun(remainingMs: number): Promise<never> {
     if (Number.isFinite(remainingMs)) this.deps.expectWakeUp(this.run.queueName, remainingMs);
-    this.suspend();
+    this.suspended();
     return new Promise<never>(() => undefined);
   }
 }

@@ -6,7 +6,7 @@ import { WaitingStore } from '../database/waiting/waiting.store';
 import { QueueDatabase } from '../database/connection/queue-database';
 import { workflowEventStore } from '../database/events/workflow-event.store';
 import type { WorkflowExecution } from '../execution/workflow-execution';
-import { RunWaits, attachRunWaits } from './run-waits';
+import { RunWaits, RunWaitsDependencies, attachRunWaits } from './run-waits';
 import { WaitingWaker } from './waiting.waker';
 
 /** What `WorkflowWaits.run` resolves with when the body was suspended in a `sleep`, `recv` or `getEvent`. */
@@ -18,14 +18,25 @@ export const SUSPENDED: unique symbol = Symbol('nest-dedup-queue: suspended');
  */
 @Injectable()
 export class WorkflowWaits {
+  private readonly deps: RunWaitsDependencies;
+
   constructor(
-    private readonly config: DedupQueueConfig,
-    private readonly waiting: WaitingStore,
-    private readonly messages: MessageStore,
-    private readonly steps: StepStore,
-    private readonly waker: WaitingWaker,
-    private readonly database: QueueDatabase,
-  ) {}
+    config: DedupQueueConfig,
+    waiting: WaitingStore,
+    messages: MessageStore,
+    steps: StepStore,
+    waker: WaitingWaker,
+    database: QueueDatabase,
+  ) {
+    this.deps = {
+      waiting,
+      messages,
+      events: workflowEventStore(database),
+      steps,
+      executorId: config.executorId,
+      expectWakeUp: (queueName, inMs) => waker.expect(queueName, inMs),
+    };
+  }
 
   /**
    * Runs `body` (the run of `execution`) with `sleep`, `recv` and `getEvent` available to it. Resolves with its result, or with
@@ -33,15 +44,9 @@ export class WorkflowWaits {
    * promise never settles).
    */
   run<T>(execution: WorkflowExecution, body: () => Promise<T>): Promise<T | typeof SUSPENDED> {
-    const waits = new RunWaits(execution, {
-      waiting: this.waiting,
-      messages: this.messages,
-      events: workflowEventStore(this.database),
-      steps: this.steps,
-      executorId: this.config.executorId,
-      expectWakeUp: (queueName, inMs) => this.waker.expect(queueName, inMs),
+    return new Promise((resolve, reject) => {
+      attachRunWaits(execution, new RunWaits(execution, this.deps, () => resolve(SUSPENDED)));
+      body().then(resolve, reject);
     });
-    attachRunWaits(execution, waits);
-    return Promise.race([body(), waits.suspended.then((): typeof SUSPENDED => SUSPENDED)]);
   }
 }

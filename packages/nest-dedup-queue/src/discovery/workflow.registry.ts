@@ -51,6 +51,9 @@ export class WorkflowRegistry {
   private readonly workflows = new Map<string, Map<number, RegisteredWorkflow>>();
   /** By `claimKey`: every name and version this process runs, aliases included. */
   private readonly byClaimKey = new Map<string, RegisteredWorkflow>();
+  /** Each name's highest version, and each workflow's run options: read at every enqueue and every run. */
+  private readonly highest = new Map<string, { version: number; workflow: RegisteredWorkflow }>();
+  private readonly ownOptions = new WeakMap<RegisteredWorkflow, Readonly<WorkflowRunOptions>>();
   /** An alias's name: the name it stands for. */
   private readonly aliases = new Map<string, string>();
   /** Set once the explorer registered every workflow (at module init): before, no name can be told unknown. */
@@ -105,7 +108,10 @@ export class WorkflowRegistry {
     }
     const versions = this.workflows.get(workflow.name) ?? new Map<number, RegisteredWorkflow>();
     versions.set(version, workflow);
-    this.workflows.set(workflow.name, new Map([...versions].sort(([a], [b]) => a - b)));
+    const sorted = new Map([...versions].sort(([a], [b]) => a - b));
+    this.workflows.set(workflow.name, sorted);
+    const [highestVersion, highestWorkflow] = [...sorted].at(-1) as [number, RegisteredWorkflow];
+    this.highest.set(workflow.name, { version: highestVersion, workflow: highestWorkflow });
     for (const name of [workflow.name, ...aliases]) this.byClaimKey.set(claimKey(name, version), workflow);
     for (const alias of aliases) this.aliases.set(alias, workflow.name);
   }
@@ -146,27 +152,31 @@ export class WorkflowRegistry {
    */
   find(name: string, version?: number): RegisteredWorkflow | undefined {
     if (version !== undefined) return this.byClaimKey.get(claimKey(name, version));
-    const versions = this.workflows.get(this.aliases.get(name) ?? name);
-    return versions && [...versions.values()].at(-1);
+    return this.highest.get(this.aliases.get(name) ?? name)?.workflow;
   }
 
   /** The highest version of `name` (or of the workflow an alias stands for) this process registers, if any. */
   highestVersion(name: string): number | undefined {
-    const versions = this.workflows.get(this.aliases.get(name) ?? name);
-    return versions && [...versions.keys()].at(-1);
+    return this.highest.get(this.aliases.get(name) ?? name)?.version;
   }
 
   /**
    * The workflow's own options as this process applies them (of `version`, or of its highest version); the
    * defaults for an external workflow or a version this process does not have.
    */
-  runOptions(name: string, version?: number): WorkflowRunOptions {
-    const options = this.find(name, version)?.options ?? {};
-    return {
-      maxAttempts: options.maxAttempts ?? 1,
-      maxRecoveryAttempts: options.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
-      backoff: options.backoff,
-    };
+  runOptions(name: string, version?: number): Readonly<WorkflowRunOptions> {
+    const workflow = this.find(name, version);
+    let own = workflow && this.ownOptions.get(workflow);
+    if (!own) {
+      const options = workflow?.options ?? {};
+      own = {
+        maxAttempts: options.maxAttempts ?? 1,
+        maxRecoveryAttempts: options.maxRecoveryAttempts ?? this.config.maxRecoveryAttempts,
+        backoff: options.backoff,
+      };
+      if (workflow) this.ownOptions.set(workflow, own);
+    }
+    return own;
   }
 
   /**

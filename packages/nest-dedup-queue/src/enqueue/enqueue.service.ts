@@ -177,14 +177,17 @@ export class EnqueueService {
     assertQueueDeclared(this.config, queueName);
     const workflowName = this.registry.resolveName(workflow);
     const inputsJson = serialiseArgs(args, argsField, this.config.inputLimits);
+    const partitioned = isPartitioned(this.settings.effective(queueName));
     const valid = validateEnqueueOptions(
       options,
       queueName,
-      await this.isPartitioned(queueName, options),
+      partitioned || options?.partitionKey === undefined ? partitioned : await this.isPartitionedNow(queueName),
       optionsField,
     );
-    const version = valid.version ?? (await this.versionToEnqueue(workflowName));
+    const version =
+      valid.version ?? this.registry.highestVersion(workflowName) ?? (await this.versionToEnqueue(workflowName));
     const workflowOptions = this.registry.runOptions(workflowName, version);
+    const frame = executionFrames.getStore();
     const row: NewWorkflow = {
       workflowId: valid.workflowId ?? newWorkflowId(),
       workflowIdGiven: typeof valid.workflowId === 'string',
@@ -195,7 +198,7 @@ export class EnqueueService {
       inputsJson,
       timeoutMs: valid.timeoutMs,
       // NOTE: a child enqueued without its own timeoutMs (undefined, not null) inherits its parent's deadline.
-      deadlineAt: options?.timeoutMs === undefined ? (executionFrames.getStore()?.execution.deadlineAt ?? null) : null,
+      deadlineAt: options?.timeoutMs === undefined ? (frame?.execution.deadlineAt ?? null) : null,
       maxAttempts: workflowOptions.maxAttempts,
       maxRecoveryAttempts: workflowOptions.maxRecoveryAttempts,
       partitionKey: valid.partitionKey,
@@ -206,7 +209,7 @@ export class EnqueueService {
       deduplicationWindowMs: valid.deduplicationWindowMs,
       releaseKeyOnError: valid.releaseKeyOnError,
       traceContext: null,
-      parentWorkflowId: executionFrames.getStore()?.execution.context.workflowId ?? null,
+      parentWorkflowId: frame?.execution.context.workflowId ?? null,
       forkedFrom: null,
     };
     return { valid, row };
@@ -224,11 +227,12 @@ export class EnqueueService {
     );
   }
 
-  /** Whether a queue takes partition keys; re-read from Postgres before saying no (limits change at run time). */
-  private async isPartitioned(queueName: string, options: EnqueueOptions): Promise<boolean> {
-    if (options?.partitionKey !== undefined && !isPartitioned(this.settings.effective(queueName))) {
-      await this.settings.refresh();
-    }
+  /**
+   * Whether a queue takes partition keys, re-read from Postgres: a key was given for a queue that did not take them
+   * (limits change at run time).
+   */
+  private async isPartitionedNow(queueName: string): Promise<boolean> {
+    await this.settings.refresh();
     return isPartitioned(this.settings.effective(queueName));
   }
 

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
 import { isDeadlock } from '../database/connection/sql-errors';
 import { DUPLICATE_TOPIC } from '../database/messages/message.store';
-import { Holder, SupersedeResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { Holder, HolderReport, SupersedeResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
 import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
@@ -14,8 +14,8 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { WorkflowTracer } from '../observability/workflow.tracer';
 import { DeduplicationEvents } from './deduplication-events';
 import { EnqueueBatcher } from './enqueue.batcher';
+import { HolderReports } from './holder-reports';
 import { SupersededRuns } from './superseded-runs';
-import { WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 
 export interface EnqueuePolicy {
@@ -41,6 +41,7 @@ const MAX_ROUNDS = 20;
 @Injectable()
 export class WorkflowEnqueuer {
   private readonly batcher: EnqueueBatcher;
+  private readonly holderReports: HolderReports;
 
   constructor(
     private readonly inserter: WorkflowInserter,
@@ -48,10 +49,10 @@ export class WorkflowEnqueuer {
     private readonly lifecycle: WorkflowLifecycle,
     private readonly tracer: WorkflowTracer,
     private readonly superseded: SupersededRuns,
-    private readonly versionStore: WorkflowVersionStore,
     private readonly versions: WorkflowVersionsMonitor,
   ) {
     this.batcher = new EnqueueBatcher(inserter);
+    this.holderReports = new HolderReports(inserter);
   }
 
   /**
@@ -70,6 +71,7 @@ export class WorkflowEnqueuer {
 
   /** Tells the lifecycle about a workflow this process inserted. */
   inserted(workflow: NewWorkflow): void {
+    if (!this.lifecycle.wants('enqueued')) return;
     const { workflowId, queueName, workflowName } = workflow;
     this.lifecycle.emit({ event: 'enqueued', workflowId, queueName, workflowName });
   }
@@ -253,18 +255,17 @@ export class WorkflowEnqueuer {
     this.hit(workflow, holderId, outcome, undefined);
     const key = workflow.deduplicationId as string;
     if (outcome === 'mismatched') throw new DeduplicationMismatchError(workflow.queueName, key, holderId);
-    const holder = await this.inserter.holderState(workflow.queueName, holderId);
-    const note = await this.strandedNote(workflow, holderId);
-    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, { ...holder, note });
+    const report = await this.holderReports.read(workflow.queueName, holderId);
+    const note = await this.strandedNote(workflow, report?.waitingRun);
+    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, { ...report?.state, note });
   }
 
   /**
    * When the key's holder waits for a name and version that no live executor registers (it will not run until one
    * that does starts), says so; otherwise, or when that cannot be read now, nothing.
    */
-  private async strandedNote(workflow: NewWorkflow, holderId: string): Promise<string | undefined> {
+  private async strandedNote(workflow: NewWorkflow, run: HolderReport['waitingRun']): Promise<string | undefined> {
     try {
-      const run = await this.versionStore.waitingRunOf(workflow.queueName, holderId);
       if (!run || (await this.versions.isClaimable(workflow.queueName, run.name, run.version))) return undefined;
       return (
         `it is a run of "${run.name}" version ${run.version}, which no live executor draining the queue registers: ` +

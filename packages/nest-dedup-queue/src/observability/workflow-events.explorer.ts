@@ -58,7 +58,11 @@ export class WorkflowEventsExplorer implements OnModuleInit, OnApplicationShutdo
         this.handlers.set(event, list);
       }
     }
-    if (this.handlers.size > 0) this.unlisten = this.lifecycle.listen((event) => this.deliver(event));
+    if (this.handlers.size > 0) {
+      this.unlisten = this.lifecycle.listen((event) => this.deliver(event), [
+        ...this.handlers.keys(),
+      ] as LifecycleEvent['event'][]);
+    }
   }
 
   onApplicationShutdown(): void {

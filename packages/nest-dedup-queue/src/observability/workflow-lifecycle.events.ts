@@ -19,6 +19,20 @@ export type LifecycleEvent =
  * The event for a run's recorded outcome: completed, failed, (a failed attempt to be tried again) retrying, or
  * (parked by a code change) dead-lettered.
  */
+/** The name of `runOutcomeEvent`'s event for `outcome`. */
+export function runOutcomeEventName(outcome: WorkflowOutcome): LifecycleEvent['event'] {
+  switch (outcome.status) {
+    case 'SUCCESS':
+      return 'completed';
+    case 'RETRY':
+      return 'retrying';
+    case 'PARKED':
+      return 'dead-lettered';
+    default:
+      return 'failed';
+  }
+}
+
 export function runOutcomeEvent(
   workflow: WorkflowRef,
   attempt: number,
@@ -47,15 +61,24 @@ export type LifecycleListener = (event: LifecycleEvent) => void;
 @Injectable()
 export class WorkflowLifecycle {
   private readonly logger = new ModuleLogger('DedupQueue');
-  private readonly listeners = new Set<LifecycleListener>();
+  /** Each listener, with the events it listens for (undefined: all). */
+  private readonly listeners = new Map<LifecycleListener, ReadonlySet<string> | undefined>();
 
-  listen(listener: LifecycleListener): () => void {
-    this.listeners.add(listener);
+  /** Calls `listener` for each event, or (with `events`) for those events only. Returns a function that removes it. */
+  listen(listener: LifecycleListener, events?: readonly LifecycleEvent['event'][]): () => void {
+    this.listeners.set(listener, events && new Set(events));
     return () => this.listeners.delete(listener);
   }
 
+  /** Whether a listener would be called for `event`: on hot paths, the event is built only then. */
+  wants(event: LifecycleEvent['event']): boolean {
+    for (const events of this.listeners.values()) if (!events || events.has(event)) return true;
+    return false;
+  }
+
   emit(event: LifecycleEvent): void {
-    for (const listener of this.listeners) {
+    for (const [listener, events] of this.listeners) {
+      if (events && !events.has(event.event)) continue;
       try {
         listener(event);
       } catch (error) {

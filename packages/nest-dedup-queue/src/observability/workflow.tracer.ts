@@ -39,9 +39,12 @@ export class WorkflowTracer implements OnApplicationShutdown {
   constructor(lifecycle: WorkflowLifecycle) {
     // NOTE: loaded at boot, so that the first enqueue and the first run do not wait for its modules to load.
     optionalPeer('@opentelemetry/api');
-    this.unlisten = lifecycle.listen((event) => {
-      if (event.event === 'deduplicated') this.markDeduplicated(event);
-    });
+    this.unlisten = lifecycle.listen(
+      (event) => {
+        if (event.event === 'deduplicated') this.markDeduplicated(event);
+      },
+      ['deduplicated'],
+    );
   }
 
   /** NOTE: after `beforeApplicationShutdown`, in which the workflows running at shutdown finish. */
@@ -50,10 +53,21 @@ export class WorkflowTracer implements OnApplicationShutdown {
   }
 
   /** Runs an enqueue of `workflows` (one, or a bulk enqueue) in a PRODUCER span, stamping its context on each row. */
-  async send<T>(queueName: string, workflows: NewWorkflow[], enqueue: () => Promise<T>): Promise<T> {
+  send<T>(queueName: string, workflows: NewWorkflow[], enqueue: () => Promise<T>): Promise<T> {
     const api = optionalPeer<typeof OpenTelemetry>('@opentelemetry/api');
-    if (!api) return enqueue();
-    const span = api.trace.getTracer(TRACER_NAME).startSpan(`send ${queueName}`, {
+    const tracer = api && registeredTracer(api);
+    if (!api || !tracer) return enqueue();
+    return this.sendTraced(api, tracer, queueName, workflows, enqueue);
+  }
+
+  private async sendTraced<T>(
+    api: typeof OpenTelemetry,
+    tracer: OpenTelemetry.Tracer,
+    queueName: string,
+    workflows: NewWorkflow[],
+    enqueue: () => Promise<T>,
+  ): Promise<T> {
+    const span = tracer.startSpan(`send ${queueName}`, {
       kind: api.SpanKind.PRODUCER,
       attributes: {
         ...messagingAttributes(queueName, 'send'),
@@ -70,16 +84,26 @@ export class WorkflowTracer implements OnApplicationShutdown {
 
   /**
    * Runs one run of a workflow in a CONSUMER span whose parent is the context its enqueue stored; an ERROR or RETRY
-   * outcome is recorded on the span as an exception.
+   * outcome is recorded on the span as an exception (a marker such as a suspended run's ends the span as it is).
    */
-  async process(
+  process<R extends WorkflowOutcome | symbol>(
     queueName: string,
     run: TracedRun,
-    body: (trace: RunTrace) => Promise<WorkflowOutcome>,
-  ): Promise<WorkflowOutcome> {
+    body: (trace: RunTrace) => Promise<R>,
+  ): Promise<R> {
     const api = optionalPeer<typeof OpenTelemetry>('@opentelemetry/api');
-    if (!api) return body(UNTRACED_RUN);
-    const tracer = api.trace.getTracer(TRACER_NAME);
+    const tracer = api && registeredTracer(api);
+    if (!api || !tracer) return body(UNTRACED_RUN);
+    return this.processTraced(api, tracer, queueName, run, body);
+  }
+
+  private async processTraced<R extends WorkflowOutcome | symbol>(
+    api: typeof OpenTelemetry,
+    tracer: OpenTelemetry.Tracer,
+    queueName: string,
+    run: TracedRun,
+    body: (trace: RunTrace) => Promise<R>,
+  ): Promise<R> {
     const parent = fromTraceparent(api, run.traceContext);
     const span = tracer.startSpan(
       `process ${queueName}`,
@@ -105,7 +129,7 @@ export class WorkflowTracer implements OnApplicationShutdown {
     };
     return this.within(api, span, runContext, async () => {
       const outcome = await body(trace);
-      if (outcome.error) {
+      if (typeof outcome !== 'symbol' && outcome.error) {
         span.recordException({ name: outcome.error.name, message: outcome.error.message, stack: outcome.error.stack });
         span.setStatus({ code: api.SpanStatusCode.ERROR, message: outcome.error.message });
         if (outcome.status === 'RETRY') span.setAttribute('dedup_queue.retry_delay_ms', outcome.retryDelayMs ?? 0);
@@ -142,6 +166,17 @@ export class WorkflowTracer implements OnApplicationShutdown {
       'dedup_queue.deduplication_outcome': event.outcome,
     });
   }
+}
+
+/**
+ * The tracer of the registered provider; undefined while none is registered, when every span would be the API's
+ * non-recording one (so nothing is built for it).
+ */
+function registeredTracer(api: typeof OpenTelemetry): OpenTelemetry.Tracer | undefined {
+  const provider = api.trace.getTracerProvider();
+  return provider instanceof api.ProxyTracerProvider
+    ? provider.getDelegateTracer(TRACER_NAME)
+    : provider.getTracer(TRACER_NAME);
 }
 
 function messagingAttributes(queueName: string, operation: 'send' | 'process'): OpenTelemetry.Attributes {

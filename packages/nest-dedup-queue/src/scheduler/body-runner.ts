@@ -44,26 +44,16 @@ export class BodyRunner {
     private readonly isolated: IsolatedBodies,
   ) {}
 
-  async run(
-    queueName: string,
-    claimed: ClaimedWorkflow,
-    control: RunControl,
-  ): Promise<WorkflowOutcome | typeof SUSPENDED> {
-    let suspended = false;
-    const outcome = await this.tracer.process(queueName, claimed, async (trace) => {
+  run(queueName: string, claimed: ClaimedWorkflow, control: RunControl): Promise<WorkflowOutcome | typeof SUSPENDED> {
+    return this.tracer.process(queueName, claimed, (trace) => {
       const { workflowName, version } = claimed;
       const workflow = this.registry.find(workflowName, version);
       if (!workflow) {
         const notHere = new Error(`Workflow "${workflowName}" version ${version} is not registered in this process`);
-        return failure(queueName, claimed, notHere);
+        return Promise.resolve(failure(queueName, claimed, notHere));
       }
-      const result = await this.runRegistered(queueName, claimed, workflow, control, trace);
-      if (result !== SUSPENDED) return result;
-      suspended = true;
-      // NOTE: the workflow is WAITING in Postgres already; this placeholder is never written.
-      return { workflowId: claimed.workflowId, queueName, attempt: claimed.attempts, ...NOTHING_RECORDED };
+      return this.runRegistered(queueName, claimed, workflow, control, trace);
     });
-    return suspended ? SUSPENDED : outcome;
   }
 
   private async runRegistered(
@@ -75,12 +65,23 @@ export class BodyRunner {
   ): Promise<WorkflowOutcome | typeof SUSPENDED> {
     const { workflowId, workflowName, version, attempts: attempt } = claimed;
     const own = this.registry.runOptions(workflowName, version);
-    await this.recordRunOptions(queueName, claimed, own);
+    if (claimed.maxAttempts !== own.maxAttempts || claimed.maxRecoveryAttempts !== own.maxRecoveryAttempts) {
+      await this.recordRunOptions(queueName, claimed, own);
+    }
     let execution: WorkflowExecution | undefined;
     try {
       const replays = attempt > 1 || claimed.forked;
-      const recorded = replays ? await this.steps.load(queueName, workflowId) : new Map();
-      const context = { workflowId, workflowName, version, queueName, attempt, signal: control.signal };
+      const recorded = replays ? await this.steps.load(queueName, workflowId) : NOTHING_REPLAYED;
+      const context = {
+        workflowId,
+        workflowName,
+        version,
+        queueName,
+        attempt,
+        get signal() {
+          return control.signal;
+        },
+      };
       execution = new WorkflowExecution(
         context,
         this.config.executorId,
@@ -115,15 +116,19 @@ export class BodyRunner {
   }
 
   /** Runs the body in the frame of `execution`, in this thread or in a worker thread (`isolate: 'thread'`). */
-  private async runBody(
-    workflow: RegisteredWorkflow,
-    execution: WorkflowExecution,
-    inputsJson: string,
-  ): Promise<unknown> {
+  private runBody(workflow: RegisteredWorkflow, execution: WorkflowExecution, inputsJson: string): Promise<unknown> {
     if (!workflow.isolated) {
       return this.waits.run(execution, () => execution.run(() => workflow.run(JSON.parse(inputsJson) as unknown[])));
     }
-    const isolated = this.isolated.prepare(workflow.isolated, execution, inputsJson);
+    return this.runIsolated(workflow.isolated, execution, inputsJson);
+  }
+
+  private async runIsolated(
+    isolatedWorkflow: NonNullable<RegisteredWorkflow['isolated']>,
+    execution: WorkflowExecution,
+    inputsJson: string,
+  ): Promise<unknown> {
+    const isolated = this.isolated.prepare(isolatedWorkflow, execution, inputsJson);
     try {
       return await this.waits.run(execution, () => execution.run(() => isolated.run()));
     } finally {
@@ -136,7 +141,6 @@ export class BodyRunner {
    * process stored (it may not have the workflow, or have other options); the row is corrected when they differ.
    */
   private async recordRunOptions(queueName: string, claimed: ClaimedWorkflow, own: WorkflowRunOptions): Promise<void> {
-    if (claimed.maxAttempts === own.maxAttempts && claimed.maxRecoveryAttempts === own.maxRecoveryAttempts) return;
     try {
       await this.store.recordRunOptions(queueName, claimed.workflowId, claimed.attempts, own);
     } catch (error) {
@@ -145,7 +149,7 @@ export class BodyRunner {
   }
 }
 
-const NOTHING_RECORDED = { status: 'SUCCESS', outputJson: null, error: null } as const;
+const NOTHING_REPLAYED: ReadonlyMap<number, never> = new Map<number, never>();
 
 function failure(queueName: string, claimed: ClaimedWorkflow, thrown: unknown): WorkflowOutcome {
   const { workflowId, attempts: attempt } = claimed;

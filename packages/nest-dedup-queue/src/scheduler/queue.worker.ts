@@ -4,8 +4,12 @@ import type { WorkflowOutcome, WorkflowStore } from '../database/workflows/workf
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
-import { InterruptReason, WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
-import { type WorkflowLifecycle, runOutcomeEvent } from '../observability/workflow-lifecycle.events';
+import type { InterruptReason } from '../errors/workflow-interrupted.error';
+import {
+  type WorkflowLifecycle,
+  runOutcomeEvent,
+  runOutcomeEventName,
+} from '../observability/workflow-lifecycle.events';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
@@ -14,6 +18,8 @@ import type { WorkflowCompletions } from '../workflow-completions';
 import { AbandonedRuns } from './abandoned-runs';
 import { type BodyRunner, SUSPENDED } from './body-runner';
 import { ClaimBuffer } from './claim-buffer';
+import { RunSignal } from './run-signal';
+import { RunSlot } from './run-slot';
 import type { ClaimWithOutcomes, OutcomeWriter } from './outcome.writer';
 import { ModuleLogger } from '../utils/module-logger';
 
@@ -43,11 +49,10 @@ interface RunningWorkflow {
   workflowId: string;
   workflowName: string;
   attempt: number;
-  controller: AbortController;
+  control: RunSignal;
   done: Promise<void>;
-  /** Resolves when the run no longer holds a slot: it returned, or it was abandoned. */
-  freed: Promise<void>;
-  free: () => void;
+  /** Whether it holds a slot: freed when it returned, or it was abandoned. */
+  slot: RunSlot;
 }
 
 /** The cancels announced while a claim was in flight, for workflows not known here: ID and the run each ended. */
@@ -191,7 +196,7 @@ export class QueueWorker {
       await this.claimSettled();
       while (this.running.size > 0 || this.recording.size > 0) {
         await Promise.all([
-          ...[...this.running.values()].map((run) => run.freed),
+          ...[...this.running.values()].map((run) => run.slot.freed),
           ...[...this.recording.values()].map((run) => run.done),
         ]);
       }
@@ -361,16 +366,13 @@ export class QueueWorker {
     // reached this process. That run can no longer write (outcomes and steps are fenced by attempt), so it goes.
     const earlier = this.running.get(claimed.workflowId);
     if (earlier) this.abandon(earlier, 'cancelled');
-    let free = () => undefined as void;
-    const freed = new Promise<void>((resolve) => (free = resolve));
     const run: RunningWorkflow = {
       workflowId: claimed.workflowId,
       workflowName: claimed.workflowName,
       attempt: claimed.attempts,
-      controller: new AbortController(),
+      control: new RunSignal(claimed.workflowId),
       done: Promise.resolve(),
-      freed,
-      free,
+      slot: new RunSlot(),
     };
     this.running.set(run.workflowId, run);
     run.done = this.execute(claimed, run).finally(() => this.finished(run));
@@ -380,18 +382,23 @@ export class QueueWorker {
     const remainingMs = claimed.remainingMs;
     const timeout =
       remainingMs === null ? undefined : setTimeout(() => void this.timeOut(run), Math.max(0, remainingMs));
-    const ref = { workflowId: claimed.workflowId, queueName: this.queueName, workflowName: claimed.workflowName };
-    this.deps.lifecycle.emit({ event: 'started', ...ref, attempt: claimed.attempts, waitSeconds: claimed.waitSeconds });
+    if (this.deps.lifecycle.wants('started')) {
+      this.deps.lifecycle.emit({
+        event: 'started',
+        workflowId: claimed.workflowId,
+        queueName: this.queueName,
+        workflowName: claimed.workflowName,
+        attempt: claimed.attempts,
+        waitSeconds: claimed.waitSeconds,
+      });
+    }
     const startedAt = performance.now();
     try {
-      const outcome = await this.deps.runner.run(this.queueName, claimed, {
-        signal: run.controller.signal,
-        interrupt: (reason) => abort(run, reason),
-      });
+      const outcome = await this.deps.runner.run(this.queueName, claimed, run.control);
       if (outcome === SUSPENDED) return;
       const durationMs = performance.now() - startedAt;
       this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
-      if (run.controller.signal.aborted) return;
+      if (run.control.aborted) return;
       await this.record(run, outcome, durationMs);
     } finally {
       clearTimeout(timeout);
@@ -405,7 +412,8 @@ export class QueueWorker {
       this.logger.warn(`Workflow ${run.workflowName} (${run.workflowId}) failed: ${outcome.error?.message}`);
     }
     if (this.quick(this.deps.settings.effective(this.queueName))) this.bodyReturned(run);
-    if (await this.deps.outcomes.write(outcome, this.queueName)) {
+    const written = await this.deps.outcomes.write(outcome, this.queueName);
+    if (written && this.deps.lifecycle.wants(runOutcomeEventName(outcome))) {
       const ref = { workflowId: run.workflowId, queueName: this.queueName, workflowName: run.workflowName };
       this.deps.lifecycle.emit(runOutcomeEvent(ref, run.attempt, outcome, durationMs));
     }
@@ -417,7 +425,7 @@ export class QueueWorker {
     if (this.running.get(run.workflowId) !== run) return;
     this.running.delete(run.workflowId);
     this.recording.set(run.workflowId, run);
-    run.free();
+    run.slot.free();
     if (this.claims.size > 0) this.claimAgain = true;
     this.buffer.startInFreeSlots();
   }
@@ -425,7 +433,7 @@ export class QueueWorker {
   private finished(run: RunningWorkflow): void {
     if (this.running.get(run.workflowId) === run) this.running.delete(run.workflowId);
     if (this.recording.get(run.workflowId) === run) this.recording.delete(run.workflowId);
-    run.free();
+    run.slot.free();
     this.buffer.startInFreeSlots();
     this.abandoned.returned(run);
     this.deps.completions.finished(run.workflowId);
@@ -435,7 +443,7 @@ export class QueueWorker {
   private abandon(run: RunningWorkflow, reason: 'cancelled' | 'timed-out'): void {
     abort(run, reason);
     this.running.delete(run.workflowId);
-    run.free();
+    run.slot.free();
     this.abandoned.add(run, reason);
     this.buffer.startInFreeSlots();
     this.claimSoon();
@@ -464,5 +472,5 @@ export class QueueWorker {
 
 /** Aborts a run's signal; the first reason stays. */
 function abort(run: RunningWorkflow, reason: InterruptReason): void {
-  run.controller.abort(new WorkflowInterruptedError(run.workflowId, reason));
+  run.control.interrupt(reason);
 }

@@ -23,8 +23,8 @@ export interface ValueLimits {
  * `JSON.stringify` does.
  */
 export function toStoredJson(value: unknown, rootPath: string, limits: ValueLimits): string {
-  const walk: Walk = { rootPath, limits, stringUnits: 0 };
-  assertStorable(value, rootPath, new Set(), 1, walk);
+  const walk: Walk = { rootPath, limits, stringUnits: 0, segments: [] };
+  assertStorable(value, new Set(), 1, walk);
   let text: string;
   try {
     text = JSON.stringify(value) ?? 'null';
@@ -48,18 +48,27 @@ interface Walk {
   limits: ValueLimits;
   /** The UTF-16 units of the strings and keys seen: no more bytes than the JSON text will have. */
   stringUnits: number;
+  /** The path from the root to the value being walked: array indexes and property names. */
+  segments: (string | number)[];
 }
 
-function assertStorable(value: unknown, path: string, ancestors: Set<object>, depth: number, walk: Walk): void {
+/** Where the walk is, for an error: `args[0].tags`. */
+function pathOf(walk: Walk): string {
+  let path = walk.rootPath;
+  for (const segment of walk.segments) path += typeof segment === 'number' ? `[${segment}]` : `.${segment}`;
+  return path;
+}
+
+function assertStorable(value: unknown, ancestors: Set<object>, depth: number, walk: Walk): void {
   switch (typeof value) {
     case 'bigint':
-      throw new UnstorableValueError(path, 'is a BigInt, which JSON cannot hold; pass it as a string');
+      throw new UnstorableValueError(pathOf(walk), 'is a BigInt, which JSON cannot hold; pass it as a string');
     case 'function':
     case 'symbol':
-      throw new UnstorableValueError(path, `is a ${typeof value}, which JSON cannot hold`);
+      throw new UnstorableValueError(pathOf(walk), `is a ${typeof value}, which JSON cannot hold`);
     case 'number':
       if (!Number.isFinite(value)) {
-        throw new UnstorableValueError(path, `is ${value}, which JSON cannot hold`);
+        throw new UnstorableValueError(pathOf(walk), `is ${value}, which JSON cannot hold`);
       }
       return;
     case 'string':
@@ -74,30 +83,37 @@ function assertStorable(value: unknown, path: string, ancestors: Set<object>, de
   }
   if (value instanceof Map || value instanceof Set) {
     throw new UnstorableValueError(
-      path,
+      pathOf(walk),
       `is a ${value.constructor.name}, which JSON would store as {}; pass an array or object`,
     );
   }
   if (ancestors.has(value)) {
-    throw new UnstorableValueError(path, 'is a circular reference, which JSON cannot hold');
+    throw new UnstorableValueError(pathOf(walk), 'is a circular reference, which JSON cannot hold');
   }
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
     return;
   }
   if (depth > walk.limits.maxDepth) {
     throw new UnstorableValueError(
-      path,
+      pathOf(walk),
       `is nested deeper than ${walk.limits.maxDepth} levels of arrays and objects (inputLimits.maxDepth)`,
     );
   }
   ancestors.add(value);
   if (Array.isArray(value)) {
-    value.forEach((item, index) => assertStorable(item, `${path}[${index}]`, ancestors, depth + 1, walk));
+    for (let index = 0; index < value.length; index++) {
+      walk.segments.push(index);
+      assertStorable(value[index], ancestors, depth + 1, walk);
+      walk.segments.pop();
+    }
   } else {
-    for (const [key, item] of Object.entries(value)) {
+    for (const key of Object.keys(value)) {
+      const item = (value as Record<string, unknown>)[key];
       if (item !== undefined) {
         countUnits(key.length, walk);
-        assertStorable(item, `${path}.${key}`, ancestors, depth + 1, walk);
+        walk.segments.push(key);
+        assertStorable(item, ancestors, depth + 1, walk);
+        walk.segments.pop();
       }
     }
   }

@@ -34,3 +34,26 @@ export function usedParameters(sql: string, values: unknown[]): [string, unknown
   });
   return [renumbered, used.map((n) => values[n - 1])];
 }
+
+/**
+ * A one-dimensional array parameter as the text `pg` sends for an array (`{"a","1",NULL}`), taken from `items` by
+ * `value` (strings, numbers and booleans; `pg` writes dates itself): the same text, without the intermediate array and without a regular expression per element that needs no
+ * escaping (a batch statement's arrays are built for every batch).
+ */
+export function arrayParameter<T>(
+  items: readonly T[],
+  value: (item: T) => string | number | boolean | null | undefined,
+): string {
+  let text = '{';
+  for (let i = 0; i < items.length; i++) {
+    if (i > 0) text += ',';
+    const element = value(items[i]);
+    if (element === null || element === undefined) {
+      text += 'NULL';
+      continue;
+    }
+    const s = String(element);
+    text += `"${s.includes('"') || s.includes('\\') ? s.replace(/\\/g, '\\\\').replace(/"/g, '\\"') : s}"`;
+  }
+  return `${text}}`;
+}

@@ -113,18 +113,4 @@ export class WorkflowVersionStore {
       deadLettered: row.dead_lettered,
     }));
   }
-
-  /**
-   * The name and version of a workflow of a queue that waits to be claimed (queued, delayed or waiting; one probe by
-   * key); undefined when there is none (it runs, or it finished).
-   */
-  async waitingRunOf(queueName: string, workflowId: string): Promise<WorkflowRegistration | undefined> {
-    const [row] = await this.database.query<{ workflow_name: string; workflow_version: number }>(
-      `SELECT workflow_name, workflow_version FROM ${this.active}
-       WHERE queue_name = $1 AND workflow_id = $2 AND status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.WAITING})`,
-      [queueName, workflowId],
-      { idempotent: true },
-    );
-    return row && { name: row.workflow_name, version: row.workflow_version };
-  }
 }

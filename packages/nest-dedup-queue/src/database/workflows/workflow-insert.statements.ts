@@ -4,7 +4,7 @@ import {
   type NewWorkflowInputName,
   newWorkflowColumns,
 } from './new-workflow.columns';
-import { SqlParameters } from '../connection/sql-parameters';
+import { SqlParameters, arrayParameter } from '../connection/sql-parameters';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
@@ -148,11 +148,14 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
 /** The parameters of a batch: one array per input (`arrays`, for `unnest`), the columns over them, the channel. */
 function batchInputs() {
   const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
-  const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) =>
-    params.ref(name, `${NEW_WORKFLOW_INPUTS[name].type}[]`, (context) =>
-      context.workflows.map((workflow) => NEW_WORKFLOW_INPUTS[name].value(workflow)),
-    ),
-  );
+  const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) => {
+    const { type, value } = NEW_WORKFLOW_INPUTS[name];
+    return params.ref(name, `${type}[]`, (context) =>
+      type === 'timestamptz'
+        ? context.workflows.map((workflow) => value(workflow))
+        : arrayParameter(context.workflows, value as (workflow: NewWorkflow) => string | number | boolean | null),
+    );
+  });
   const columns = newWorkflowColumns((name) => name);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
   return { params, arrays, columns, channel };

@@ -69,6 +69,23 @@ export type SendResult =
   /** Nobody holds the key (any more): nothing was written; insert again. */
   | { outcome: 'free' };
 
+/** A refused duplicate's holder, as `holderReports` reads it. */
+export interface HolderReport {
+  state: DeduplicationHolderState;
+  /** Its name and version when it waits to be claimed (queued, delayed or waiting); undefined when it runs or ended. */
+  waitingRun?: { name: string; version: number };
+}
+
+/** A holder's row as a refused duplicate reports it: its status, a delayed one's start, a finished one's window end. */
+function holderStateOf(row: { status: WorkflowStatus; not_before: unknown; dedup_expires_at: unknown }) {
+  const finished = FINISHED_WORKFLOW_STATUSES.includes(row.status);
+  return {
+    status: row.status,
+    ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
+    ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
+  } satisfies DeduplicationHolderState;
+}
+
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** Rolls back a supersede whose insert found the key taken after all. */
@@ -322,16 +339,43 @@ export class WorkflowInserter {
         [queueName, workflowId],
         { idempotent: true },
       );
-      if (!row) return {};
-      const finished = FINISHED_WORKFLOW_STATUSES.includes(row.status);
-      return {
-        status: row.status,
-        ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
-        ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
-      };
+      return row ? holderStateOf(row) : {};
     } catch {
       return {};
     }
+  }
+
+  /**
+   * What refused duplicates tell about their holders, for many holders of one queue in one statement (one probe by
+   * key each): the `holderState` of each, and its name and version when it waits to be claimed (queued, delayed or
+   * waiting). Read on the module's own connections; a holder
+   * that is gone has no entry. Throws when the read fails.
+   */
+  async holderReports(queueName: string, workflowIds: string[]): Promise<Map<string, HolderReport>> {
+    const rows = await this.database.query<{
+      workflow_id: string;
+      status: WorkflowStatus;
+      not_before: unknown;
+      dedup_expires_at: unknown;
+      workflow_name: string;
+      workflow_version: number;
+      waiting: boolean;
+    }>(
+      `SELECT workflow_id, ${REPORTED_STATUS_SQL} AS status, not_before, dedup_expires_at, workflow_name,
+              workflow_version, status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.WAITING}) AS waiting
+       FROM ${this.table} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`,
+      [queueName, workflowIds],
+      { prepared: true, idempotent: true },
+    );
+    return new Map(
+      rows.map((row) => [
+        row.workflow_id,
+        {
+          state: holderStateOf(row),
+          waitingRun: row.waiting ? { name: row.workflow_name, version: row.workflow_version } : undefined,
+        },
+      ]),
+    );
   }
 
   /**

@@ -31,7 +31,7 @@ import {
   workflowTables,
 } from '../tables/workflow-tables';
 import { isUniqueViolationOn } from '../connection/sql-errors';
-import { usedParameters } from '../connection/sql-parameters';
+import { arrayParameter, usedParameters } from '../connection/sql-parameters';
 import { changedStartSql, nowPlusMsSql } from '../connection/time.sql';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { exceedsCharacters } from '../../utils/character-length';
@@ -375,16 +375,16 @@ export class WorkflowStore {
    */
   private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
     return [
-      outcomes.map((o) => o.workflowId),
-      outcomes.map((o) => o.status),
-      outcomes.map((o) => o.outputJson),
-      outcomes.map((o) => (o.error ? JSON.stringify(o.error) : null)),
-      outcomes.map((o) => o.retryDelayMs ?? null),
+      arrayParameter(outcomes, (o) => o.workflowId),
+      arrayParameter(outcomes, (o) => o.status),
+      arrayParameter(outcomes, (o) => o.outputJson),
+      arrayParameter(outcomes, (o) => (o.error ? JSON.stringify(o.error) : null)),
+      arrayParameter(outcomes, (o) => o.retryDelayMs),
       executorId,
       this.database.wakeUpChannel,
       wakeQueues,
-      outcomes.map((o) => o.attempt),
-      outcomes.map((o) => o.queueName),
+      arrayParameter(outcomes, (o) => o.attempt),
+      arrayParameter(outcomes, (o) => o.queueName),
     ];
   }
 
