@@ -4,11 +4,12 @@
  * by `seq`) and 60 workflows in the active table among them (ready, delayed, dead letters; and key records of
  * finished workflows, which are not listed): for each filter, pages across window boundaries are exactly those of
  * `ORDER BY created_at DESC, seq DESC` over the `workflows` view; a frequent filter's first page reads a few windows
- * (counted by EXPLAIN ANALYZE of the statements sent), not the history.
+ * (counted by EXPLAIN ANALYZE of the statements sent), not the history; a workflow that finishes between the reads of
+ * the two tables is listed once, as one snapshot shows it.
  */
 import type { INestApplication } from '@nestjs/common';
 import type { ListWorkflowsOptions, QueueService } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
+import * as pg from 'pg';
 import { startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { historyRowsRead } from './support/history-rows-read';
@@ -29,7 +30,7 @@ interface ViewRow {
 
 describe('QueueService.list(): newest first by creation time, the history read in windows', () => {
   const schema = uniqueSchema('list_windows');
-  let pool: Pool;
+  let pool: pg.Pool;
   let app: INestApplication;
   let queues: QueueService;
   let view: ViewRow[];
@@ -150,5 +151,44 @@ describe('QueueService.list(): newest first by creation time, the history read i
       // NOTE: a window reads whole BRIN ranges (16 pages, about 1,000 rows here), twice (its count, its rows).
       expect(read).toBeLessThan(ROWS / 6);
     }
+  });
+
+  it('lists a workflow that finishes between the reads of the two tables once, as one snapshot shows it', async () => {
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, created_at)
+       VALUES ('moving', 'held', 'Seeded.a', 'ENQUEUED', '[]', now())`,
+    );
+    const columns = 'workflow_id, seq, queue_name, workflow_name, inputs, created_at';
+    const original = pg.Client.prototype.query;
+    let moved = false;
+    // Before the first read of the history, the workflow moves there, ended, on another connection.
+    pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+      const text = typeof config === 'string' ? config : (config as { text?: string } | undefined)?.text;
+      if (!moved && text?.includes('.workflow_history')) {
+        moved = true;
+        return pool
+          .query(
+            `WITH gone AS (DELETE FROM "${schema}".workflow_queue WHERE workflow_id = 'moving' RETURNING ${columns})
+             INSERT INTO "${schema}".workflow_history (${columns}, status, attempts, started_at, completed_at)
+             SELECT ${columns}, 'SUCCESS', 1, now(), now() FROM gone`,
+          )
+          .then(() => (original as (...args: unknown[]) => unknown).call(this, config, ...rest));
+      }
+      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof original;
+    let listed: Awaited<ReturnType<QueueService['list']>>;
+    try {
+      listed = await queues.list({ queueName: 'held', limit: 5 });
+    } finally {
+      pg.Client.prototype.query = original;
+    }
+    expect(moved).toBe(true);
+    expect(listed.filter((workflow) => workflow.workflowId === 'moving').map((workflow) => workflow.status)).toEqual([
+      'ENQUEUED',
+    ]);
+    const after = await queues.list({ queueName: 'held', limit: 5 });
+    expect(after.filter((workflow) => workflow.workflowId === 'moving').map((workflow) => workflow.status)).toEqual([
+      'SUCCESS',
+    ]);
   });
 });

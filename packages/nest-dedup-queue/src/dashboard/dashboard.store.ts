@@ -142,7 +142,10 @@ export class DashboardStore {
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
-    this.windows = new HistoryWindows(database, this.tables.history);
+    this.windows = new HistoryWindows(
+      <R>(sql: string, params: unknown[]) => database.query<R>(sql, params, READ),
+      this.tables.history,
+    );
     this.table = this.tables.workflows;
     this.steps = this.tables.steps;
     this.queues = `${database.schemaSql}.queues`;

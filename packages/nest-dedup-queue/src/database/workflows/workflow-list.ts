@@ -1,12 +1,10 @@
 import type { ListWorkflowsOptions } from '../../interfaces/list-workflows-options.interface';
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { QueryOptions, QueueDatabase } from '../connection/queue-database';
+import type { QueueDatabase } from '../connection/queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, HISTORY_STATUSES } from '../tables/workflow-status.sql';
 import { HISTORY_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { HistoryWindow, HistoryWindows } from './history-windows';
+import { HistoryRead, HistoryWindow, HistoryWindows } from './history-windows';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
-
-const READ: QueryOptions = { idempotent: true };
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
 
@@ -30,15 +28,15 @@ interface Conditions {
  * small table) are read at once; the history's, which since migration 023 has no ordered index but its children's
  * (and the opt-in deduplication ID index), newest first in windows of creation time (`HistoryWindows`) until
  * `offset + limit` rows are known to be the newest: a filter that matches often reads a few windows. There is no
- * budget: a filter that matches few rows walks the windows down to the oldest row.
+ * budget: a filter that matches few rows walks the windows down to the oldest row. Its reads share one snapshot (a
+ * read-only REPEATABLE READ transaction; on Citus, one per node), as the one statement over the view did: a workflow
+ * that finishes, or is resumed, meanwhile is listed once.
  */
 export class WorkflowList {
   private readonly tables: WorkflowTables;
-  private readonly windows: HistoryWindows;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
-    this.windows = new HistoryWindows(database, this.tables.history);
   }
 
   /** The rows of `filter` from `offset`, at most `limit` (default 100). */
@@ -46,8 +44,11 @@ export class WorkflowList {
     const offset = filter.offset ?? 0;
     const needed = offset + (filter.limit ?? 100);
     const wanted = filter.status === undefined ? undefined : [filter.status].flat();
-    const active = await this.activeRows(filter, wanted, needed);
-    const history = await this.historyRows(filter, wanted, needed, active);
+    const [active, history] = await this.database.transaction(async (query) => {
+      await query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+      const activeRows = await this.activeRows(query, filter, wanted, needed);
+      return [activeRows, await this.historyRows(query, filter, wanted, needed, activeRows)];
+    });
     return [...active, ...history]
       .sort(newestFirst)
       .slice(offset, needed)
@@ -56,6 +57,7 @@ export class WorkflowList {
 
   /** The newest `needed` matching workflows of the active table (not its key records of finished ones). */
   private async activeRows(
+    query: HistoryRead,
     filter: ListWorkflowsOptions,
     wanted: WorkflowStatus[] | undefined,
     needed: number,
@@ -72,11 +74,10 @@ export class WorkflowList {
       conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
     }
     params.push(needed);
-    return this.database.query<ListedRow>(
+    return query<ListedRow>(
       `SELECT ${WORKFLOW_ROW_COLUMNS}, ${ORDER_COLUMNS} FROM ${this.tables.active}
        WHERE ${conditions.join(' AND ')} ${NEWEST_FIRST} LIMIT $${params.length}`,
       params,
-      READ,
     );
   }
 
@@ -85,6 +86,7 @@ export class WorkflowList {
    * until the rows found in both tables from the window's start on are `needed`.
    */
   private async historyRows(
+    query: HistoryRead,
     filter: ListWorkflowsOptions,
     wanted: WorkflowStatus[] | undefined,
     needed: number,
@@ -97,22 +99,21 @@ export class WorkflowList {
       params.push(statuses);
       conditions.push(`status = ANY($${params.length}::text[])`);
     }
-    if (await this.indexed(filter)) {
+    if (await this.indexed(query, filter)) {
       params.push(needed);
-      return this.database.query<ListedRow>(
+      return query<ListedRow>(
         `SELECT ${WORKFLOW_ROW_COLUMNS}, ${ORDER_COLUMNS} FROM ${this.tables.history}
          WHERE ${conditions.join(' AND ')} ${NEWEST_FIRST} LIMIT $${params.length}`,
         params,
-        READ,
       );
     }
     const rows: ListedRow[] = [];
-    await this.windows.walk({}, Infinity, async (window) => {
+    await new HistoryWindows(query, this.tables.history).walk({}, Infinity, async (window) => {
       const windowParams = [...params];
       const where = HistoryWindows.condition(window, windowParams);
       windowParams.push(needed - rows.length);
       // NOTE: the window's rows are counted apart (a count reads no column), and only the matching ones are read.
-      const read = await this.database.query<ListedRow & { seen: number }>(
+      const read = await query<ListedRow & { seen: number }>(
         `SELECT window_rows.seen, page.*
          FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${where}) AS window_rows
          LEFT JOIN LATERAL (
@@ -120,7 +121,6 @@ export class WorkflowList {
            WHERE ${[where, ...conditions].join(' AND ')} ${NEWEST_FIRST} LIMIT $${windowParams.length}
          ) AS page ON true`,
         windowParams,
-        READ,
       );
       for (const { seen: _seen, ...row } of read) if (row.workflow_id !== null) rows.push(row);
       return { seen: read[0]?.seen ?? 0, enough: rows.length + newerThan(active, window) >= needed };
@@ -129,14 +129,12 @@ export class WorkflowList {
   }
 
   /** Whether an index serves the filter in the history: the children's, or the opt-in deduplication ID index. */
-  private async indexed(filter: ListWorkflowsOptions): Promise<boolean> {
+  private async indexed(query: HistoryRead, filter: ListWorkflowsOptions): Promise<boolean> {
     if (filter.parentWorkflowId !== undefined) return true;
     if (filter.deduplicationId === undefined) return false;
-    const rows = await this.database.query<{ present: boolean }>(
-      `SELECT to_regclass($1) IS NOT NULL AS present`,
-      [`${this.database.schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`],
-      READ,
-    );
+    const rows = await query<{ present: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS present`, [
+      `${this.database.schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`,
+    ]);
     return rows[0].present;
   }
 
