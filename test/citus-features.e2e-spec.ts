@@ -217,6 +217,25 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     expect(one.body).toMatchObject({ workflowId: handle.workflowId, status: 'SUCCESS' });
   });
 
+  it('lists workflows newest first as the view orders them, the history in windows', async () => {
+    const handles = await Promise.all(
+      ['list-1', 'list-2', 'list-3'].map((key) => queues.enqueue('tasks', tasks.overlap, [key])),
+    );
+    await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 20_000 })));
+    const expected = (
+      await pool.query<{ workflow_id: string }>(
+        `SELECT workflow_id FROM "${schema}".workflows WHERE queue_name = 'tasks' AND status = 'SUCCESS'
+         ORDER BY created_at DESC, seq DESC`,
+      )
+    ).rows.map((row) => row.workflow_id);
+    expect(expected.length).toBeGreaterThanOrEqual(3);
+    const listed = await queues.list({ queueName: 'tasks', status: 'SUCCESS', limit: 1000 });
+    expect(listed.map((workflow) => workflow.workflowId)).toEqual(expected);
+    expect(
+      (await queues.list({ queueName: 'tasks', status: 'SUCCESS', limit: 2, offset: 1 })).map((w) => w.workflowId),
+    ).toEqual(expected.slice(1, 3));
+  });
+
   it('recovers the workflow of a worker process SIGKILLed mid-run, in another process, once', async () => {
     await pool.query(`CREATE TABLE "${schema}".events (seq bigserial, kind text NOT NULL, key text NOT NULL)`);
     await pool.query(`CREATE TABLE "${schema}".release (key text PRIMARY KEY)`);

@@ -11,6 +11,7 @@ import type { Pool } from 'pg';
 import request from 'supertest';
 import { startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
+import { historyRowsRead } from './support/history-rows-read';
 import { captureStatements } from './support/statement-capture';
 
 const ROWS = 60_000;
@@ -134,37 +135,6 @@ describe('dashboard reads are bounded (indexes, and the history in windows of cr
     expect(listRowsRead).toBeLessThan(HISTORY_LIST_BOUND);
   });
 });
-
-/** How many rows of the populated history partitions `text` reads, from its EXPLAIN ANALYZE (rows kept and removed). */
-async function historyRowsRead(pool: Pool, text: string, values: unknown[], populated: Set<string>): Promise<number> {
-  const client = await pool.connect();
-  try {
-    const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
-      `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
-      values,
-    );
-    const read = (node: PlanNode): number =>
-      (populated.has(node['Relation Name'] ?? '') && /Scan/.test(node['Node Type'])
-        ? ((node['Actual Rows'] ?? 0) +
-            (node['Rows Removed by Filter'] ?? 0) +
-            (node['Rows Removed by Index Recheck'] ?? 0)) *
-          (node['Actual Loops'] ?? 1)
-        : 0) + (node.Plans ?? []).reduce((sum, child) => sum + read(child), 0);
-    return read(rows[0]['QUERY PLAN'][0].Plan);
-  } finally {
-    client.release();
-  }
-}
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Actual Rows'?: number;
-  'Actual Loops'?: number;
-  'Rows Removed by Filter'?: number;
-  'Rows Removed by Index Recheck'?: number;
-  Plans?: PlanNode[];
-}
 
 /** Whether the plan node on line `at` has a Limit node above it. */
 function underLimit(plan: string[], at: number): boolean {

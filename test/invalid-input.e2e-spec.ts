@@ -218,7 +218,9 @@ describe('bad input is refused with a typed error before anything is written', (
     });
   });
 
-  it('refuses list() limits out of range', async () => {
+  it('refuses list() limits and offsets out of range', async () => {
     await expect(app.queues.list({ limit: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(app.queues.list({ offset: -1 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(app.queues.list({ offset: 1.5 })).rejects.toBeInstanceOf(InvalidArgumentError);
   });
 });

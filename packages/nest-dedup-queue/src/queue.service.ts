@@ -313,7 +313,10 @@ export class QueueService {
     return this.messages.send(workflowId, message, options);
   }
 
-  /** Lists workflows, newest first. */
+  /**
+   * Lists workflows, newest first by creation time (ties: the later enqueued first). Reads the history in windows of
+   * creation time until it has `offset + limit` rows; a filter that few finished workflows match reads it all.
+   */
   async list(filter: ListWorkflowsOptions = {}): Promise<WorkflowStatusInfo[]> {
     return this.lookup.list(filter);
   }

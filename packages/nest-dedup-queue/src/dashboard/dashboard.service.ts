@@ -27,16 +27,10 @@ import type {
   DashboardWorkflowSummary,
 } from './dashboard-api.interface';
 import { DEDUP_QUEUE_DASHBOARD_OPTIONS } from './dashboard.constants';
-import {
-  DashboardStore,
-  HISTORY_STATUSES,
-  ListCursor,
-  StepRow,
-  SummaryRow,
-  WorkflowListFilter,
-} from './dashboard.store';
+import { DashboardStore, ListCursor, StepRow, SummaryRow, WorkflowListFilter } from './dashboard.store';
 import { exceedsCharacters } from '../utils/character-length';
 import { RowValues } from '../database/connection/row-values';
+import { HISTORY_STATUSES } from '../database/tables/workflow-status.sql';
 import { nestsDeeperThan } from '../utils/json-depth';
 import { newWorkflowId } from '../utils/workflow-id';
 

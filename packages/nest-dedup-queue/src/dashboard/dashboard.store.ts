@@ -1,16 +1,17 @@
 import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import { WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
+import { HISTORY_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
 import { REPORTED_STATUS_SQL } from '../database/workflows/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import {
   ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
   DELAYED_SQL,
+  HISTORY_STATUSES,
   NOT_PENDING_SQL,
   READY_SQL,
   STATUS_SQL,
 } from '../database/tables/workflow-status.sql';
-import { HistoryWindows } from './history-windows';
+import { HistoryWindows } from '../database/workflows/history-windows';
 
 /** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
 const HISTORY_READ_BUDGET = 200_000;
@@ -106,15 +107,6 @@ const HISTORY_SUMMARY_COLUMNS = SUMMARY_COLUMNS.replace(
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
 
-/** The statuses of the history's rows. */
-export const HISTORY_STATUSES: readonly WorkflowStatus[] = ['SUCCESS', 'ERROR', 'CANCELLED'];
-
-/**
- * The index on `deduplication_id` that an operator may add to the history (docs/dashboard.md): with it, a search by
- * deduplication ID reads the history through it instead of in windows.
- */
-export const HISTORY_DEDUPLICATION_INDEX = 'workflow_history_by_deduplication_id';
-
 /** A page of a list: its rows, and where the next page starts when the history's read budget stopped this one. */
 export interface SummaryPage {
   rows: SummaryRow[];
@@ -150,7 +142,10 @@ export class DashboardStore {
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
-    this.windows = new HistoryWindows(database, this.tables.history);
+    this.windows = new HistoryWindows(
+      <R>(sql: string, params: unknown[]) => database.query<R>(sql, params, READ),
+      this.tables.history,
+    );
     this.table = this.tables.workflows;
     this.steps = this.tables.steps;
     this.queues = `${database.schemaSql}.queues`;

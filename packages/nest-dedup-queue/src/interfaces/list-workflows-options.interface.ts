@@ -12,7 +12,7 @@ export interface ListWorkflowsOptions {
   deduplicationId?: string;
   /** The children of this workflow: those its body enqueued (see docs/composing-workflows.md). */
   parentWorkflowId?: string;
-  /** At most this many rows, newest first. Default 100, at most 10000. */
+  /** At most this many rows, newest first by creation time. Default 100, at most 10000. */
   limit?: number;
   /** Skip this many rows. Default 0. */
   offset?: number;

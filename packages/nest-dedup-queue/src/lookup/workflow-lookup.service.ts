@@ -61,10 +61,14 @@ export class WorkflowLookupService {
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
       throw new InvalidArgumentError('filter.limit', `must be an integer from 1 to ${MAX_LIST_LIMIT}`);
     }
+    const offset = filter.offset ?? 0;
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      throw new InvalidArgumentError('filter.offset', 'must be an integer from 0');
+    }
     if (filter.parentWorkflowId !== undefined && typeof filter.parentWorkflowId !== 'string') {
       throw new InvalidArgumentError('filter.parentWorkflowId', 'must be a workflow ID (a string)');
     }
-    return (await this.store.list({ ...filter, limit })).map(toStatusInfo);
+    return (await this.store.list({ ...filter, limit, offset })).map(toStatusInfo);
   }
 
   /** See `QueueService.countByStatus`. */

@@ -31,6 +31,9 @@ export const STATUS_SQL = Object.fromEntries(
 /** The stored statuses that hold a deduplication ID (`ENQUEUED`, which covers `DELAYED`, `PENDING` and `WAITING`). */
 export const ACTIVE_STATUSES_SQL = statusListSql(ACTIVE_WORKFLOW_STATUSES);
 
+/** The statuses of the history's rows: finished workflows. */
+export const HISTORY_STATUSES: readonly WorkflowStatus[] = ['SUCCESS', 'ERROR', 'CANCELLED'];
+
 /**
  * The statuses of the active table's rows that are workflows there (what can run, and dead letters waiting for
  * `resume`); its other rows are the key records of finished workflows whose deduplication window is open. A row of

@@ -43,6 +43,12 @@ export function workflowTables(schemaSql: string): WorkflowTables {
 /** The partial unique index that enforces "one active workflow per deduplication ID and queue". */
 export const ACTIVE_DEDUPLICATION_INDEX = 'workflow_queue_deduplication_key';
 
+/**
+ * The index on `deduplication_id` that an operator may add to the history (docs/dashboard.md): with it, a look-up by
+ * deduplication ID reads the history through it instead of in windows of creation time.
+ */
+export const HISTORY_DEDUPLICATION_INDEX = 'workflow_history_by_deduplication_id';
+
 /** The columns that the active table and the history share: a workflow moves between them as it is. */
 export const WORKFLOW_COLUMNS = [
   'workflow_id',

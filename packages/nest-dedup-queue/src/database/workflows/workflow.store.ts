@@ -15,6 +15,7 @@ import {
 } from './workflow-finish.sql';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import { WorkflowList } from './workflow-list';
 import {
   ACTIVE_STATUSES_SQL,
   RESUMABLE_STATUSES,
@@ -222,9 +223,11 @@ export class WorkflowStore {
   private readonly tables: WorkflowTables;
   private readonly table: string;
   private readonly steps: string;
+  private readonly listed: WorkflowList;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
+    this.listed = new WorkflowList(database);
     this.table = this.tables.active;
     this.steps = this.tables.steps;
   }
@@ -741,35 +744,9 @@ export class WorkflowStore {
     return rows[0];
   }
 
+  /** See `WorkflowList`: newest first by creation time, the history read in windows of it. */
   async list(filter: ListWorkflowsOptions): Promise<WorkflowRow[]> {
-    const conditions: string[] = [];
-    const params: unknown[] = [];
-    const where = (column: string, value: unknown) => {
-      params.push(value);
-      conditions.push(`${column} = $${params.length}`);
-    };
-    if (filter.queueName !== undefined) where('queue_name', filter.queueName);
-    if (filter.workflowName !== undefined) where('workflow_name', filter.workflowName);
-    if (filter.deduplicationId !== undefined) where('deduplication_id', filter.deduplicationId);
-    if (filter.parentWorkflowId !== undefined) where('parent_workflow_id', filter.parentWorkflowId);
-    if (filter.status !== undefined) {
-      const wanted = Array.isArray(filter.status) ? filter.status : [filter.status];
-      params.push(
-        wanted.map((status) => (status === 'DELAYED' ? 'ENQUEUED' : status)),
-        wanted,
-      );
-      const [stored, reported] = [params.length - 1, params.length];
-      conditions.push(`status = ANY($${stored}::text[]) AND ${REPORTED_STATUS_SQL} = ANY($${reported}::text[])`);
-    }
-    params.push(filter.limit ?? 100, filter.offset ?? 0);
-    return this.database.query<WorkflowRow>(
-      `SELECT ${WORKFLOW_ROW_COLUMNS} FROM ${this.tables.workflows}
-       ${conditions.length ? `WHERE ${conditions.join(' AND ')}` : ''}
-       ORDER BY seq DESC
-       LIMIT $${params.length - 1} OFFSET $${params.length}`,
-      params,
-      { idempotent: true },
-    );
+    return this.listed.read(filter);
   }
 
   /** How many workflows each queue has per status, as reported (`DELAYED` apart from `ENQUEUED`). */

@@ -1,4 +1,5 @@
-import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
+/** Runs a read: on a pooled connection (`QueueDatabase.query`), or in a transaction (one snapshot for a whole walk). */
+export type HistoryRead = <R = Record<string, unknown>>(sql: string, params: unknown[]) => Promise<R[]>;
 
 /**
  * The rows a window of creation time should hold: windows grow (4 times while they hold under a quarter of it, twice
@@ -8,8 +9,6 @@ const WINDOW_ROWS = 5_000;
 const FIRST_WINDOW_MS = 2_000;
 /** Before this time (year 1900) the walk ends with one window open below (rows with odd times, `-infinity`). */
 const OLDEST_WINDOW_MS = Date.UTC(1900, 0, 1);
-
-const READ: QueryOptions = { idempotent: true };
 
 /** A window of creation time: `[lo, hi)`, `hi` open when undefined; `lo` undefined: open below. */
 export interface HistoryWindow {
@@ -37,7 +36,7 @@ export interface WalkEnd {
  */
 export class HistoryWindows {
   constructor(
-    private readonly database: QueueDatabase,
+    private readonly read: HistoryRead,
     private readonly history: string,
   ) {}
 
@@ -86,7 +85,7 @@ export class HistoryWindows {
 
   /** Whether any history row was created before `time` (BRIN ranges: reads none when none is). */
   private async olderExists(time: Date): Promise<boolean> {
-    const rows = await this.database.query(`SELECT 1 FROM ${this.history} WHERE created_at < $1 LIMIT 1`, [time], READ);
+    const rows = await this.read(`SELECT 1 FROM ${this.history} WHERE created_at < $1 LIMIT 1`, [time]);
     return rows.length > 0;
   }
 }
