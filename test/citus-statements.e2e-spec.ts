@@ -42,7 +42,7 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     shape: /FROM \S+\.workflows\b.*WHERE (\w+\.)?workflow_id = (\$1|ids\.id)/s,
   },
   { what: 'counts per queue (countByStatus(), metrics, dashboard totals)', shape: /count\(\*\).*GROUP BY/s },
-  { what: 'a list across queues', shape: /ORDER BY seq DESC\s+LIMIT/ },
+  { what: 'a list across queues', shape: /ORDER BY (seq DESC|created_at DESC, seq DESC)\s+LIMIT/ },
   { what: 'retention: the days past the retention', shape: /^SELECT b\.name, b\.lower, b\.upper FROM/ },
   {
     what: "retention: the rows of the upgrade's legacy partition past the retention",

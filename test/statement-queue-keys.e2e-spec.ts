@@ -40,7 +40,7 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
   {
     what: "list({ parentWorkflowId }): a workflow's children, in any queue (the parent's index)",
     kind: 'probe by workflow ID',
-    shape: /FROM \S+\.workflows\s+WHERE parent_workflow_id = \$1/,
+    shape: /FROM \S+\.(workflows|workflow_queue|workflow_history)\s+WHERE parent_workflow_id = \$1/,
   },
   {
     what: 'retention: is a workflow of that day still active',

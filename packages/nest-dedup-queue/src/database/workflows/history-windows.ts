@@ -35,9 +35,14 @@ export interface WalkEnd {
  * left, or the caller's budget of rows was read.
  */
 export class HistoryWindows {
+  /**
+   * `queueName`: the walk reads one queue's rows only (its look-up of older rows names the queue, so that on Citus it
+   * runs on the queue's node).
+   */
   constructor(
     private readonly read: HistoryRead,
     private readonly history: string,
+    private readonly queueName?: string,
   ) {}
 
   /**
@@ -85,7 +90,13 @@ export class HistoryWindows {
 
   /** Whether any history row was created before `time` (BRIN ranges: reads none when none is). */
   private async olderExists(time: Date): Promise<boolean> {
-    const rows = await this.read(`SELECT 1 FROM ${this.history} WHERE created_at < $1 LIMIT 1`, [time]);
+    const rows =
+      this.queueName === undefined
+        ? await this.read(`SELECT 1 FROM ${this.history} WHERE created_at < $1 LIMIT 1`, [time])
+        : await this.read(`SELECT 1 FROM ${this.history} WHERE queue_name = $1 AND created_at < $2 LIMIT 1`, [
+            this.queueName,
+            time,
+          ]);
     return rows.length > 0;
   }
 }

@@ -108,14 +108,17 @@ export class WorkflowList {
       );
     }
     const rows: ListedRow[] = [];
-    await new HistoryWindows(query, this.tables.history).walk({}, Infinity, async (window) => {
+    const windows = new HistoryWindows(query, this.tables.history, filter.queueName);
+    await windows.walk({}, Infinity, async (window) => {
       const windowParams = [...params];
       const where = HistoryWindows.condition(window, windowParams);
+      // NOTE: a queue's list counts its queue's rows only: on Citus every statement of it then runs on the queue's node.
+      const counted = filter.queueName === undefined ? where : `queue_name = $1 AND ${where}`;
       windowParams.push(needed - rows.length);
       // NOTE: the window's rows are counted apart (a count reads no column), and only the matching ones are read.
       const read = await query<ListedRow & { seen: number }>(
         `SELECT window_rows.seen, page.*
-         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${where}) AS window_rows
+         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${counted}) AS window_rows
          LEFT JOIN LATERAL (
            SELECT ${WORKFLOW_ROW_COLUMNS}, ${ORDER_COLUMNS} FROM ${this.tables.history}
            WHERE ${[where, ...conditions].join(' AND ')} ${NEWEST_FIRST} LIMIT $${windowParams.length}
