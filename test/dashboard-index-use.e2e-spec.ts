@@ -11,7 +11,7 @@ import type { Pool } from 'pg';
 import request from 'supertest';
 import { startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { historyRowsRead } from './support/history-rows-read';
+import { historyRowsRead, populatedHistoryPartitions } from './support/history-rows-read';
 import { captureStatements } from './support/statement-capture';
 
 const ROWS = 60_000;
@@ -107,16 +107,7 @@ describe('dashboard reads are bounded (indexes, and the history in windows of cr
     let listRowsRead = 0;
     const reads = capture.captured.filter(({ text }) => /^\s*(SELECT|\(SELECT)/.test(text));
     expect(reads.length).toBeGreaterThan(0);
-    // The history's partitions that hold the seeded rows; a scan of an empty one (a day to come) costs nothing.
-    const populated = new Set(
-      (
-        await pool.query<{ relname: string }>(
-          `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r' AND reltuples > 0
-             AND relname LIKE 'workflow_history%'`,
-          [schema],
-        )
-      ).rows.map((row) => row.relname),
-    );
+    const populated = await populatedHistoryPartitions(pool, schema);
     expect(populated.size).toBeGreaterThan(0);
     for (const { text, values } of reads) {
       const plan = (await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values)).rows.map(

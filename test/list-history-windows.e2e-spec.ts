@@ -12,7 +12,7 @@ import type { ListWorkflowsOptions, QueueService } from 'nest-dedup-queue';
 import * as pg from 'pg';
 import { startDashboardApp } from './fixtures/dashboard-app';
 import { dropSchema, testPool, uniqueSchema } from './support/database';
-import { historyRowsRead } from './support/history-rows-read';
+import { historyRowsRead, populatedHistoryPartitions } from './support/history-rows-read';
 import { captureStatements } from './support/statement-capture';
 
 const ROWS = 60_000;
@@ -127,15 +127,7 @@ describe('QueueService.list(): newest first by creation time, the history read i
   });
 
   it("reads a few windows for a frequent filter's first page, not the history", async () => {
-    const populated = new Set(
-      (
-        await pool.query<{ relname: string }>(
-          `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r' AND reltuples > 0
-             AND relname LIKE 'workflow_history%'`,
-          [schema],
-        )
-      ).rows.map((row) => row.relname),
-    );
+    const populated = await populatedHistoryPartitions(pool, schema);
     expect(populated.size).toBeGreaterThan(0);
     for (const filter of [{ queueName: 'held' }, { status: 'SUCCESS' as const, offset: 200 }, {}]) {
       capture.captured.length = 0;

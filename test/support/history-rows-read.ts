@@ -1,5 +1,15 @@
 import type { Pool } from 'pg';
 
+/** The history's partitions of `schema` that hold rows (a scan of an empty one, a day to come, costs nothing). */
+export async function populatedHistoryPartitions(pool: Pool, schema: string): Promise<Set<string>> {
+  const { rows } = await pool.query<{ relname: string }>(
+    `SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r' AND reltuples > 0
+       AND relname LIKE 'workflow_history%'`,
+    [schema],
+  );
+  return new Set(rows.map((row) => row.relname));
+}
+
 /** How many rows of the populated history partitions `text` reads, from its EXPLAIN ANALYZE (rows kept and removed). */
 export async function historyRowsRead(
   pool: Pool,
