@@ -367,8 +367,12 @@ describe('maxDelayMs (a capped debounce)', () => {
     let replaces = 0;
     let lastNotBefore = 0;
     for (let n = 1; ; n++) {
-      const handle = await queues.enqueue('tasks', tasks.hold, [key, n], policy);
-      if (handle.workflowId !== first.workflowId) break; // it started: this call took the key afresh
+      const handle = await queues.enqueue('tasks', tasks.hold, [key, n], policy).catch((error: unknown) => {
+        // A running holder is not replaced: with `whenRunning: 'reject'` (the default) the call is refused while it runs.
+        if (error instanceof QueueDeduplicatedError && error.existingWorkflowId === first.workflowId) return undefined;
+        throw error;
+      });
+      if (!handle || handle.workflowId !== first.workflowId) break; // it started: refused, or the key taken afresh
       replaces += 1;
       const row = await times(first.workflowId);
       lastNotBefore = (row.not_before as Date).getTime();
