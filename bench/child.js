@@ -105,6 +105,7 @@ async function latencyProducer({ jobs, ratePerSecond }) {
   const inFlight = [];
   const callMs = new Float64Array(jobs);
   let errors = 0;
+  let firstError;
   let maxLagMs = 0;
   for (let i = 0; i < jobs; i++) {
     const due = start + BigInt(i) * intervalNs;
@@ -122,8 +123,9 @@ async function latencyProducer({ jobs, ratePerSecond }) {
           callMs[i] = Number(nowNs() - t0) / 1e6;
           if (!ok) errors++;
         },
-        () => {
+        (error) => {
           errors++;
+          firstError ??= String((error && error.message) || error);
         },
       ),
     );
@@ -133,7 +135,7 @@ async function latencyProducer({ jobs, ratePerSecond }) {
   await producer.close();
   const calls = Array.from(callMs).sort((a, b) => a - b);
   const callP50Ms = calls[Math.floor((calls.length - 1) / 2)];
-  return { jobs, errors, maxLagMs, callP50Ms, achievedRate: jobs / (elapsedNs / 1e9) };
+  return { jobs, errors, firstError, maxLagMs, callP50Ms, achievedRate: jobs / (elapsedNs / 1e9) };
 }
 
 /** The worker: counts bodies; in 'drain' mode reports when `expect` bodies ran, in 'latency' mode their latencies. */
@@ -142,10 +144,12 @@ async function worker({ mode, expect, concurrency }) {
   let tFirst = null;
   const latencies = mode === 'latency' ? new Float64Array(expect) : null;
   let measured = 0;
+  const runsOf = mode === 'latency' ? new Uint8Array(expect) : null;
   const onJob = (payload) => {
     const now = nowNs();
     if (payload && payload.warm) return;
     if (latencies) {
+      if (payload && payload.t0 !== undefined && payload.i < expect) runsOf[payload.i]++;
       if (payload && payload.t0 !== undefined && measured < expect) {
         latencies[measured++] = Number(now - BigInt(payload.t0)) / 1e6;
         if (measured === expect) send({ type: 'latencies', values: Array.from(latencies) });
@@ -173,7 +177,20 @@ async function worker({ mode, expect, concurrency }) {
       await Promise.race([closing, sleep(10_000)]);
       const claim = handle.firstClaimNs ? handle.firstClaimNs() : null;
       const statements = handle.statements ? handle.statements() : null;
-      send({ type: 'stopped', count, statements, tFirstClaim: claim === null ? null : claim.toString() });
+      // W3: which jobs never ran, and which ran more than once (the first few of each).
+      const never = runsOf ? [...runsOf.keys()].filter((i) => runsOf[i] === 0) : [];
+      const twice = runsOf ? [...runsOf.keys()].filter((i) => runsOf[i] > 1) : [];
+      const runs = runsOf
+        ? { never: never.length, neverFirst: never.slice(0, 20), twice: twice.length, twiceFirst: twice.slice(0, 20) }
+        : null;
+      send({
+        type: 'stopped',
+        count,
+        measured,
+        runs,
+        statements,
+        tFirstClaim: claim === null ? null : claim.toString(),
+      });
       setTimeout(() => process.exit(0), 50);
     }
   });

