@@ -1,6 +1,6 @@
 import type { QueryOptions, QueueDatabase } from '../database/connection/queue-database';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import { HISTORY_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
+import { WorkflowTables, workflowTables } from '../database/tables/workflow-tables';
 import { REPORTED_STATUS_SQL } from '../database/workflows/workflow-row';
 import type { WorkflowErrorInfo, WorkflowStatus } from '../interfaces/workflow-status.interface';
 import {
@@ -11,7 +11,7 @@ import {
   READY_SQL,
   STATUS_SQL,
 } from '../database/tables/workflow-status.sql';
-import { HistoryWindows } from '../database/workflows/history-windows';
+import { HistoryRead, HistoryWindows, hasHistoryDeduplicationIndex } from '../database/workflows/history-windows';
 
 /** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
 const HISTORY_READ_BUDGET = 200_000;
@@ -139,13 +139,11 @@ export class DashboardStore {
   private readonly queues: string;
 
   private readonly windows: HistoryWindows;
+  private readonly read: HistoryRead = (sql, params) => this.database.query(sql, params, READ);
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
-    this.windows = new HistoryWindows(
-      <R>(sql: string, params: unknown[]) => database.query<R>(sql, params, READ),
-      this.tables.history,
-    );
+    this.windows = new HistoryWindows(this.read, this.tables.history);
     this.table = this.tables.workflows;
     this.steps = this.tables.steps;
     this.queues = `${database.schemaSql}.queues`;
@@ -386,22 +384,10 @@ export class DashboardStore {
     }
     const rows: SummaryRow[] = [];
     const end = await this.windows.walk(this.historyRange(filter, cursor), HISTORY_READ_BUDGET, async (window) => {
-      const windowParams = [...params];
-      const where = HistoryWindows.condition(window, windowParams);
-      windowParams.push(limit - rows.length);
-      // NOTE: the rows of the window are counted apart (a count reads no column), and only the matching ones are read.
-      const read = await this.database.query<SummaryRow & { seen: number }>(
-        `SELECT window_rows.seen, page.*
-         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${where}) AS window_rows
-         LEFT JOIN LATERAL (
-           SELECT ${HISTORY_SUMMARY_COLUMNS} FROM ${this.tables.history} ${whereClause([where, ...conditions])}
-           ${NEWEST_FIRST} LIMIT $${windowParams.length}
-         ) AS page ON true`,
-        windowParams,
-        READ,
-      );
-      for (const { seen: _seen, ...summary } of read) if (summary.workflow_id !== null) rows.push(summary);
-      return { seen: read[0]?.seen ?? 0, enough: rows.length >= limit };
+      const select = { columns: HISTORY_SUMMARY_COLUMNS, conditions, params, limit: limit - rows.length };
+      const page = await this.windows.page<SummaryRow>(window, select);
+      rows.push(...page.rows);
+      return { seen: page.seen, enough: rows.length >= limit };
     });
     return { rows, stoppedAt: end.stoppedAt };
   }
@@ -463,18 +449,13 @@ export class DashboardStore {
 
   /**
    * Whether an index serves the filter in the history: the children's (`parentWorkflowId`), or the opt-in
-   * `HISTORY_DEDUPLICATION_INDEX` for a deduplication ID or a search (a search matches the workflow ID too, which is
+   * the opt-in deduplication ID index (`hasHistoryDeduplicationIndex`) for a deduplication ID or a search (a search matches the workflow ID too, which is
    * indexed).
    */
   private async historyIndexed(filter: WorkflowListFilter): Promise<boolean> {
     if (filter.parentWorkflowId !== undefined) return true;
     if (filter.deduplicationId === undefined && filter.search === undefined) return false;
-    const rows = await this.database.query<{ present: boolean }>(
-      `SELECT to_regclass($1) IS NOT NULL AS present`,
-      [`${this.database.schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`],
-      READ,
-    );
-    return rows[0].present;
+    return hasHistoryDeduplicationIndex(this.read, this.database.schemaSql);
   }
 
   /**

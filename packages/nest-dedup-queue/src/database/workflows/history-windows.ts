@@ -1,3 +1,5 @@
+import { HISTORY_DEDUPLICATION_INDEX } from '../tables/workflow-tables';
+
 /** Runs a read: on a pooled connection (`QueueDatabase.query`), or in a transaction (one snapshot for a whole walk). */
 export type HistoryRead = <R = Record<string, unknown>>(sql: string, params: unknown[]) => Promise<R[]>;
 
@@ -36,8 +38,8 @@ export interface WalkEnd {
  */
 export class HistoryWindows {
   /**
-   * `queueName`: the walk reads one queue's rows only (its look-up of older rows names the queue, so that on Citus it
-   * runs on the queue's node).
+   * `queueName`: the walk reads one queue's rows only (its look-up of older rows and its windows' counts name the
+   * queue, so that on Citus they run on the queue's node).
    */
   constructor(
     private readonly read: HistoryRead,
@@ -74,6 +76,38 @@ export class HistoryWindows {
     }
   }
 
+  /**
+   * The rows of `window` that match `conditions` (their values in `params`), newest first, at most `limit`, as
+   * `columns`; and how many rows the window holds (of this walk's queue only, when it has one), which sizes the next
+   * window. NOTE: the window's rows are counted apart (a count reads no column), and only the matching ones are read.
+   */
+  async page<R extends { workflow_id: string | null }>(
+    window: HistoryWindow,
+    select: { columns: string; conditions: string[]; params: unknown[]; limit: number },
+  ): Promise<{ rows: R[]; seen: number }> {
+    const params = [...select.params];
+    const where = HistoryWindows.condition(window, params);
+    params.push(select.limit);
+    const limitParam = `$${params.length}`;
+    let counted = where;
+    if (this.queueName !== undefined) {
+      params.push(this.queueName);
+      counted = `queue_name = $${params.length} AND ${where}`;
+    }
+    const read = await this.read<R & { seen: number }>(
+      `SELECT window_rows.seen, page.*
+       FROM (SELECT count(*)::int AS seen FROM ${this.history} WHERE ${counted}) AS window_rows
+       LEFT JOIN LATERAL (
+         SELECT ${select.columns} FROM ${this.history} WHERE ${[where, ...select.conditions].join(' AND ')}
+         ORDER BY created_at DESC, seq DESC LIMIT ${limitParam}
+       ) AS page ON true`,
+      params,
+    );
+    const rows: R[] = [];
+    for (const { seen: _seen, ...row } of read) if (row.workflow_id !== null) rows.push(row as unknown as R);
+    return { rows, seen: read[0]?.seen ?? 0 };
+  }
+
   /** The condition of `window` on `created_at`, its values appended to `params`. */
   static condition(window: HistoryWindow, params: unknown[]): string {
     const parts: string[] = [];
@@ -99,4 +133,15 @@ export class HistoryWindows {
           ]);
     return rows.length > 0;
   }
+}
+
+/**
+ * Whether the opt-in index `HISTORY_DEDUPLICATION_INDEX` exists in the schema `schemaSql`: with it, a deduplication ID
+ * is looked up in the history by the index instead of in windows.
+ */
+export async function hasHistoryDeduplicationIndex(read: HistoryRead, schemaSql: string): Promise<boolean> {
+  const rows = await read<{ present: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS present`, [
+    `${schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`,
+  ]);
+  return rows[0].present;
 }

@@ -2,8 +2,8 @@ import type { ListWorkflowsOptions } from '../../interfaces/list-workflows-optio
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
 import type { QueueDatabase } from '../connection/queue-database';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, HISTORY_STATUSES } from '../tables/workflow-status.sql';
-import { HISTORY_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { HistoryRead, HistoryWindow, HistoryWindows } from './history-windows';
+import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { HistoryRead, HistoryWindow, HistoryWindows, hasHistoryDeduplicationIndex } from './history-windows';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
@@ -110,23 +110,10 @@ export class WorkflowList {
     const rows: ListedRow[] = [];
     const windows = new HistoryWindows(query, this.tables.history, filter.queueName);
     await windows.walk({}, Infinity, async (window) => {
-      const windowParams = [...params];
-      const where = HistoryWindows.condition(window, windowParams);
-      // NOTE: a queue's list counts its queue's rows only: on Citus every statement of it then runs on the queue's node.
-      const counted = filter.queueName === undefined ? where : `queue_name = $1 AND ${where}`;
-      windowParams.push(needed - rows.length);
-      // NOTE: the window's rows are counted apart (a count reads no column), and only the matching ones are read.
-      const read = await query<ListedRow & { seen: number }>(
-        `SELECT window_rows.seen, page.*
-         FROM (SELECT count(*)::int AS seen FROM ${this.tables.history} WHERE ${counted}) AS window_rows
-         LEFT JOIN LATERAL (
-           SELECT ${WORKFLOW_ROW_COLUMNS}, ${ORDER_COLUMNS} FROM ${this.tables.history}
-           WHERE ${[where, ...conditions].join(' AND ')} ${NEWEST_FIRST} LIMIT $${windowParams.length}
-         ) AS page ON true`,
-        windowParams,
-      );
-      for (const { seen: _seen, ...row } of read) if (row.workflow_id !== null) rows.push(row);
-      return { seen: read[0]?.seen ?? 0, enough: rows.length + newerThan(active, window) >= needed };
+      const columns = `${WORKFLOW_ROW_COLUMNS}, ${ORDER_COLUMNS}`;
+      const page = await windows.page<ListedRow>(window, { columns, conditions, params, limit: needed - rows.length });
+      rows.push(...page.rows);
+      return { seen: page.seen, enough: rows.length + newerThan(active, window) >= needed };
     });
     return rows;
   }
@@ -134,11 +121,7 @@ export class WorkflowList {
   /** Whether an index serves the filter in the history: the children's, or the opt-in deduplication ID index. */
   private async indexed(query: HistoryRead, filter: ListWorkflowsOptions): Promise<boolean> {
     if (filter.parentWorkflowId !== undefined) return true;
-    if (filter.deduplicationId === undefined) return false;
-    const rows = await query<{ present: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS present`, [
-      `${this.database.schemaSql}.${HISTORY_DEDUPLICATION_INDEX}`,
-    ]);
-    return rows[0].present;
+    return filter.deduplicationId !== undefined && hasHistoryDeduplicationIndex(query, this.database.schemaSql);
   }
 
   private conditions(filter: ListWorkflowsOptions): Conditions {
