@@ -20,6 +20,7 @@ export class QueueSettings implements OnModuleInit {
   /** `effective` per queue, made once per read of the overrides (workers ask for it several times per workflow). */
   private readonly computed = new Map<string, EffectiveQueue>();
   private refreshing?: Promise<void>;
+  private nextRead?: Promise<void>;
   private readonly logger = new ModuleLogger('DedupQueueSettings');
 
   constructor(
@@ -41,9 +42,22 @@ export class QueueSettings implements OnModuleInit {
     }
   }
 
-  /** Re-reads the overrides; concurrent calls share one read. */
+  /**
+   * Re-reads the overrides, in a read that starts after the call (a read already in flight may predate a change the
+   * caller just made); the calls made while one read waits to start share it.
+   */
   refresh(): Promise<void> {
-    this.refreshing ??= this.control
+    this.nextRead ??= (this.refreshing ?? Promise.resolve())
+      .catch(() => undefined)
+      .then(() => {
+        this.nextRead = undefined;
+        return this.read();
+      });
+    return this.nextRead;
+  }
+
+  private read(): Promise<void> {
+    this.refreshing = this.control
       .load()
       .then((overrides) => {
         this.overrides = overrides;
