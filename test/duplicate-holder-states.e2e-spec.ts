@@ -279,7 +279,7 @@ describe('a refused call racing the insert of its holder', () => {
       const refused = outcomes.filter((outcome) => outcome.error !== undefined);
       expect(accepted).toHaveLength(1);
       expect(refused).toHaveLength(1);
-      const holderId = accepted[0].value!.workflowId;
+      const holderId = accepted[0].value.workflowId;
       expect(refused[0].error).toBeInstanceOf(QueueDeduplicatedError);
       expect(refused[0].error).toMatchObject({
         queueName: 'idle',
