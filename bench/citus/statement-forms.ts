@@ -107,12 +107,16 @@ async function main(): Promise<void> {
         await client.query(remove, ['work', ids]);
       },
       'outcome: lock (all columns), archive INSERT … VALUES, delete': async () => {
-        const { rows } = await client.query(lockAll, ['work', ids, 'x']);
+        const { rows } = await client.query<Record<string, string | null>>(lockAll, ['work', ids, 'x']);
         await insertValues(rows);
         await client.query(remove, ['work', ids]);
       },
       'outcome: DELETE … RETURNING, archive INSERT … VALUES': async () => {
-        const { rows } = await client.query({ text: removeReturning, values: ['work', ids, 'x'], types: asReturned });
+        const { rows } = await client.query<Record<string, string | null>>({
+          text: removeReturning,
+          values: ['work', ids, 'x'],
+          types: asReturned,
+        });
         await insertValues(rows);
       },
       'checkpoint: INSERT … SELECT FROM (owned row)': async () => {
@@ -124,7 +128,7 @@ async function main(): Promise<void> {
         );
       },
       'checkpoint: owned row FOR SHARE, INSERT … VALUES': async () => {
-        const { rows } = await client.query(
+        const { rows } = await client.query<{ created_at: string }>(
           `${owned.replace('$9', '$4').replace('$7', '$2').replace('$8', '$3')} FOR SHARE`,
           [ids[0], 'x', 0, 'work'],
         );
