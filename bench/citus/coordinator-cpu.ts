@@ -5,7 +5,8 @@
  * - 2,000 lone enqueue calls, one after another;
  * - 4,000 calls from 16 concurrent callers (the enqueue batcher combines them);
  * - 40 `enqueueMany` of 100 rows;
- * - then all of them drained (no-op workflows, one worker process, workerConcurrency 8);
+ * - then all of them drained (no-op workflows, one worker process, workerConcurrency 8), the queue paused while the
+ *   consumer boots: the CPU is counted from its resume to the last job's archive, the polling for it included;
  * - 1,000 workflows of two steps each (two checkpoints), drained the same way;
  * - 2,000 no-op workflows with a deduplication key kept for a window (each outcome writes a key record and asks
  *   whether a follow-up waits for the key), drained the same way;
@@ -89,6 +90,10 @@ async function main(): Promise<void> {
       return Math.round(((ticks(postmaster) - before) * 10_000) / units);
     };
 
+    /** Pauses `queue` by its flag in the table (on Citus, `pauseQueue()` is refused: an `ON CONFLICT DO UPDATE` with `now()`). */
+    const pause = (queue: string) =>
+      coordinator.query(`UPDATE bench.queues SET paused = true WHERE queue_name = $1`, [queue]);
+
     const producer = await startQueueApp({ ...options, queues, worker: false }, providers);
     const { nothing } = producer.get(RecordingTasks);
     for (let i = 0; i < 200; i++) await producer.queues.enqueue('work', nothing, []);
@@ -111,14 +116,24 @@ async function main(): Promise<void> {
         );
       }
     });
+    await pause('work');
     await producer.close();
-    await new Promise((resolve) => setTimeout(resolve, 1000));
 
     if (process.env.CITUS_PGSS) await coordinator.query('SELECT pg_stat_statements_reset()');
+    /**
+     * Drains `jobs` of `queue`, paused by the app that enqueued them: a consumer boots (not measured), then the CPU is
+     * measured from the queue's resume until its last job is in the history (the consumer's boot and close are not).
+     */
     const drained = async (queue: string, jobs: number) => {
+      const consumer = await startQueueApp({ ...options, queues }, providers);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
       const started = Date.now();
       const us = await perUnit(jobs, async () => {
-        const consumer = await startQueueApp({ ...options, queues }, providers);
+        await coordinator.query(`UPDATE bench.queues SET paused = false WHERE queue_name = $1`, [queue]);
+        await coordinator.query(
+          `SELECT pg_notify('dedup_queue_control:bench', $1), pg_notify('dedup_queue:bench', $1)`,
+          [queue],
+        );
         for (;;) {
           const [{ n }] = await coordinator.query<{ n: number }>(
             `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = $1`,
@@ -127,9 +142,10 @@ async function main(): Promise<void> {
           if (n >= jobs) break;
           await new Promise((resolve) => setTimeout(resolve, 200));
         }
-        await consumer.close();
       });
-      return `${us} µs/job (${Math.round(jobs / ((Date.now() - started) / 1000))} jobs/s)`;
+      const seconds = (Date.now() - started) / 1000;
+      await consumer.close();
+      return `${us} µs/job (${Math.round(jobs / seconds)} jobs/s)`;
     };
     const only = process.env.BENCH_ONLY?.split(',');
     const runs = (name: string) => !only || only.includes(name);
@@ -145,6 +161,7 @@ async function main(): Promise<void> {
           Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
         );
       }
+      await pause('steps');
       await enqueuer.close();
       steps = await drained('steps', STEP_JOBS);
     }
@@ -162,6 +179,7 @@ async function main(): Promise<void> {
           })),
         );
       }
+      await pause('window');
       await enqueuer.close();
       window = await drained('window', WINDOW_JOBS);
     }
@@ -176,6 +194,7 @@ async function main(): Promise<void> {
           Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
         );
       }
+      await pause('limited');
       await enqueuer.close();
       limited = await drained('limited', LIMITED_JOBS);
     }
