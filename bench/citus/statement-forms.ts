@@ -1,7 +1,9 @@
 /*
  * node -r ./test/support/swc-register.js bench/citus/statement-forms.ts: the Citus coordinator's CPU per run of
  * alternative forms of a hot statement group, on a cluster of its own (test/support/citus-cluster.ts), each run in
- * `BEGIN … ROLLBACK` so that the data stays as it was; the forms interleaved in blocks, medians of the blocks.
+ * `BEGIN … ROLLBACK` so that the data stays as it was (but for the checkpoint's forms as sent: autocommit, or a
+ * transaction of its own, each inserting a new checkpoint); the forms interleaved in blocks,
+ * medians of the blocks (FORM_ROUNDS, default 6, of FORM_ITERATIONS, default 400).
  * Needs `npm run build`, the Debian postgresql-15 package and Citus.
  */
 import 'reflect-metadata';
@@ -15,6 +17,8 @@ import { WORKFLOW_COLUMNS } from '../../packages/nest-dedup-queue/src/database/t
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
 const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
 const BATCH = 8;
+/** The forms that run as they are sent (autocommit, or a transaction of their own), not in `BEGIN … ROLLBACK`. */
+const OWN_TRANSACTION = /autocommit|of its own/;
 
 function ticks(pid: number): number {
   const fieldsOf = (id: string) => {
@@ -100,6 +104,7 @@ async function main(): Promise<void> {
     const stepColumns =
       'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
     const stepParams = [ids[0], 0, 'step', '1', null, 3, 'x', 0, 'work'];
+    let nextStep = 1;
     const forms: Record<string, () => Promise<unknown>> = {
       'outcome: lock, archive INSERT … SELECT, delete': async () => {
         await client.query(lock, ['work', ids, 'x']);
@@ -127,6 +132,27 @@ async function main(): Promise<void> {
           stepParams,
         );
       },
+      'checkpoint as one autocommit statement: INSERT … SELECT FROM (owned row)': async () => {
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) SELECT $1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(),
+             owned.queue_name, owned.created_at FROM (${owned.replace('created_at::text AS created_at', 'created_at')}) AS owned
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          [ids[0], nextStep++, ...stepParams.slice(2)],
+        );
+      },
+      'checkpoint in a transaction of its own: BEGIN, owned row FOR SHARE, INSERT … VALUES, COMMIT': async () => {
+        await client.query('BEGIN');
+        const { rows } = await client.query<{ created_at: string }>(
+          `${owned.replace('$9', '$4').replace('$7', '$2').replace('$8', '$3')} FOR SHARE`,
+          [ids[0], 'x', 0, 'work'],
+        );
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) VALUES ($1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(), $7, $8)
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          [ids[0], nextStep++, 'step', '1', null, 3, 'work', rows[0].created_at],
+        );
+        await client.query('COMMIT');
+      },
       'checkpoint: owned row FOR SHARE, INSERT … VALUES': async () => {
         const { rows } = await client.query<{ created_at: string }>(
           `${owned.replace('$9', '$4').replace('$7', '$2').replace('$8', '$3')} FOR SHARE`,
@@ -143,17 +169,20 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       for (const [name, form] of Object.entries(forms)) {
         const before = ticks(postmaster);
+        const wrapped = !OWN_TRANSACTION.test(name);
         for (let i = 0; i < PER_BLOCK; i++) {
-          await client.query('BEGIN');
+          if (wrapped) await client.query('BEGIN');
           await form();
-          await client.query('ROLLBACK');
+          if (wrapped) await client.query('ROLLBACK');
         }
         results.get(name)?.push(Math.round(((ticks(postmaster) - before) * 10_000) / PER_BLOCK));
       }
     }
     for (const [name, values] of results) {
       process.stdout.write(
-        `${name}: ${median(values)} µs (${Math.min(...values)}-${Math.max(...values)}), per BEGIN … ROLLBACK\n`,
+        `${name}: ${median(values)} µs (${Math.min(...values)}-${Math.max(...values)})${
+          OWN_TRANSACTION.test(name) ? '' : ', in BEGIN … ROLLBACK'
+        }\n`,
       );
     }
     await client.end();
