@@ -27,7 +27,7 @@ import {
   runActiveWorkWorkload,
 } from './fixtures/active-work-workload';
 import { RecordingTasks } from './fixtures/recording-tasks';
-import { CitusPlanKind, explainOnCitus } from './support/citus-plans';
+import { CitusPlanKind, HOT_PLAN_KINDS, explainOnCitus } from './support/citus-plans';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -131,9 +131,6 @@ const WORKLOAD_FAST_PATH: RegExp[] = [
 ];
 const FAST = new Set<CitusPlanKind>(['fast-path router']);
 
-/** The plan kinds every other statement of the hot set must have. */
-const HOT_KINDS = new Set<CitusPlanKind>(['fast-path router', 'router insert', 'coordinator']);
-
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
@@ -194,7 +191,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     );
     const unlisted = hotKinds.filter(
       ({ kind, text }) =>
-        !HOT_KINDS.has(kind) &&
+        !HOT_PLAN_KINDS.has(kind) &&
         !HOT_EXCEPTIONS.some((exception) => exception.shape.test(text) && exception.kind === kind),
     );
     expect(unlisted.map(({ kind, text }) => `${kind}: ${text.replace(/\s+/g, ' ').slice(0, 200)}`)).toEqual([]);
