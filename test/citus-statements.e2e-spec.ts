@@ -97,14 +97,6 @@ const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: Ci
       /^WITH expired AS \(DELETE FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND active_deduplication_id = \$2/,
     kind: 'router',
   },
-  {
-    what: "a `queue-next` follow-up's insert (`WITH holder AS (… FOR SHARE), inserted AS (INSERT … SELECT …)`)",
-    why:
-      'found by this audit: Citus runs the CTE holder as a subplan and pulls the insert to the coordinator; to be ' +
-      'split into the holder locked (fast path) and an INSERT … VALUES in one transaction',
-    shape: /^WITH holder AS \(\s*SELECT workflow_id FROM \S+\.workflow_queue/,
-    kind: 'pull to coordinator',
-  },
 ];
 
 /**
@@ -269,6 +261,12 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         kind: 'fast-path router',
       },
       { what: 'checkpoint', shape: /^INSERT INTO \S+\.steps \(/, kind: 'router insert' },
+      {
+        what: "a follow-up's started holder locked",
+        shape:
+          /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$\d+::text AND active_deduplication_id = .*FOR SHARE$/s,
+        kind: 'fast-path router',
+      },
       { what: 'wake-ups', shape: /^SELECT pg_notify\(/, kind: 'coordinator' },
     ];
     for (const { what, shape, kind } of shapes) {
