@@ -12,7 +12,9 @@ import { Client } from 'pg';
 import { startCitusCluster } from '../../test/support/citus-cluster';
 import { startQueueApp } from '../../test/support/queue-app';
 import { RecordingTasks } from '../../test/fixtures/recording-tasks';
-import { WORKFLOW_COLUMNS } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
+import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
+import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-insert.statements';
+import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
 
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
 const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
@@ -105,7 +107,46 @@ async function main(): Promise<void> {
       'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
     const stepParams = [ids[0], 0, 'step', '1', null, 3, 'x', 0, 'work'];
     let nextStep = 1;
+    await client.query(
+      `UPDATE forms.workflow_queue SET active_deduplication_id = 'held', attempts = 1 WHERE workflow_id = $1`,
+      [ids[1]],
+    );
+    const followUpStatements = insertStatements(workflowTables('forms'), true);
+    let nextFollowUp = 0;
+    const followUp = (): NewWorkflow => ({
+      workflowId: `follow-up-${nextFollowUp++}`,
+      workflowIdGiven: false,
+      queueName: 'work',
+      workflowName: 'RecordingTasks.nothing',
+      version: 1,
+      deduplicationId: 'held',
+      inputsJson: '[]',
+      timeoutMs: null,
+      deadlineAt: null,
+      maxAttempts: 1,
+      maxRecoveryAttempts: 10,
+      partitionKey: null,
+      priority: 0,
+      runAt: null,
+      delayMs: null,
+      maxDelayMs: null,
+      deduplicationWindowMs: null,
+      releaseKeyOnError: false,
+      traceContext: null,
+      parentWorkflowId: null,
+      forkedFrom: null,
+    });
     const forms: Record<string, () => Promise<unknown>> = {
+      "a queue-next follow-up's insert: one statement (CTE holder, INSERT … SELECT)": async () => {
+        const { sql, params } = followUpStatements.followUp;
+        await client.query(sql, params.values(followUp()));
+      },
+      "a queue-next follow-up's insert: holder FOR SHARE, INSERT … VALUES": async () => {
+        const { followUpHolder, followUpValues } = followUpStatements;
+        const workflow = followUp();
+        await client.query(followUpHolder.sql, followUpHolder.params.values(workflow));
+        await client.query(followUpValues.sql, followUpValues.params.values(workflow));
+      },
       'outcome: lock, archive INSERT … SELECT, delete': async () => {
         await client.query(lock, ['work', ids, 'x']);
         await client.query(archiveSelect, ['work', ids]);
