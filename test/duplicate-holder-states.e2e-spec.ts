@@ -13,6 +13,7 @@ import {
   QueueService,
   Workflow,
   WorkflowStatus,
+  fromPg,
   runStep,
   sleep,
   workflowContext,
@@ -21,6 +22,8 @@ import type { Pool } from 'pg';
 import request from 'supertest';
 import { GatedRuns } from './fixtures/recording-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { activeTableLockWaits } from './support/lock-waits';
+import { captureStatements } from './support/statement-capture';
 import { waitFor } from './support/wait-for';
 
 const HOUR = 3_600_000;
@@ -192,4 +195,105 @@ it('names a dead letter that keeps its key', async () => {
   );
   const body = await refusedOverHttp('tasks', 'dead');
   expect(body).toMatchObject({ existingWorkflowId: id, existingStatus: 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' });
+});
+
+it('refuses a duplicate of a holder that the insert saw in that one statement', async () => {
+  const { workflowId: holderId } = await queues.enqueue('idle', tasks.hold, ['seen'], { deduplicationId: 'seen' });
+  const capture = captureStatements(/workflow_queue/);
+  try {
+    capture.capturing = true;
+    const error = await queues
+      .enqueue('idle', tasks.hold, ['again'], { deduplicationId: 'seen' })
+      .catch((caught: unknown) => caught);
+    capture.capturing = false;
+    expect(error).toBeInstanceOf(QueueDeduplicatedError);
+    expect(error).toMatchObject({ existingWorkflowId: holderId, existingStatus: 'ENQUEUED' });
+    const aboutThisCall = capture.captured.filter(({ values }) =>
+      values.some((value) => /\bseen\b/.test(String(value)) || String(value).includes(holderId)),
+    );
+    expect(aboutThisCall.map(({ text }) => /^\s*WITH input AS/.test(text))).toEqual([true]);
+  } finally {
+    capture.restore();
+  }
+});
+
+describe('a refused call racing the insert of its holder', () => {
+  /** Keeps a promise's outcome without an unhandled rejection while the test does other things. */
+  const settle = <T>(promise: Promise<T>) =>
+    promise.then(
+      (value) => ({ value, error: undefined }),
+      (error: unknown) => ({ value: undefined, error }),
+    );
+
+  it('names a holder that committed while its insert waited (after the statement began)', async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { workflowId: holderId } = await queues.enqueue('idle', tasks.hold, ['first'], {
+        deduplicationId: 'racing',
+        db: fromPg(client),
+      });
+      const refused = settle(queues.enqueue('idle', tasks.hold, ['second'], { deduplicationId: 'racing' }));
+      await waitFor(async () => (await activeTableLockWaits(pool, schema)) >= 1, {
+        what: 'the second enqueue to wait for the open transaction',
+      });
+      await client.query('COMMIT');
+      const { value, error } = await refused;
+      expect(value).toBeUndefined();
+      expect(error).toBeInstanceOf(QueueDeduplicatedError);
+      expect(error).toMatchObject({
+        queueName: 'idle',
+        deduplicationId: 'racing',
+        existingWorkflowId: holderId,
+        existingStatus: 'ENQUEUED',
+      });
+      expect((error as Error).message).toMatch(
+        new RegExp(`^Deduplication ID "racing" is held in queue "idle" by workflow "${holderId}", which is queued;`),
+      );
+    } finally {
+      client.release();
+    }
+  });
+
+  it('names the holder that a call sent in the same statement inserted', async () => {
+    const client = await pool.connect();
+    try {
+      // Two enqueues wait on keys that an open transaction holds, so the next calls gather into one statement.
+      await client.query('BEGIN');
+      for (const key of ['blocker-1', 'blocker-2']) {
+        await queues.enqueue('idle', tasks.hold, [key], { deduplicationId: key, db: fromPg(client) });
+      }
+      const blocked = ['blocker-1', 'blocker-2'].map((key) =>
+        settle(queues.enqueue('idle', tasks.hold, [key], { deduplicationId: key })),
+      );
+      await waitFor(async () => (await activeTableLockWaits(pool, schema)) >= 2, {
+        what: 'both statements in flight to wait for the open transaction',
+      });
+      const calls = ['one', 'two'].map((label) =>
+        settle(queues.enqueue('idle', tasks.hold, [label], { deduplicationId: 'same-batch' })),
+      );
+      await client.query('ROLLBACK');
+      expect((await Promise.all(blocked)).map((outcome) => outcome.value?.created)).toEqual([true, true]);
+      const outcomes = await Promise.all(calls);
+      const accepted = outcomes.filter((outcome) => outcome.value !== undefined);
+      const refused = outcomes.filter((outcome) => outcome.error !== undefined);
+      expect(accepted).toHaveLength(1);
+      expect(refused).toHaveLength(1);
+      const holderId = accepted[0].value.workflowId;
+      expect(refused[0].error).toBeInstanceOf(QueueDeduplicatedError);
+      expect(refused[0].error).toMatchObject({
+        queueName: 'idle',
+        deduplicationId: 'same-batch',
+        existingWorkflowId: holderId,
+        existingStatus: 'ENQUEUED',
+      });
+      const { rows } = await pool.query<{ workflow_id: string }>(
+        `SELECT workflow_id FROM "${schema}".workflow_queue WHERE queue_name = 'idle' AND active_deduplication_id = $1`,
+        ['same-batch'],
+      );
+      expect(rows).toEqual([{ workflow_id: holderId }]);
+    } finally {
+      client.release();
+    }
+  });
 });

@@ -102,12 +102,10 @@ export class WorkflowEnqueuer {
         case 'deduplicated': {
           // NOTE: a deadlock victim wrote nothing: on the module's own connections the round starts over (as a
           // supersede or a batch does); in a caller's transaction, which it aborted, it is the caller's to retry.
-          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result.holderId).catch(
-            (error: unknown) => {
-              if (transaction === undefined && isDeadlock(error)) return undefined;
-              throw error;
-            },
-          );
+          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result).catch((error: unknown) => {
+            if (transaction === undefined && isDeadlock(error)) return undefined;
+            throw error;
+          });
           if (resolved) return resolved;
           break;
         }
@@ -179,12 +177,15 @@ export class WorkflowEnqueuer {
     );
   }
 
-  /** Undefined when the holder is gone by now: the caller inserts again. */
+  /**
+   * Undefined when the holder is gone by now: the caller inserts again. The holder the insert saw (`refused`) decides
+   * when the policy needs nothing more about it; a refusal then reports it as the insert read it, if it did.
+   */
   private async resolveDuplicate(
     inserter: WorkflowInserter,
     workflow: NewWorkflow,
     policy: EnqueuePolicy,
-    holderId: string | undefined,
+    refused: { holderId?: string; holder?: HolderReport },
   ): Promise<Enqueued | undefined> {
     const requireSameArgs = policy.requireSameArgs === true;
     if (policy.onDuplicate === 'send') return this.sendToHolder(inserter, workflow, requireSameArgs);
@@ -192,14 +193,14 @@ export class WorkflowEnqueuer {
       const replaced = await inserter.replaceQueued(workflow, requireSameArgs);
       if (replaced) return this.hit(workflow, replaced, 'replaced', { workflowId: replaced, created: false });
     }
-    const holder: Holder | undefined =
-      holderId !== undefined && policy.onDuplicate !== 'replace' && !requireSameArgs
-        ? { workflowId: holderId, status: 'PENDING', started: true }
-        : await inserter.findHolder(
-            workflow.queueName,
-            workflow.deduplicationId as string,
-            requireSameArgs ? workflow.inputsJson : undefined,
-          );
+    const seenByInsert = refused.holderId !== undefined && policy.onDuplicate !== 'replace' && !requireSameArgs;
+    const holder: Holder | undefined = seenByInsert
+      ? { workflowId: refused.holderId as string, status: 'PENDING', started: true }
+      : await inserter.findHolder(
+          workflow.queueName,
+          workflow.deduplicationId as string,
+          requireSameArgs ? workflow.inputsJson : undefined,
+        );
     if (!holder) return undefined;
     if (holder.sameArgs === false) {
       return this.refuse(workflow, holder.workflowId, 'mismatched');
@@ -218,7 +219,7 @@ export class WorkflowEnqueuer {
         return followUp && this.hit(workflow, holder.workflowId, 'queued-next', followUp);
       }
       default:
-        return this.refuse(workflow, holder.workflowId, 'rejected');
+        return this.refuse(workflow, holder.workflowId, 'rejected', seenByInsert ? refused.holder : undefined);
     }
   }
 
@@ -250,12 +251,20 @@ export class WorkflowEnqueuer {
     return policy.whenRunning === 'return-existing' ? 'return-existing' : 'reject';
   }
 
-  /** Tells the hit and throws what the caller gets: `DeduplicationMismatchError` or `QueueDeduplicatedError`. */
-  private async refuse(workflow: NewWorkflow, holderId: string, outcome: 'mismatched' | 'rejected'): Promise<never> {
+  /**
+   * Tells the hit and throws what the caller gets: `DeduplicationMismatchError` or `QueueDeduplicatedError`, the
+   * latter with the holder's `report` when the insert read it, else as read now.
+   */
+  private async refuse(
+    workflow: NewWorkflow,
+    holderId: string,
+    outcome: 'mismatched' | 'rejected',
+    holderReport?: HolderReport,
+  ): Promise<never> {
     this.hit(workflow, holderId, outcome, undefined);
     const key = workflow.deduplicationId as string;
     if (outcome === 'mismatched') throw new DeduplicationMismatchError(workflow.queueName, key, holderId);
-    const report = await this.holderReports.read(workflow.queueName, holderId);
+    const report = holderReport ?? (await this.holderReports.read(workflow.queueName, holderId));
     const note = await this.strandedNote(workflow, report?.waitingRun);
     throw new QueueDeduplicatedError(workflow.queueName, key, holderId, { ...report?.state, note });
   }

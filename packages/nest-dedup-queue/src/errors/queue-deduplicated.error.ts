@@ -3,7 +3,10 @@ import { DedupQueueError } from './dedup-queue.error';
 
 /** What a `QueueDeduplicatedError` knows about the workflow that holds the key, when it could read it. */
 export interface DeduplicationHolderState {
-  /** The holder's status as it was read after the conflict. */
+  /**
+   * The holder's status as the refused insert's statement saw it, or as read just after the refusal when the holder
+   * committed while that statement ran (or when the duplicate policy looked the holder up again).
+   */
   status?: WorkflowStatus;
   /** A `DELAYED` holder's start time. */
   startsAt?: Date;
@@ -19,7 +22,10 @@ export interface DeduplicationHolderState {
  * deduplication window. The message says which. Nothing was written. `DedupExceptionFilter` turns it into HTTP 409.
  */
 export class QueueDeduplicatedError extends DedupQueueError {
-  /** The holder's status after the conflict; undefined when it had ended by then (or could not be read). */
+  /**
+   * The holder's status when the enqueue was refused (`DeduplicationHolderState.status`); undefined when it had ended
+   * by the time it was read (or could not be read).
+   */
   readonly existingStatus?: WorkflowStatus;
   /** When the holder is a finished workflow within its deduplication window: when the window ends. */
   readonly windowEndsAt?: Date;

@@ -19,7 +19,7 @@ export interface DeduplicatedResponseBody {
   queueName: string;
   deduplicationId: string;
   existingWorkflowId: string;
-  /** The holder's status after the conflict (`QueueDeduplicatedError.existingStatus`), when it was read. */
+  /** The holder's status when the enqueue was refused (`QueueDeduplicatedError.existingStatus`), when it was read. */
   existingStatus?: WorkflowStatus;
   /** When the holder is a finished workflow within its deduplication window: when the window ends (ISO 8601). */
   windowEndsAt?: string;

@@ -8,6 +8,7 @@ import { SqlParameters, arrayParameter } from '../connection/sql-parameters';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
+import { REPORTED_STATUS_SQL } from './workflow-row';
 import type { WorkflowTables } from '../tables/workflow-tables';
 
 interface Statement<C> {
@@ -107,9 +108,30 @@ function rowsOfOneQueueStatement(tables: WorkflowTables, rows: number): Statemen
   return { sql, params };
 }
 
-/** On Citus, after `rowsOfOneQueue`: the active rows of queue $1 with an ID of $2 or holding a key of $3. */
+/**
+ * What a refused duplicate reports about its holder, as columns of an active row (unqualified, so that they can be
+ * selected or returned): `status` as reported (DELAYED when due later), `not_before`, `dedup_expires_at`,
+ * `workflow_name`, `workflow_version`, and `waiting` when it waits to be claimed (queued, delayed or waiting).
+ */
+export const HOLDER_REPORT_COLUMNS_SQL = `${REPORTED_STATUS_SQL} AS status, not_before, dedup_expires_at, workflow_name,
+       workflow_version, status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.WAITING}) AS waiting`;
+
+/** The names of `HOLDER_REPORT_COLUMNS_SQL`'s columns. */
+const HOLDER_REPORT_COLUMNS = [
+  'status',
+  'not_before',
+  'dedup_expires_at',
+  'workflow_name',
+  'workflow_version',
+  'waiting',
+] as const;
+
+/**
+ * On Citus, after `rowsOfOneQueue`: the active rows of queue $1 with an ID of $2 or holding a key of $3, with what a
+ * refused duplicate reports about its holder (`HOLDER_REPORT_COLUMNS_SQL`).
+ */
 export function holdersOnOneQueueSql(tables: WorkflowTables): string {
-  return `SELECT workflow_id, workflow_name, active_deduplication_id FROM ${tables.active}
+  return `SELECT workflow_id, active_deduplication_id, ${HOLDER_REPORT_COLUMNS_SQL} FROM ${tables.active}
     WHERE queue_name = $1 AND (workflow_id = ANY($2::text[])
       OR (active_deduplication_id = ANY($3::text[]) AND ${windowOpenSql()}))`;
 }
@@ -177,6 +199,11 @@ function batchInputs() {
  * its key: the statement leaves the look-up out. The look-up names the view over the active table and every day of
  * the history, which a generic plan opens and locks at each execution, used or not: it made the statement take twice
  * as long (W1 in docs/performance.md).
+ *
+ * A row refused for its key comes back with its holder and what the refusal reports about it (`holder_*`, see
+ * `HOLDER_REPORT_COLUMNS_SQL`): a row of the same batch that took the key, else the holder the statement's snapshot
+ * sees. NOTE: a holder that committed after the snapshot (ON CONFLICT waited for it and saw it) is invisible to the
+ * statement's reads: its row comes back with no holder, and the caller looks it up afresh (`findHolder`).
  */
 function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertStatements['many'] {
   const { params, arrays, columns, channel } = batchInputs();
@@ -191,12 +218,16 @@ function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertS
        ${givenIds ? `WHERE NOT ${takenElsewhereSql(tables, 'input.workflow_id', 'input.workflow_id_given', 'input.queue_name')}` : ''}
        ORDER BY queue_name, deduplication_id, ord
        ON CONFLICT DO NOTHING
-       RETURNING workflow_id, queue_name, active_deduplication_id
+       RETURNING workflow_id, queue_name, active_deduplication_id, ${HOLDER_REPORT_COLUMNS_SQL}
      ),
      woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
      SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
             existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
-            coalesce(holder.workflow_id, in_batch.workflow_id) AS holder_id,
+            coalesce(in_batch.workflow_id, holder.workflow_id) AS holder_id,
+            ${HOLDER_REPORT_COLUMNS.map(
+              (column) =>
+                `CASE WHEN in_batch.workflow_id IS NOT NULL THEN in_batch.${column} ELSE holder.${column} END AS holder_${column}`,
+            ).join(',\n            ')},
             (SELECT count(*) FROM woken) AS woken
      FROM input AS i
      LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
@@ -207,8 +238,11 @@ function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertS
        ORDER BY w.queue_name = i.queue_name DESC LIMIT 1`
          : 'SELECT NULL::text AS queue_name, NULL::text AS workflow_name'
      }) AS existing ON true
-     LEFT JOIN ${tables.active} AS holder ON ins.workflow_id IS NULL AND holder.queue_name = i.queue_name
-       AND holder.active_deduplication_id = i.deduplication_id AND ${windowOpenSql('holder.')}
+     LEFT JOIN LATERAL (
+       SELECT workflow_id, ${HOLDER_REPORT_COLUMNS_SQL} FROM ${tables.active} AS h
+       WHERE ins.workflow_id IS NULL AND h.queue_name = i.queue_name AND h.active_deduplication_id = i.deduplication_id
+         AND ${windowOpenSql('h.')}
+     ) AS holder ON true
      LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
        AND in_batch.active_deduplication_id = i.deduplication_id
      ORDER BY i.ord`;

@@ -2,6 +2,7 @@ import type { TransactionSql } from '../../interfaces/transaction-sql.interface'
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
 import type { QueueDatabase } from '../connection/queue-database';
 import {
+  HOLDER_REPORT_COLUMNS_SQL,
   InsertStatements,
   MAX_ROWS_PER_ROUTER_INSERT,
   SupersededHolderRow,
@@ -24,8 +25,11 @@ import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
 export type InsertResult =
   | { outcome: 'inserted' }
   | { outcome: 'duplicate-workflow-id'; existing: { queueName: string; workflowName: string } }
-  /** The deduplication ID is held; `holderId` when the statement could already see the holder. */
-  | { outcome: 'deduplicated'; holderId?: string }
+  /**
+   * The deduplication ID is held; `holderId` when the statement could already see the holder, with what a refusal
+   * reports about it (`holder`) when the statement read that too (a batch's insert; not a caller's transaction's).
+   */
+  | { outcome: 'deduplicated'; holderId?: string; holder?: HolderReport }
   /** The row this call collided with was not visible yet; try again. */
   | { outcome: 'retry' };
 
@@ -84,6 +88,23 @@ function holderStateOf(row: { status: WorkflowStatus; not_before: unknown; dedup
     ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
     ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
   } satisfies DeduplicationHolderState;
+}
+
+/** The columns of `HOLDER_REPORT_COLUMNS_SQL`, as read. */
+interface HolderReportRow {
+  status: WorkflowStatus;
+  not_before: unknown;
+  dedup_expires_at: unknown;
+  workflow_name: string;
+  workflow_version: number;
+  waiting: boolean;
+}
+
+function holderReportOf(row: HolderReportRow): HolderReport {
+  return {
+    state: holderStateOf(row),
+    waitingRun: row.waiting ? { name: row.workflow_name, version: row.workflow_version } : undefined,
+  };
 }
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
@@ -240,13 +261,15 @@ export class WorkflowInserter {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const given = workflows.some((workflow) => workflow.workflowIdGiven);
     const { sql, params } = given ? this.statements.many : this.statements.manyGenerated;
-    const rows = await query<{
-      inserted: boolean;
-      existing_queue: string | null;
-      existing_workflow: string | null;
-      holder_id: string | null;
-      deduplication_id: string | null;
-    }>(sql, params.values({ workflows, channel: this.database.wakeUpChannel }));
+    const rows = await query<
+      {
+        inserted: boolean;
+        existing_queue: string | null;
+        existing_workflow: string | null;
+        holder_id: string | null;
+        deduplication_id: string | null;
+      } & { [column in keyof HolderReportRow as `holder_${column}`]: HolderReportRow[column] | null }
+    >(sql, params.values({ workflows, channel: this.database.wakeUpChannel }));
     return rows.map((row): InsertResult => {
       if (row.inserted) return { outcome: 'inserted' };
       if (row.existing_queue !== null) {
@@ -255,9 +278,20 @@ export class WorkflowInserter {
           existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string },
         };
       }
-      if (row.deduplication_id !== null)
-        return { outcome: 'deduplicated', ...(row.holder_id ? { holderId: row.holder_id } : {}) };
-      return { outcome: 'retry' };
+      if (row.deduplication_id === null) return { outcome: 'retry' };
+      if (row.holder_id === null || row.holder_status === null) return { outcome: 'deduplicated' };
+      return {
+        outcome: 'deduplicated',
+        holderId: row.holder_id,
+        holder: holderReportOf({
+          status: row.holder_status,
+          not_before: row.holder_not_before,
+          dedup_expires_at: row.holder_dedup_expires_at,
+          workflow_name: row.holder_workflow_name as string,
+          workflow_version: row.holder_workflow_version as number,
+          waiting: row.holder_waiting === true,
+        }),
+      };
     });
   }
 
@@ -288,7 +322,7 @@ export class WorkflowInserter {
       const found =
         others.length === 0
           ? []
-          : await query<{ workflow_id: string; workflow_name: string; active_deduplication_id: string | null }>(
+          : await query<{ workflow_id: string; active_deduplication_id: string | null } & HolderReportRow>(
               holdersOnOneQueueSql(this.tables),
               [
                 queueName,
@@ -315,7 +349,9 @@ export class WorkflowInserter {
           return;
         }
         const holder = found.find((row) => row.active_deduplication_id === workflow.deduplicationId);
-        results[at] = { outcome: 'deduplicated', ...(holder ? { holderId: holder.workflow_id } : {}) };
+        results[at] = holder
+          ? { outcome: 'deduplicated', holderId: holder.workflow_id, holder: holderReportOf(holder) }
+          : { outcome: 'deduplicated' };
       });
     }
     await sendWakeUpsLeftToCaller(this.database, woken, query);
@@ -352,30 +388,13 @@ export class WorkflowInserter {
    * that is gone has no entry. Throws when the read fails.
    */
   async holderReports(queueName: string, workflowIds: string[]): Promise<Map<string, HolderReport>> {
-    const rows = await this.database.query<{
-      workflow_id: string;
-      status: WorkflowStatus;
-      not_before: unknown;
-      dedup_expires_at: unknown;
-      workflow_name: string;
-      workflow_version: number;
-      waiting: boolean;
-    }>(
-      `SELECT workflow_id, ${REPORTED_STATUS_SQL} AS status, not_before, dedup_expires_at, workflow_name,
-              workflow_version, status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.WAITING}) AS waiting
+    const rows = await this.database.query<{ workflow_id: string } & HolderReportRow>(
+      `SELECT workflow_id, ${HOLDER_REPORT_COLUMNS_SQL}
        FROM ${this.table} WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`,
       [queueName, workflowIds],
       { prepared: true, idempotent: true },
     );
-    return new Map(
-      rows.map((row) => [
-        row.workflow_id,
-        {
-          state: holderStateOf(row),
-          waitingRun: row.waiting ? { name: row.workflow_name, version: row.workflow_version } : undefined,
-        },
-      ]),
-    );
+    return new Map(rows.map((row) => [row.workflow_id, holderReportOf(row)]));
   }
 
   /**
