@@ -289,7 +289,13 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
 /** On Citus, the first statement of a follow-up's insert (see `InsertStatements.followUpHolder`). */
 function followUpHolderStatement(table: string): Statement<NewWorkflow> {
   const params = new SqlParameters<NewWorkflow>();
-  return { sql: startedHolderSql(table, parameterOf(params, (workflow) => workflow)), params };
+  return {
+    sql: startedHolderSql(
+      table,
+      parameterOf(params, (workflow) => workflow),
+    ),
+    params,
+  };
 }
 
 /** On Citus, the second statement of a follow-up's insert (see `InsertStatements.followUpHolder`). */
