@@ -84,30 +84,18 @@ const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"'
   || coalesce('Workflow timed out after ' || w.timeout_ms::text || ' ms', 'Workflow timed out at its parent''s deadline')
   || '"}')::json`;
 
-/** The outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
+/** On Citus, the outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
 const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
   AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
 
 /**
- * The outcomes as FROM items `o`: on one server, the `outcomes` CTE of `recordOutcomes` (see there); on Citus, whose
- * statements each read the parameters, `OUTCOMES_SQL`.
+ * On Citus, the active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run, of
+ * the queue $11, so that the statement runs on its node.
  */
-function outcomesSql(citus: boolean): string {
-  return citus ? OUTCOMES_SQL : 'outcomes AS o';
-}
+const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
+  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt AND w.queue_name = $11`;
 
-/**
- * The active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run (on Citus, of
- * the queue $11, so that the statement runs on its node).
- */
-function outcomeRowSql(citus: boolean): string {
-  return `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
-  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt${
-    citus ? ' AND w.queue_name = $11' : ''
-  }`;
-}
-
-/** The parameter arrays of `OUTCOMES_SQL`'s fields that a retry or a park reads. */
+/** The parameter arrays of the outcomes' fields. */
 const OUTCOME_ARRAYS = {
   status: '$2::text[]',
   output: '$3::text[]',
@@ -115,18 +103,29 @@ const OUTCOME_ARRAYS = {
   retry_delay_ms: '$5::float8[]',
 } as const;
 
-/**
- * A field of the outcome of the active row `w`: on one server, of the FROM item `o`; on Citus, its element in the
- * parameter array, found by the row's run (`<attempts>:<workflow ID>`) in $12 (none: NULL, another run's row), so
- * that the statement joins no `unnest` and Citus plans it on its fast path.
- */
-function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
-  return citus ? `(${OUTCOME_ARRAYS[field]})[array_position($12::text[], ${RUN_OF_ROW_SQL})]` : `o.${field}`;
+/** The parameter that holds the outcomes' runs (`runOf`): $9 on one server; on Citus, $12 (see `outcomeParams`). */
+function runsParam(citus: boolean): string {
+  return citus ? '$12' : '$9';
 }
 
-/** On Citus, the active rows `w` of the outcomes in `$1` of queue $11, still PENDING under this executor ($6). */
-const OUTCOME_ROWS_BY_ID_SQL = `w.queue_name = $11 AND w.workflow_id = ANY($1::text[])
+/**
+ * A field of the outcome of the active row `w`: its element in the parameter array, found by the row's run
+ * (`<attempts>:<workflow ID>`, see `runsParam`; none: NULL, another run's row). No join of the outcomes: a join
+ * planned once for every batch size drove a nested loop over the executor's running rows that scanned every outcome
+ * for each (a millisecond per batch of 64); on Citus, no `unnest` keeps the statement on the fast path.
+ */
+function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
+  return `(${OUTCOME_ARRAYS[field]})[array_position(${runsParam(citus)}::text[], ${RUN_OF_ROW_SQL})]`;
+}
+
+/**
+ * The active rows `w` of the outcomes in `$1`, still PENDING under this executor ($6): of their queues ($10; on
+ * Citus, of queue $11).
+ */
+function outcomeRowsByIdSql(citus: boolean): string {
+  return `w.queue_name = ${citus ? '$11' : 'ANY($10::text[])'} AND w.workflow_id = ANY($1::text[])
   AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6`;
+}
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -241,9 +240,6 @@ export class WorkflowStore {
   ): Promise<OutcomesRecorded> {
     if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
     // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
-    // The outcomes are unnested once (MATERIALIZED): the prepared statement's generic plan, which cannot know the
-    // batch's size, may join them as the inner side of a nested loop over this executor's PENDING rows, and would
-    // then unnest every array again for each of those rows.
     const retries = outcomes.some((o) => o.status === 'RETRY');
     const parks = outcomes.some((o) => o.status === 'PARKED');
     const wakes = wakeQueues.length > 0;
@@ -252,7 +248,7 @@ export class WorkflowStore {
       claimed: string | null;
       sent_messages: boolean | null;
     }>(
-      `WITH outcomes AS MATERIALIZED (SELECT * FROM ${OUTCOMES_SQL}), retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
+      `WITH retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
        ${endWorkflowsSql(this.outcomesEndSpec(false))},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
@@ -267,7 +263,7 @@ export class WorkflowStore {
               ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
        ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
-      this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
+      this.outcomeParams(executorId, outcomes, wakeQueues, false).concat(claim?.params ?? []),
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
       { prepared: true, idempotent: !claim },
     );
@@ -298,7 +294,7 @@ export class WorkflowStore {
     for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
     const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
     for (const [queue, batch] of byQueue) {
-      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue, batch.map(runOf)];
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues, true), queue, batch.map(runOf)];
       const attached = queue === outcomes[0].queueName ? claim : undefined;
       await this.database.transaction(async (query) => {
         const retried = batch.some((o) => o.status === 'RETRY')
@@ -327,10 +323,15 @@ export class WorkflowStore {
 
   /**
    * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
-   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 runs, $10 queues (on Citus, $11: the queue, and $12: the
-   * runs as `<attempt>:<workflow ID>`).
+   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 on one server the runs as `<attempt>:<workflow ID>`
+   * (`runOf`), on Citus the attempts, $10 queues (on Citus, $11: the queue, and $12: the runs).
    */
-  private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
+  private outcomeParams(
+    executorId: string,
+    outcomes: WorkflowOutcome[],
+    wakeQueues: string[],
+    citus: boolean,
+  ): unknown[] {
     return [
       arrayParameter(outcomes, (o) => o.workflowId),
       arrayParameter(outcomes, (o) => o.status),
@@ -340,7 +341,7 @@ export class WorkflowStore {
       executorId,
       this.database.wakeUpChannel,
       wakeQueues,
-      arrayParameter(outcomes, (o) => o.attempt),
+      citus ? arrayParameter(outcomes, (o) => o.attempt) : arrayParameter(outcomes, runOf),
       arrayParameter(outcomes, (o) => o.queueName),
     ];
   }
@@ -357,18 +358,11 @@ export class WorkflowStore {
        `;
   }
 
-  /**
-   * The FROM and WHERE of an UPDATE of the rows whose outcome is `status`, and its RETURNING: on one server joined to
-   * the outcomes; on Citus, by IDs and run (see `outcomeFieldSql`).
-   */
+  /** The WHERE of an UPDATE of the rows whose outcome is `status`, and its RETURNING (see `outcomeFieldSql`). */
   private outcomeRowsSql(citus: boolean, status: 'RETRY' | 'PARKED'): string {
     const outcome = outcomeFieldSql(citus, 'status');
-    return citus
-      ? `WHERE ${outcome} = '${status}' AND ${OUTCOME_ROWS_BY_ID_SQL}
-         RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`
-      : `FROM ${outcomesSql(false)}
-         WHERE o.status = '${status}' AND ${outcomeRowSql(false)}
-         RETURNING w.workflow_id, w.queue_name, o.status AS outcome`;
+    return `WHERE ${outcome} = '${status}' AND ${outcomeRowsByIdSql(citus)}
+         RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`;
   }
 
   /**
@@ -384,17 +378,18 @@ export class WorkflowStore {
        `;
   }
 
-  /** The other outcomes: their workflows end (see `endWorkflowsSql`). */
+  /** The other outcomes: their workflows end (see `endWorkflowsSql`); on Citus, the rows `o` of `OUTCOMES_SQL`. */
   private outcomesEndSpec(citus: boolean): EndSpec {
     const queueParam = citus ? '$11' : undefined;
+    const field = (name: keyof typeof OUTCOME_ARRAYS) => (citus ? `o.${name}` : outcomeFieldSql(false, name));
     return {
       tables: this.tables,
-      using: outcomesSql(citus),
-      where: `o.status NOT IN ('RETRY', 'PARKED') AND ${outcomeRowSql(citus)}`,
-      status: 'o.status',
-      output: 'o.output::json',
-      error: 'o.error::json',
-      keepsKeyWhen: keepsKeyInWindowSql(this.table, 'o.status', queueParam),
+      using: citus ? OUTCOMES_SQL : undefined,
+      where: `${field('status')} NOT IN ('RETRY', 'PARKED') AND ${citus ? OUTCOME_ROW_SQL : outcomeRowsByIdSql(false)}`,
+      status: field('status'),
+      output: `${field('output')}::json`,
+      error: `${field('error')}::json`,
+      keepsKeyWhen: keepsKeyInWindowSql(this.table, field('status'), queueParam),
       overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
       channelParam: '$7',
       citus,
