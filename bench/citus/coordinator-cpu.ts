@@ -5,7 +5,14 @@
  * - 2,000 lone enqueue calls, one after another;
  * - 4,000 calls from 16 concurrent callers (the enqueue batcher combines them);
  * - 40 `enqueueMany` of 100 rows;
- * - then all of them drained (no-op workflows, one worker process, workerConcurrency 8).
+ * - then all of them drained (no-op workflows, one worker process, workerConcurrency 8), the queue paused while the
+ *   consumer boots: the CPU is counted from its resume to the last job's archive, the polling for it included;
+ * - 1,000 workflows of two steps each (two checkpoints), drained the same way;
+ * - 2,000 no-op workflows with a deduplication key kept for a window (each outcome writes a key record and asks
+ *   whether a follow-up waits for the key), drained the same way;
+ * - 2,000 no-op workflows in a queue with a global concurrency of 8 (the claim locks the queue's row and counts),
+ *   drained the same way.
+ * BENCH_ONLY=drain,steps,window,limited runs only those drains (the enqueues still run, as the drain's backlog).
  * With CITUS_PGSS=1, pg_stat_statements on the coordinator prints the drain's statements by planning + execution time.
  * Needs `npm run build`, the Debian postgresql-15 package and Citus. About a minute.
  */
@@ -14,12 +21,27 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { startCitusCluster } from '../../test/support/citus-cluster';
 import { startQueueApp } from '../../test/support/queue-app';
 import { RecordingTasks } from '../../test/fixtures/recording-tasks';
+import { Injectable } from '@nestjs/common';
+import { Workflow, runStep } from 'nest-dedup-queue';
+
+/** A workflow of two steps, each a checkpoint. */
+@Injectable()
+class TwoSteps {
+  @Workflow()
+  async run(): Promise<number> {
+    const first = await runStep('first', () => 1);
+    return runStep('second', () => first + 1);
+  }
+}
 
 const LONE = 2000;
 const CONCURRENT = 4000;
 const CALLERS = 16;
 const MANY = 4000;
 const ROWS_PER_MANY = 100;
+const STEP_JOBS = 1000;
+const WINDOW_JOBS = 2000;
+const LIMITED_JOBS = 2000;
 
 /** CPU ticks of the postmaster `pid`'s processes: the live ones' and the reaped ones'. */
 function ticks(pid: number): number {
@@ -55,14 +77,24 @@ async function main(): Promise<void> {
     const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
     const postmaster = Number(readFileSync(`${dir}/postmaster.pid`, 'utf8').split('\n')[0]);
     const options = { connection: { url: cluster.url }, distribution: 'citus' as const, schema: 'bench' };
-    const queues = [{ name: 'work', workerConcurrency: 8 }];
+    const queues = [
+      { name: 'work', workerConcurrency: 8 },
+      { name: 'steps', workerConcurrency: 8 },
+      { name: 'window', workerConcurrency: 8 },
+      { name: 'limited', workerConcurrency: 8, concurrency: 8 },
+    ];
+    const providers = [RecordingTasks, TwoSteps];
     const perUnit = async (units: number, work: () => Promise<unknown>) => {
       const before = ticks(postmaster);
       await work();
       return Math.round(((ticks(postmaster) - before) * 10_000) / units);
     };
 
-    const producer = await startQueueApp({ ...options, queues, worker: false }, [RecordingTasks]);
+    /** Pauses `queue` by its flag in the table (on Citus, `pauseQueue()` is refused: an `ON CONFLICT DO UPDATE` with `now()`). */
+    const pause = (queue: string) =>
+      coordinator.query(`UPDATE bench.queues SET paused = true WHERE queue_name = $1`, [queue]);
+
+    const producer = await startQueueApp({ ...options, queues, worker: false }, providers);
     const { nothing } = producer.get(RecordingTasks);
     for (let i = 0; i < 200; i++) await producer.queues.enqueue('work', nothing, []);
     const lone = await perUnit(LONE, async () => {
@@ -84,27 +116,92 @@ async function main(): Promise<void> {
         );
       }
     });
+    await pause('work');
     await producer.close();
-    await new Promise((resolve) => setTimeout(resolve, 1000));
 
     if (process.env.CITUS_PGSS) await coordinator.query('SELECT pg_stat_statements_reset()');
-    const jobs = 200 + LONE + CONCURRENT + MANY;
-    const started = Date.now();
-    const drain = await perUnit(jobs, async () => {
-      const consumer = await startQueueApp({ ...options, queues }, [RecordingTasks]);
-      for (;;) {
-        const [{ n }] = await coordinator.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = 'work'`,
+    /**
+     * Drains `jobs` of `queue`, paused by the app that enqueued them: a consumer boots (not measured), then the CPU is
+     * measured from the queue's resume until its last job is in the history (the consumer's boot and close are not).
+     */
+    const drained = async (queue: string, jobs: number) => {
+      const consumer = await startQueueApp({ ...options, queues }, providers);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const started = Date.now();
+      const us = await perUnit(jobs, async () => {
+        await coordinator.query(`UPDATE bench.queues SET paused = false WHERE queue_name = $1`, [queue]);
+        await coordinator.query(
+          `SELECT pg_notify('dedup_queue_control:bench', $1), pg_notify('dedup_queue:bench', $1)`,
+          [queue],
         );
-        if (n >= jobs) break;
-        await new Promise((resolve) => setTimeout(resolve, 200));
-      }
+        for (;;) {
+          const [{ n }] = await coordinator.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = $1`,
+            [queue],
+          );
+          if (n >= jobs) break;
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        }
+      });
+      const seconds = (Date.now() - started) / 1000;
       await consumer.close();
-    });
-    const seconds = (Date.now() - started) / 1000;
+      return `${us} µs/job (${Math.round(jobs / seconds)} jobs/s)`;
+    };
+    const only = process.env.BENCH_ONLY?.split(',');
+    const runs = (name: string) => !only || only.includes(name);
+    const drain = runs('drain') ? await drained('work', 200 + LONE + CONCURRENT + MANY) : 'skipped';
+    let steps = 'skipped';
+    if (runs('steps')) {
+      const enqueuer = await startQueueApp({ ...options, queues, worker: false }, providers);
+      const { run } = enqueuer.get(TwoSteps);
+      for (let i = 0; i < STEP_JOBS / ROWS_PER_MANY; i++) {
+        await enqueuer.queues.enqueueMany(
+          'steps',
+          run,
+          Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
+        );
+      }
+      await pause('steps');
+      await enqueuer.close();
+      steps = await drained('steps', STEP_JOBS);
+    }
+    let window = 'skipped';
+    if (runs('window')) {
+      const enqueuer = await startQueueApp({ ...options, queues, worker: false }, providers);
+      const { nothing: none } = enqueuer.get(RecordingTasks);
+      for (let i = 0; i < WINDOW_JOBS / ROWS_PER_MANY; i++) {
+        await enqueuer.queues.enqueueMany(
+          'window',
+          none,
+          Array.from({ length: ROWS_PER_MANY }, (_, j) => ({
+            args: [],
+            options: { deduplicationId: `k${i}-${j}`, deduplicationWindowMs: 60_000 },
+          })),
+        );
+      }
+      await pause('window');
+      await enqueuer.close();
+      window = await drained('window', WINDOW_JOBS);
+    }
+    let limited = 'skipped';
+    if (runs('limited')) {
+      const enqueuer = await startQueueApp({ ...options, queues, worker: false }, providers);
+      const { nothing: none } = enqueuer.get(RecordingTasks);
+      for (let i = 0; i < LIMITED_JOBS / ROWS_PER_MANY; i++) {
+        await enqueuer.queues.enqueueMany(
+          'limited',
+          none,
+          Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
+        );
+      }
+      await pause('limited');
+      await enqueuer.close();
+      limited = await drained('limited', LIMITED_JOBS);
+    }
     process.stdout.write(
       `coordinator CPU: lone enqueue ${lone} µs/call, ${CALLERS} callers ${concurrent} µs/call, ` +
-        `enqueueMany(${ROWS_PER_MANY}) ${many} µs/row, drain ${drain} µs/job (${Math.round(jobs / seconds)} jobs/s)\n`,
+        `enqueueMany(${ROWS_PER_MANY}) ${many} µs/row, drain ${drain}, steps ${steps}, window ${window}, ` +
+        `limited ${limited}\n`,
     );
     if (process.env.CITUS_PGSS) {
       const top = await coordinator.query<{ calls: number; us: number; query: string }>(

@@ -21,13 +21,11 @@ export type CitusPlanKind =
   | 'subplan'
   | 'multi-task';
 
-/** The plan kinds that run a statement on one node without the coordinator handling its rows. */
-export const ROUTER_PLAN_KINDS: readonly CitusPlanKind[] = [
-  'fast-path router',
-  'router insert',
-  'router',
-  'coordinator',
-];
+/**
+ * The plan kinds a statement of the hot path must have (but for the exceptions the audit lists): on one node without
+ * Citus's full planner (`fast-path router`, `router insert`), or reading no distributed table (`coordinator`).
+ */
+export const HOT_PLAN_KINDS: ReadonlySet<CitusPlanKind> = new Set(['fast-path router', 'router insert', 'coordinator']);
 
 /** A statement's plan: its kind, the `EXPLAIN` text and the planner's DEBUG messages. */
 export interface CitusPlan {

@@ -20,7 +20,7 @@ import { ModuleLogger } from '../../utils/module-logger';
  */
 export interface PgConnection {
   query<R = Record<string, unknown>>(
-    statement: string | { text: string; values?: unknown[]; name?: string },
+    statement: string | { text: string; values?: unknown[]; name?: string; types?: PgTypeParsers },
     values?: unknown[],
   ): Promise<{ rows: R[] }>;
   on(event: 'notification', listener: (message: PgNotification) => void): unknown;
@@ -30,6 +30,14 @@ export interface PgConnection {
   off(event: 'error', listener: (error: Error) => void): unknown;
   off(event: 'end', listener: () => void): unknown;
 }
+
+/** How `pg` reads a column's text (its `types` option). */
+export interface PgTypeParsers {
+  getTypeParser(oid: number, format?: string): (value: string) => unknown;
+}
+
+/** Every column as the text Postgres sent: a value read this way goes back into a statement unchanged. */
+const AS_SENT: PgTypeParsers = { getTypeParser: () => (value: string) => value };
 
 /** A NOTIFY received on a LISTEN connection. */
 export interface PgNotification {
@@ -49,6 +57,11 @@ export interface QueryOptions {
   prepared?: boolean;
   /** Safe to send again when the connection broke mid-statement (a read, or a write keyed by workflow ID). */
   idempotent?: boolean;
+  /**
+   * Every column read as the text Postgres sent (a time to the microsecond, JSON as stored), for values that go back
+   * into a statement unchanged.
+   */
+  asSent?: boolean;
 }
 
 /** How the module reaches Postgres, as configured. */
@@ -66,11 +79,14 @@ export interface ConnectionSettings {
 const RETRY_DELAY_MS = 100;
 const GUARDED = Symbol('nest-dedup-queue: pool connections guarded');
 
-/** A statement of a transaction; `options.prepared` as for `QueueDatabase.query` (`idempotent` has no use there). */
+/**
+ * A statement of a transaction; `options.prepared` and `asSent` as for `QueueDatabase.query` (`idempotent` has no use
+ * there).
+ */
 export type TransactionQuery = <R = Record<string, unknown>>(
   sql: string,
   params?: unknown[],
-  options?: Pick<QueryOptions, 'prepared'>,
+  options?: Pick<QueryOptions, 'prepared' | 'asSent'>,
 ) => Promise<R[]>;
 
 /**
@@ -160,7 +176,7 @@ export class QueueDatabase implements OnApplicationShutdown {
         const connection = await this.checkOut();
         try {
           sent = true;
-          const rows = (await connection.client.query({ text: sql, values: params, name })).rows as T[];
+          const rows = (await connection.client.query(statementOf(sql, params, name, options))).rows as T[];
           connection.release();
           this.monitor.succeeded();
           return rows;
@@ -184,8 +200,8 @@ export class QueueDatabase implements OnApplicationShutdown {
     const connection = await this.connect();
     try {
       await connection.client.query('BEGIN');
-      const query: TransactionQuery = async <R>(sql: string, params: unknown[] = [], options = {}) =>
-        (await connection.client.query<R>({ text: sql, values: params, name: this.preparedName(sql, options) })).rows;
+      const query: TransactionQuery = async <R>(sql: string, params: unknown[] = [], options: QueryOptions = {}) =>
+        (await connection.client.query<R>(statementOf(sql, params, this.preparedName(sql, options), options))).rows;
       const result = await work(query);
       await connection.client.query('COMMIT');
       connection.release();
@@ -343,6 +359,11 @@ function delay(ms: number): Promise<void> {
 }
 
 const statementNames = new Map<string, string>();
+
+/** The statement `pg` sends: its text, values, prepared name and, with `asSent`, the parsers that keep the text. */
+function statementOf(sql: string, values: unknown[], name: string | undefined, options: QueryOptions) {
+  return { text: sql, values, name, ...(options.asSent ? { types: AS_SENT } : {}) };
+}
 
 /** A stable name for a prepared statement: the same SQL text gets the same name on every connection. */
 function statementName(sql: string): string {

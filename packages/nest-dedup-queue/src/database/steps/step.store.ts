@@ -53,6 +53,12 @@ export class StepStore {
   private readonly workflows: string;
   /** The checkpoint ($1 to $6) of workflow $1 inserted if it is owned by executor $7 in run $8 of queue $9. */
   private readonly insertSql: string;
+  /**
+   * On Citus, the owned row of `ownedRowSql` ($1 workflow, $2 executor, $3 run, $4 queue) locked `FOR SHARE`, its
+   * creation time as text; then the checkpoint ($1 to $6) of queue $7 with that time ($8) inserted by `VALUES`.
+   */
+  private readonly lockOwnedOnCitusSql: string;
+  private readonly insertValuesOnCitusSql: string;
 
   constructor(
     /** The database the checkpoints are written to (a running workflow's events go there too). */
@@ -66,6 +72,12 @@ export class StepStore {
     this.insertSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
        SELECT $1, $2, $3, ${checkpointValuesSql(database.citus)}, owned.queue_name, owned.created_at
        FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`;
+    this.lockOwnedOnCitusSql = `${ownedRowSql(this.workflows, '$4', '$2', '$3').replace(
+      'SELECT queue_name, created_at',
+      'SELECT created_at::text AS created_at',
+    )} FOR SHARE`;
+    this.insertValuesOnCitusSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
+       VALUES ($1, $2, $3, ${checkpointValuesSql(true)}, $7, $8::timestamptz)`;
   }
 
   /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
@@ -103,10 +115,14 @@ export class StepStore {
    * Records a checkpoint if the workflow is still PENDING under this executor in the run numbered `attempt` (not a
    * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
    * this index (an earlier send whose answer was lost) counts as recorded. NOTE: one `INSERT … SELECT` from the
-   * owned row, which Citus sends whole to the queue's node (a CTE's rows would be pulled to the coordinator); only
-   * when it inserts nothing does a second statement tell an existing checkpoint from a workflow no longer owned.
+   * owned row; only when it inserts nothing does a second statement tell an existing checkpoint from a workflow no
+   * longer owned. On Citus, a transaction of two statements that Citus plans without its full planner (see
+   * `insertOnCitus`).
    */
   async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
+    if (this.database.citus) {
+      return this.database.transaction((query) => this.insertOnCitus(query, step, executorId, attempt, true));
+    }
     const params = [...this.values(step), executorId, attempt, step.queueName];
     const inserted = await this.database.query(
       `${this.insertSql} ON CONFLICT DO NOTHING RETURNING step_index`,
@@ -160,7 +176,35 @@ export class StepStore {
 
   /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
   async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
+    if (this.database.citus) {
+      await this.insertOnCitus((sql, params) => manager.query(sql, params), step, executorId, attempt, false);
+      return;
+    }
     await manager.query(this.insertSql, [...this.values(step), executorId, attempt, step.queueName]);
+  }
+
+  /**
+   * On Citus, in the caller's transaction: the owned row locked `FOR SHARE` (a statement on Citus's fast path; a
+   * cancel or recovery then waits for the commit, so the checkpoint cannot land after the workflow was taken away),
+   * then the checkpoint inserted by `VALUES` with the row's creation time (a router insert; `skipRecorded`: one
+   * recorded already at this index counts). The `INSERT … SELECT` from the owned row is a router statement that Citus
+   * plans with its full planner, which costs the coordinator more than both. False if the workflow is not owned.
+   */
+  private async insertOnCitus(
+    query: (sql: string, params: unknown[]) => Promise<Array<{ created_at: string }>>,
+    step: StepCheckpoint,
+    executorId: string,
+    attempt: number,
+    skipRecorded: boolean,
+  ): Promise<boolean> {
+    const [owned] = await query(this.lockOwnedOnCitusSql, [step.workflowId, executorId, attempt, step.queueName]);
+    if (!owned) return false;
+    await query(`${this.insertValuesOnCitusSql}${skipRecorded ? ' ON CONFLICT DO NOTHING' : ''}`, [
+      ...this.values(step),
+      step.queueName,
+      owned.created_at,
+    ]);
+    return true;
   }
 
   private values(step: StepCheckpoint): unknown[] {

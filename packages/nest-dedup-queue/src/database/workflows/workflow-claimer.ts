@@ -84,6 +84,13 @@ interface ClaimedRow {
 
 const LOCK_TIMEOUT = '5s';
 
+/** What `allowedStarts` counts: running workflows, starts in the rate window, and when the first of those leaves it. */
+interface LimitCounts {
+  running: number;
+  recent: number;
+  frees_in_ms: number | null;
+}
+
 /**
  * A CTE for a claim that runs as a statement of its own: its commit does not wait for the WAL to reach the disk
  * (`synchronous_commit = off` for its transaction only, as `SET LOCAL`). Nobody waits on a claim: lost in a server
@@ -225,26 +232,23 @@ export class WorkflowClaimer {
     const { concurrency, rateLimit } = request.queue;
     const queueWideRate = rateLimit && !rateLimit.perPartition ? rateLimit : undefined;
     if (concurrency === undefined && !queueWideRate) return { limit: request.limit };
-    const citus = this.database.citus;
-    // NOTE: on Citus this transaction's claims are stamped with the coordinator's now(), but a router SELECT's now()
-    // is the node's, whose transaction began later (after the lease and queue locks): the window is counted from the
-    // coordinator's now(), read by a statement that names no table, so that it ends where the stamps say.
-    const windowEnd = citus ? (await query<{ now: Date }>('SELECT now() AS now'))[0].now : undefined;
-    const [counts] = await query<{ running: number; recent: number; frees_in_ms: number | null }>(
-      `SELECT
-         (SELECT count(*)::int FROM ${this.workflows}
-          WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}) AS running,
-         count(*)::int AS recent,
-         (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
-           AS frees_in_ms
-       FROM ${this.tables.starts}
-       WHERE queue_name = $1 AND $2::float8 > 0
-         AND started_at > ${citus ? '$3::timestamptz' : startTimeSql(false)} - $2::float8 * interval '1 millisecond'`,
-      citus
-        ? [request.queue.name, queueWideRate?.periodMs ?? 0, windowEnd]
-        : [request.queue.name, queueWideRate?.periodMs ?? 0],
-      { prepared: true },
-    );
+    const counts = this.database.citus
+      ? await this.countsOnCitus(query, request.queue.name, concurrency !== undefined, queueWideRate?.periodMs)
+      : (
+          await query<LimitCounts>(
+            `SELECT
+               (SELECT count(*)::int FROM ${this.workflows}
+                WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}) AS running,
+               count(*)::int AS recent,
+               (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
+                 AS frees_in_ms
+             FROM ${this.tables.starts}
+             WHERE queue_name = $1 AND $2::float8 > 0
+               AND started_at > ${startTimeSql(false)} - $2::float8 * interval '1 millisecond'`,
+            [request.queue.name, queueWideRate?.periodMs ?? 0],
+            { prepared: true },
+          )
+        )[0];
     let limit = request.limit;
     if (concurrency !== undefined) limit = Math.min(limit, concurrency - counts.running);
     if (queueWideRate) {
@@ -255,6 +259,44 @@ export class WorkflowClaimer {
       }
     }
     return { limit };
+  }
+
+  /**
+   * On Citus, the counts of `allowedStarts`, each a statement on Citus's fast path and only when its limit is set (one
+   * statement that reads both tables is planned by Citus's full planner): the queue's running workflows (`concurrency`),
+   * and its starts within the rate window (`periodMs`) with when the first of them leaves it. The caller holds the
+   * queue's row lock, under which no other claim changes either count. A router `SELECT`'s `now()` is the node's,
+   * whose part of the transaction began later (after the lease and queue locks), while this transaction's claims are
+   * stamped with the coordinator's `now()`: the window is counted up to the coordinator's, read by a statement that
+   * names no table, so that it ends where the stamps say.
+   */
+  private async countsOnCitus(
+    query: TransactionQuery,
+    queue: string,
+    concurrency: boolean,
+    periodMs: number | undefined,
+  ): Promise<LimitCounts> {
+    const counts: LimitCounts = { running: 0, recent: 0, frees_in_ms: null };
+    if (concurrency) {
+      const [{ n }] = await query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${this.workflows} WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}`,
+        [queue],
+      );
+      counts.running = n;
+    }
+    if (periodMs !== undefined && periodMs > 0) {
+      const [{ now }] = await query<{ now: Date }>('SELECT now() AS now');
+      const [recent] = await query<{ recent: number; frees_in_ms: number | null }>(
+        `SELECT count(*)::int AS recent,
+           (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
+             AS frees_in_ms
+         FROM ${this.tables.starts}
+         WHERE queue_name = $1 AND started_at > $3::timestamptz - $2::float8 * interval '1 millisecond'`,
+        [queue, periodMs, now],
+      );
+      Object.assign(counts, recent);
+    }
+    return counts;
   }
 
   /**

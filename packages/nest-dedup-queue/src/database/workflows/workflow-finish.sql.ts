@@ -219,38 +219,49 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
 
 /**
  * Ends workflows with the statements of `endWorkflowsStatementsSql`, in the caller's transaction (`query`), given
- * the caller's parameter values; returns the rows that ended (none: nothing was written). `lock`, when given, locks
- * the rows that end in place of the statement `lock` (the same rows, as `EndingRow`s: those that match `spec.where`).
+ * the caller's parameter values; returns the rows that ended (none: nothing was written).
  */
-export async function runEndStatements<R extends EndingRow = EndingRow>(
-  query: Query,
-  spec: EndSpec,
-  params: unknown[],
-  lock?: () => Promise<R[]>,
-): Promise<R[]> {
+export async function runEndStatements(query: Query, spec: EndSpec, params: unknown[]): Promise<EndingRow[]> {
   const statements = endWorkflowsStatementsSql(spec, params.length);
-  const ending = lock ? await lock() : await query<R>(...usedParameters(statements.lock, params));
+  const ending = await query<EndingRow>(...usedParameters(statements.lock, params));
   if (ending.length === 0) return ending;
-  const freedKeys = ending.flatMap((row) =>
-    row.active_deduplication_id === null ? [] : [row.active_deduplication_id],
-  );
-  const values = [
-    ...params,
-    ending.map((row) => row.workflow_id),
-    ending.filter((row) => row.keeps_key).map((row) => row.workflow_id),
-    freedKeys,
-  ];
-  const run = <T>(sql: string) => query<T>(...usedParameters(sql, values));
+  const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
   await run(statements.archive);
   await run(statements.remove);
   if (ending.some((row) => row.keeps_key)) await run(statements.keyRecords);
-  if (freedKeys.length > 0 && (await run(statements.followed)).length > 0) {
+  await runAfterEnding(query, spec, params, ending);
+  return ending;
+}
+
+/**
+ * On Citus, what follows the end of the rows `ending` (archived, deleted, their key records written) in the same
+ * transaction: their freed keys handed to the follow-ups that wait for them (`followed`, then `handOver` and its
+ * wake-up only when one waits) and the readers of their streams told. `params` as for `runEndStatements`.
+ */
+export async function runAfterEnding(
+  query: Query,
+  spec: EndSpec,
+  params: unknown[],
+  ending: EndingRow[],
+): Promise<void> {
+  const statements = endWorkflowsStatementsSql(spec, params.length);
+  const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
+  if (ending.some((row) => row.active_deduplication_id !== null) && (await run(statements.followed)).length > 0) {
     const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
     if (handed_over > 0) await run(statements.wakeUp);
   }
   const withStreams = ending.filter((row) => row.has_streams).map((row) => streamHintPayload(row.workflow_id));
   if (withStreams.length > 0) await query(NOTIFY_SQL, [spec.tables.streamChannel, withStreams]);
-  return ending;
+}
+
+/** The caller's parameters, then the ending rows' IDs, the IDs of those that keep their key, and the keys they held. */
+function endValues(params: unknown[], ending: EndingRow[]): unknown[] {
+  return [
+    ...params,
+    ending.map((row) => row.workflow_id),
+    ending.filter((row) => row.keeps_key).map((row) => row.workflow_id),
+    ending.flatMap((row) => (row.active_deduplication_id === null ? [] : [row.active_deduplication_id])),
+  ];
 }
 
 /**

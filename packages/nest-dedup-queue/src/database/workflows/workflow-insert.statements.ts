@@ -41,6 +41,13 @@ export interface InsertStatements {
   /** On Citus, in place of `many`: `rows` (1 to `MAX_ROWS_PER_ROUTER_INSERT`) rows of one queue, a router insert. */
   rowsOfOneQueue(rows: number): Statement<NewWorkflow[]>;
   followUp: Statement<NewWorkflow>;
+  /**
+   * On Citus, `followUp` as two statements to run in one transaction, neither through Citus's full planner: the
+   * key's started holder locked `FOR SHARE` (fast path), then, if there is one, the follow-up inserted by `VALUES`
+   * (a router insert; the CTE `holder` of `followUp` is run as a subplan, the insert pulled to the coordinator).
+   */
+  followUpHolder: Statement<NewWorkflow>;
+  followUpValues: Statement<NewWorkflow>;
   supersede: Statement<SupersedeContext>;
   /** On Citus, `supersede` as router statements: the holders locked, then the new workflow (see `supersedeEndSpec`). */
   supersedeHolders: Statement<NewWorkflow>;
@@ -64,6 +71,8 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
       return statement;
     },
     followUp: insertFollowUpStatement(tables.active),
+    followUpHolder: followUpHolderStatement(tables.active),
+    followUpValues: followUpValuesStatement(tables.active),
     supersede: supersedeStatement(tables),
     supersedeHolders: supersedeHoldersStatement(tables),
     insertSuperseding: insertSupersedingStatement(tables),
@@ -240,21 +249,31 @@ function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertS
   return { sql, params };
 }
 
-/** A follow-up: holds the key's "next" slot instead of the key, and is not due until the hand-over. */
-function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
-  const params = new SqlParameters<NewWorkflow>();
-  const input = parameterOf(params, (workflow) => workflow);
-  const columns = newWorkflowColumns(input, {
+/** The columns of a follow-up: it holds the key's "next" slot instead of the key, and is not due until the hand-over. */
+function followUpColumns(input: (name: NewWorkflowInputName) => string): Record<string, string> {
+  return newWorkflowColumns(input, {
     active_deduplication_id: 'NULL',
     not_before: "'infinity'",
     next_deduplication_id: input('deduplication_id'),
   });
-  const sql = `WITH holder AS (
-       SELECT workflow_id FROM ${table}
+}
+
+/** The started holder of a follow-up's key, its queue's and key's parameters named by `input`. */
+function startedHolderSql(table: string, input: (name: NewWorkflowInputName) => string): string {
+  return `SELECT workflow_id FROM ${table}
        WHERE queue_name = ${input('queue_name')} AND active_deduplication_id = ${input('deduplication_id')}
          AND (status IN (${STATUS_SQL.PENDING}, ${STATUS_SQL.WAITING}, ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED})
               OR (status = ${STATUS_SQL.ENQUEUED} AND attempts > 0))
-       FOR SHARE
+       FOR SHARE`;
+}
+
+/** A follow-up, inserted while its key's holder has started (locked `FOR SHARE` until the insert commits). */
+function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
+  const params = new SqlParameters<NewWorkflow>();
+  const input = parameterOf(params, (workflow) => workflow);
+  const columns = followUpColumns(input);
+  const sql = `WITH holder AS (
+       ${startedHolderSql(table, input)}
      ),
      inserted AS (
        INSERT INTO ${table} (${Object.keys(columns).join(', ')})
@@ -264,6 +283,29 @@ function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
        RETURNING workflow_id
      )
      SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`;
+  return { sql, params };
+}
+
+/** On Citus, the first statement of a follow-up's insert (see `InsertStatements.followUpHolder`). */
+function followUpHolderStatement(table: string): Statement<NewWorkflow> {
+  const params = new SqlParameters<NewWorkflow>();
+  return {
+    sql: startedHolderSql(
+      table,
+      parameterOf(params, (workflow) => workflow),
+    ),
+    params,
+  };
+}
+
+/** On Citus, the second statement of a follow-up's insert (see `InsertStatements.followUpHolder`). */
+function followUpValuesStatement(table: string): Statement<NewWorkflow> {
+  const params = new SqlParameters<NewWorkflow>();
+  const columns = followUpColumns(parameterOf(params, (workflow) => workflow));
+  const sql = `INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+     VALUES (${Object.values(columns).join(', ')})
+     ON CONFLICT DO NOTHING
+     RETURNING workflow_id`;
   return { sql, params };
 }
 

@@ -492,13 +492,35 @@ export class WorkflowInserter {
       );
       if (updated[0]) return { workflowId: updated[0].workflow_id, created: false };
       const { sql, params } = this.statements.followUp;
-      const inserted = await this.guarded(() =>
-        this.query<{ workflow_id: string | null; holder_running: boolean }>(sql, params.values(workflow)),
-      );
-      if (!inserted[0].holder_running) return undefined;
-      if (inserted[0].workflow_id) return { workflowId: inserted[0].workflow_id, created: true };
+      const [inserted] = this.database.citus
+        ? [await this.insertFollowUpOnCitus(workflow)]
+        : await this.guarded(() =>
+            this.query<{ workflow_id: string | null; holder_running: boolean }>(sql, params.values(workflow)),
+          );
+      if (!inserted.holder_running) return undefined;
+      if (inserted.workflow_id) return { workflowId: inserted.workflow_id, created: true };
     }
     return undefined;
+  }
+
+  /**
+   * On Citus, the follow-up's insert as two statements in one transaction (the caller's, under a savepoint, or one of
+   * its own): the key's started holder locked `FOR SHARE`, so that it cannot end before the follow-up commits, then,
+   * if there is one, the follow-up inserted by `VALUES` (see `InsertStatements.followUpHolder`).
+   */
+  private async insertFollowUpOnCitus(
+    workflow: NewWorkflow,
+  ): Promise<{ workflow_id: string | null; holder_running: boolean }> {
+    const { followUpHolder, followUpValues } = this.statements;
+    const run = async (query: Query) => {
+      const holder = await query(followUpHolder.sql, followUpHolder.params.values(workflow));
+      if (holder.length === 0) return { workflow_id: null, holder_running: false };
+      const [row] = await query<{ workflow_id: string }>(followUpValues.sql, followUpValues.params.values(workflow));
+      return { workflow_id: row?.workflow_id ?? null, holder_running: true };
+    };
+    return this.savepoints
+      ? this.guarded(() => run(this.query))
+      : this.database.transaction((query) => run((sql, params) => query(sql, params, { prepared: true })));
   }
 
   /**

@@ -7,12 +7,12 @@ import {
   EndSpec,
   EndingRow,
   endWorkflowsSql,
-  followedKeysSql,
   handOverStrandedSql,
-  holdsKeyForWindowSql,
   keepsKeyInWindowSql,
+  runAfterEnding,
   runEndStatements,
 } from './workflow-finish.sql';
+import { EndingOutcome, RUN_OF_ROW_SQL, endOutcomesOnCitus, runOf } from './outcomes-end.citus';
 import type { AttachedClaim } from './workflow-claimer';
 import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
 import { WorkflowList } from './workflow-list';
@@ -95,9 +95,6 @@ const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5:
 const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
   AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt AND w.queue_name = $11`;
 
-/** The run of the active row `w` (see `runOf`). */
-const RUN_OF_ROW_SQL = `(w.attempts::text || ':' || w.workflow_id)`;
-
 /** The parameter arrays of the outcomes' fields. */
 const OUTCOME_ARRAYS = {
   status: '$2::text[]',
@@ -119,11 +116,6 @@ function runsParam(citus: boolean): string {
  */
 function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
   return `(${OUTCOME_ARRAYS[field]})[array_position(${runsParam(citus)}::text[], ${RUN_OF_ROW_SQL})]`;
-}
-
-/** The run of an outcome, `<attempt>:<workflow ID>`, as `RUN_OF_ROW_SQL` gives it of the active row `w`. */
-function runOf(outcome: WorkflowOutcome): string {
-  return `${outcome.attempt}:${outcome.workflowId}`;
 }
 
 /**
@@ -287,9 +279,10 @@ export class WorkflowStore {
   }
 
   /**
-   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the attached claim with the first
-   * queue's): the retries (and their forgotten steps), the workflows that end (`runEndStatements`), the claim, and
-   * the wake-up from the coordinator.
+   * On Citus, `recordOutcomes` as statements on Citus's fast path or router inserts, one transaction per queue (the
+   * attached claim with the first queue's): the retries (and their forgotten steps), the parks, the workflows that end
+   * (`endOutcomesOnCitus`, then their freed keys handed over: `runAfterEnding`), the claim, and the wake-up from the
+   * coordinator.
    */
   private async recordOutcomesByQueue(
     executorId: string,
@@ -311,9 +304,11 @@ export class WorkflowStore {
         const parked = batch.some((o) => o.status === 'PARKED')
           ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
           : [];
-        const ended = await runEndStatements(query, this.outcomesEndSpec(true), params, () =>
-          this.lockEndingOnCitus(query, executorId, queue, batch),
+        const ending = batch.filter(
+          (o): o is WorkflowOutcome & EndingOutcome => o.status !== 'RETRY' && o.status !== 'PARKED',
         );
+        const ended = await endOutcomesOnCitus(query, this.tables, queue, executorId, ending);
+        if (ended.length > 0) await runAfterEnding(query, this.outcomesEndSpec(true), params, ended);
         const claimed = attached ? await attached.runInTransaction(query) : [];
         if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
@@ -324,44 +319,6 @@ export class WorkflowStore {
       });
     }
     return result;
-  }
-
-  /**
-   * On Citus, the lock of `runEndStatements` for the outcomes of `batch` (of `queue`) that end, as statements on
-   * Citus's fast path (one table, no join of the outcomes): the rows still PENDING under `executorId` locked
-   * (`FOR UPDATE`, which rechecks that on a row changed meanwhile), those in the outcome's run kept; then, if some may
-   * keep their key for a window, which of those keys a follow-up waits for (`keepsKeyInWindowSql`, in two parts).
-   */
-  private async lockEndingOnCitus(
-    query: Query,
-    executorId: string,
-    queue: string,
-    batch: WorkflowOutcome[],
-  ): Promise<EndingRow[]> {
-    const ending = batch.filter((o) => o.status !== 'RETRY' && o.status !== 'PARKED');
-    if (ending.length === 0) return [];
-    const locked = await query<EndingRow>(
-      `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-              w.has_streams, ${holdsKeyForWindowSql(`${RUN_OF_ROW_SQL} = ANY($4::text[])`)} AS keeps_key,
-              w.active_deduplication_id
-       FROM ${this.table} AS w
-       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
-         AND w.executor_id = $3
-       FOR UPDATE`,
-      [queue, ending.map((o) => o.workflowId), executorId, ending.filter((o) => o.status === 'ERROR').map(runOf)],
-    );
-    const rows = locked.filter((row) =>
-      ending.some((o) => o.workflowId === row.workflow_id && o.attempt === row.attempts),
-    );
-    const windowKeys = rows.flatMap((row) => (row.keeps_key && row.active_deduplication_id) || []);
-    if (windowKeys.length === 0) return rows;
-    const followed = new Set(
-      (await query<{ key: string }>(followedKeysSql(this.table), [queue, windowKeys])).map((row) => row.key),
-    );
-    return rows.map((row) => ({
-      ...row,
-      keeps_key: row.keeps_key && !followed.has(row.active_deduplication_id as string),
-    }));
   }
 
   /**

@@ -1,0 +1,241 @@
+/*
+ * node -r ./test/support/swc-register.js bench/citus/statement-forms.ts: the Citus coordinator's CPU per run of
+ * alternative forms of a hot statement group, on a cluster of its own (test/support/citus-cluster.ts), each run in
+ * `BEGIN … ROLLBACK` so that the data stays as it was (but for the checkpoint's forms as sent: autocommit, or a
+ * transaction of its own, each inserting a new checkpoint); the forms interleaved in blocks,
+ * medians of the blocks (FORM_ROUNDS, default 6, of FORM_ITERATIONS, default 400).
+ * Needs `npm run build`, the Debian postgresql-15 package and Citus.
+ */
+import 'reflect-metadata';
+import { readFileSync, readdirSync } from 'node:fs';
+import { Client } from 'pg';
+import { startCitusCluster } from '../../test/support/citus-cluster';
+import { startQueueApp } from '../../test/support/queue-app';
+import { RecordingTasks } from '../../test/fixtures/recording-tasks';
+import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
+import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-insert.statements';
+import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
+
+const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
+const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
+const BATCH = 8;
+/** The forms that run as they are sent (autocommit, or a transaction of their own), not in `BEGIN … ROLLBACK`. */
+const OWN_TRANSACTION = /autocommit|of its own/;
+
+function ticks(pid: number): number {
+  const fieldsOf = (id: string) => {
+    const stat = readFileSync(`/proc/${id}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  };
+  let total = 0;
+  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const fields = fieldsOf(entry);
+      if (Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const own = fieldsOf(String(pid));
+  return total + Number(own[13]) + Number(own[14]);
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+
+async function main(): Promise<void> {
+  const cluster = await startCitusCluster();
+  process.env.DATABASE_URL = cluster.url;
+  try {
+    const coordinator = cluster.coordinator;
+    const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
+    const postmaster = Number(readFileSync(`${dir}/postmaster.pid`, 'utf8').split('\n')[0]);
+    const app = await startQueueApp(
+      {
+        connection: { url: cluster.url },
+        distribution: 'citus',
+        schema: 'forms',
+        queues: [{ name: 'work' }],
+        worker: false,
+      },
+      [RecordingTasks],
+    );
+    const { nothing } = app.get(RecordingTasks);
+    for (let i = 0; i < BATCH; i++) await app.queues.enqueue('work', nothing, []);
+    await app.close();
+    const client = new Client({ connectionString: cluster.url });
+    client.on('error', () => undefined);
+    await client.connect();
+    await client.query(
+      `UPDATE forms.workflow_queue SET status = 'PENDING', executor_id = 'x' WHERE queue_name = 'work'`,
+    );
+    const ids = (
+      await client.query<{ workflow_id: string }>(
+        `SELECT workflow_id FROM forms.workflow_queue WHERE queue_name = 'work'`,
+      )
+    ).rows.map((row) => row.workflow_id);
+    const columns = WORKFLOW_COLUMNS.join(', ');
+    const asText = WORKFLOW_COLUMNS.map((column) => `w.${column}::text`).join(', ');
+    const finished = WORKFLOW_COLUMNS.map((column) =>
+      column === 'status' ? `'SUCCESS'` : column === 'completed_at' ? 'now()' : `e.${column}`,
+    ).join(', ');
+    const lock = `SELECT w.workflow_id, w.attempts, w.active_deduplication_id FROM forms.workflow_queue AS w
+      WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = 'PENDING' AND w.executor_id = $3 FOR UPDATE`;
+    const lockAll = `SELECT ${asText} FROM forms.workflow_queue AS w
+      WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = 'PENDING' AND w.executor_id = $3 FOR UPDATE`;
+    const archiveSelect = `INSERT INTO forms.workflow_history (${columns}) SELECT ${finished} FROM
+      (SELECT w.* FROM forms.workflow_queue AS w WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[])) AS e`;
+    const remove = `DELETE FROM forms.workflow_queue WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`;
+    const removeReturning = `DELETE FROM forms.workflow_queue AS w WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[])
+      AND w.status = 'PENDING' AND w.executor_id = $3 RETURNING ${columns}`;
+    const asReturned = { getTypeParser: () => (value: string) => value };
+    const insertValues = async (rows: Array<Record<string, string | null>>) => {
+      const values: unknown[] = [rows[0].queue_name];
+      const tuples = rows.map(
+        (row) =>
+          `(${WORKFLOW_COLUMNS.map((column) => {
+            if (column === 'queue_name') return '$1';
+            if (column === 'completed_at') return 'now()';
+            values.push(column === 'status' ? 'SUCCESS' : row[column]);
+            return `$${values.length}`;
+          }).join(', ')})`,
+      );
+      await client.query(`INSERT INTO forms.workflow_history (${columns}) VALUES ${tuples.join(', ')}`, values);
+    };
+    const owned = `SELECT queue_name, created_at::text AS created_at FROM forms.workflow_queue
+      WHERE queue_name = $9 AND workflow_id = $1 AND status = 'PENDING' AND executor_id = $7 AND attempts = $8`;
+    const stepColumns =
+      'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
+    const stepParams = [ids[0], 0, 'step', '1', null, 3, 'x', 0, 'work'];
+    let nextStep = 1;
+    await client.query(
+      `UPDATE forms.workflow_queue SET active_deduplication_id = 'held', attempts = 1 WHERE workflow_id = $1`,
+      [ids[1]],
+    );
+    const followUpStatements = insertStatements(workflowTables('forms'), true);
+    let nextFollowUp = 0;
+    const followUp = (): NewWorkflow => ({
+      workflowId: `follow-up-${nextFollowUp++}`,
+      workflowIdGiven: false,
+      queueName: 'work',
+      workflowName: 'RecordingTasks.nothing',
+      version: 1,
+      deduplicationId: 'held',
+      inputsJson: '[]',
+      timeoutMs: null,
+      deadlineAt: null,
+      maxAttempts: 1,
+      maxRecoveryAttempts: 10,
+      partitionKey: null,
+      priority: 0,
+      runAt: null,
+      delayMs: null,
+      maxDelayMs: null,
+      deduplicationWindowMs: null,
+      releaseKeyOnError: false,
+      traceContext: null,
+      parentWorkflowId: null,
+      forkedFrom: null,
+    });
+    const forms: Record<string, () => Promise<unknown>> = {
+      "a queue-next follow-up's insert: one statement (CTE holder, INSERT … SELECT)": async () => {
+        const { sql, params } = followUpStatements.followUp;
+        await client.query(sql, params.values(followUp()));
+      },
+      "a queue-next follow-up's insert: holder FOR SHARE, INSERT … VALUES": async () => {
+        const { followUpHolder, followUpValues } = followUpStatements;
+        const workflow = followUp();
+        await client.query(followUpHolder.sql, followUpHolder.params.values(workflow));
+        await client.query(followUpValues.sql, followUpValues.params.values(workflow));
+      },
+      'outcome: lock, archive INSERT … SELECT, delete': async () => {
+        await client.query(lock, ['work', ids, 'x']);
+        await client.query(archiveSelect, ['work', ids]);
+        await client.query(remove, ['work', ids]);
+      },
+      'outcome: lock (all columns), archive INSERT … VALUES, delete': async () => {
+        const { rows } = await client.query<Record<string, string | null>>(lockAll, ['work', ids, 'x']);
+        await insertValues(rows);
+        await client.query(remove, ['work', ids]);
+      },
+      'outcome: DELETE … RETURNING, archive INSERT … VALUES': async () => {
+        const { rows } = await client.query<Record<string, string | null>>({
+          text: removeReturning,
+          values: ['work', ids, 'x'],
+          types: asReturned,
+        });
+        await insertValues(rows);
+      },
+      'checkpoint: INSERT … SELECT FROM (owned row)': async () => {
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) SELECT $1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(),
+             owned.queue_name, owned.created_at FROM (${owned.replace('created_at::text AS created_at', 'created_at')}) AS owned
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          stepParams,
+        );
+      },
+      'checkpoint as one autocommit statement: INSERT … SELECT FROM (owned row)': async () => {
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) SELECT $1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(),
+             owned.queue_name, owned.created_at FROM (${owned.replace('created_at::text AS created_at', 'created_at')}) AS owned
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          [ids[0], nextStep++, ...stepParams.slice(2)],
+        );
+      },
+      'checkpoint in a transaction of its own: BEGIN, owned row FOR SHARE, INSERT … VALUES, COMMIT': async () => {
+        await client.query('BEGIN');
+        const { rows } = await client.query<{ created_at: string }>(
+          `${owned.replace('$9', '$4').replace('$7', '$2').replace('$8', '$3')} FOR SHARE`,
+          [ids[0], 'x', 0, 'work'],
+        );
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) VALUES ($1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(), $7, $8)
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          [ids[0], nextStep++, 'step', '1', null, 3, 'work', rows[0].created_at],
+        );
+        await client.query('COMMIT');
+      },
+      'checkpoint: owned row FOR SHARE, INSERT … VALUES': async () => {
+        const { rows } = await client.query<{ created_at: string }>(
+          `${owned.replace('$9', '$4').replace('$7', '$2').replace('$8', '$3')} FOR SHARE`,
+          [ids[0], 'x', 0, 'work'],
+        );
+        await client.query(
+          `INSERT INTO forms.steps (${stepColumns}) VALUES ($1, $2, $3, $4::json, $5::json, now() - $6::float8 * interval '1 millisecond', now(), $7, $8)
+           ON CONFLICT DO NOTHING RETURNING step_index`,
+          [ids[0], 0, 'step', '1', null, 3, 'work', rows[0].created_at],
+        );
+      },
+    };
+    const results = new Map<string, number[]>(Object.keys(forms).map((name) => [name, []]));
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, form] of Object.entries(forms)) {
+        const before = ticks(postmaster);
+        const wrapped = !OWN_TRANSACTION.test(name);
+        for (let i = 0; i < PER_BLOCK; i++) {
+          if (wrapped) await client.query('BEGIN');
+          await form();
+          if (wrapped) await client.query('ROLLBACK');
+        }
+        results.get(name)?.push(Math.round(((ticks(postmaster) - before) * 10_000) / PER_BLOCK));
+      }
+    }
+    for (const [name, values] of results) {
+      process.stdout.write(
+        `${name}: ${median(values)} µs (${Math.min(...values)}-${Math.max(...values)})${
+          OWN_TRANSACTION.test(name) ? '' : ', in BEGIN … ROLLBACK'
+        }\n`,
+      );
+    }
+    await client.end();
+  } finally {
+    await cluster.stop();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`${(error as Error).stack ?? String(error)}\n`);
+    process.exit(1);
+  },
+);
