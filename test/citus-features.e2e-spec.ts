@@ -186,6 +186,27 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     ]);
   });
 
+  it('pauses and resumes a queue and overrides its limits at run time (a reference table row)', async () => {
+    await queues.pauseQueue('tasks');
+    expect(await queues.getQueueSettings('tasks')).toMatchObject({ paused: true, workerConcurrency: 8 });
+    const handle = await queues.enqueue('tasks', tasks.overlap, ['while-paused']);
+    // NOTE: a paused queue claims nothing: the workflow stays ENQUEUED past the enqueue's wake-up.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect((await handle.getStatus())?.status).toBe('ENQUEUED');
+
+    await queues.setQueueLimits('tasks', { workerConcurrency: 2 });
+    expect(await queues.getQueueSettings('tasks')).toMatchObject({ paused: true, workerConcurrency: 2 });
+    const { rows } = await pool.query<{ paused: boolean; worker_concurrency: number }>(
+      `SELECT paused, worker_concurrency FROM "${schema}".queues WHERE queue_name = 'tasks'`,
+    );
+    expect(rows).toEqual([{ paused: true, worker_concurrency: 2 }]);
+
+    await queues.resumeQueue('tasks');
+    await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('while-paused');
+    await queues.setQueueLimits('tasks', { workerConcurrency: null });
+    expect(await queues.getQueueSettings('tasks')).toMatchObject({ paused: false, workerConcurrency: 8 });
+  });
+
   it('fires a runtime schedule and runs a triggered one', async () => {
     const schedules = app.get(ScheduleService);
     await schedules.create({

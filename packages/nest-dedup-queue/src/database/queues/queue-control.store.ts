@@ -63,11 +63,15 @@ export class QueueControlStore {
     );
   }
 
+  /**
+   * Changes the queue's row and announces it. The time comes from the inserted row (`excluded`): Citus refuses a
+   * function that is not IMMUTABLE in `DO UPDATE SET`, and evaluates `now()` in `VALUES` itself.
+   */
   private async update(queueName: string, assignments: string, values: unknown[]): Promise<void> {
     await this.database.query(
       `WITH changed AS (
-         INSERT INTO ${this.queues} AS q (queue_name) VALUES ($1)
-         ON CONFLICT (queue_name) DO UPDATE SET ${assignments}, updated_at = now()
+         INSERT INTO ${this.queues} AS q (queue_name, updated_at) VALUES ($1, now())
+         ON CONFLICT (queue_name) DO UPDATE SET ${assignments}, updated_at = excluded.updated_at
          RETURNING q.queue_name
        )
        SELECT pg_notify($${values.length + 2}, queue_name)::text FROM changed`,
