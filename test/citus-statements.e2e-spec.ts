@@ -9,7 +9,8 @@
  * Before it, the hot path alone (enqueue, a duplicate, a `queue-next` follow-up, a key kept for a window, claims of
  * a plain, a limited, a rate-limited and a partitioned queue, steps, a retry, outcomes, the hand-over of a freed key,
  * wake-ups, `enqueue_workflow`) is audited strictly (test/support/citus-plans.ts): each of its statements must be
- * planned on Citus's fast path, as a router insert (`INSERT … VALUES`) or on the coordinator (no distributed table),
+ * planned on Citus's fast path, as a router insert (`INSERT … VALUES`), as a delegated call of a function distributed
+ * by its queue (a step's checkpoint, `record_checkpoint`) or on the coordinator (no distributed table),
  * but for the exceptions listed by name with their reason (HOT_EXCEPTIONS), so that a new hot statement that falls to
  * Citus's full planner fails the audit; the statements of `enqueue_workflow` may not show a subplan, "pull to
  * coordinator" or a repartition in the planner's messages.
@@ -126,7 +127,7 @@ const FAST = new Set<CitusPlanKind>(['fast-path router']);
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
-    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|pg_notify/,
+    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|record_checkpoint|pg_notify/,
   );
   let cluster: CitusCluster;
   let pool: Pool;
@@ -256,11 +257,10 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         kind: 'fast-path router',
       },
       {
-        what: 'checkpoint: owned row locked',
-        shape: /^SELECT created_at::text AS created_at FROM \S+\.workflow_queue.*FOR SHARE$/s,
-        kind: 'fast-path router',
+        what: 'checkpoint: one call of record_checkpoint',
+        shape: /^SELECT \S+\.record_checkpoint\(/,
+        kind: 'delegated function call',
       },
-      { what: 'checkpoint', shape: /^INSERT INTO \S+\.steps \(/, kind: 'router insert' },
       {
         what: "a follow-up's started holder locked",
         shape:

@@ -5,6 +5,8 @@ import type { Pool } from 'pg';
  * - `fast-path router`: one distribution-column value, planned on Citus's fast path ("Distributed planning for a
  *   fast-path router query") and sent whole to the one node that holds it;
  * - `router insert`: `INSERT … VALUES` of one distribution-column value, sent whole to that node;
+ * - `delegated function call`: a call of a function distributed by a distribution-column argument, sent whole to
+ *   the node that holds that value ("pushing down the function call"), where its statements run;
  * - `router`: one task on one node, but through the full planner (a CTE, a subquery, a join);
  * - `coordinator`: no distributed table in it (a NOTIFY, a reference or coordinator table), run on the coordinator;
  * - `pull to coordinator`, `repartition`: an `INSERT … SELECT` whose rows travel through the coordinator;
@@ -14,6 +16,7 @@ import type { Pool } from 'pg';
 export type CitusPlanKind =
   | 'fast-path router'
   | 'router insert'
+  | 'delegated function call'
   | 'router'
   | 'coordinator'
   | 'pull to coordinator'
@@ -23,9 +26,15 @@ export type CitusPlanKind =
 
 /**
  * The plan kinds a statement of the hot path must have (but for the exceptions the audit lists): on one node without
- * Citus's full planner (`fast-path router`, `router insert`), or reading no distributed table (`coordinator`).
+ * Citus's full planner (`fast-path router`, `router insert`, `delegated function call`), or reading no distributed
+ * table (`coordinator`).
  */
-export const HOT_PLAN_KINDS: ReadonlySet<CitusPlanKind> = new Set(['fast-path router', 'router insert', 'coordinator']);
+export const HOT_PLAN_KINDS: ReadonlySet<CitusPlanKind> = new Set([
+  'fast-path router',
+  'router insert',
+  'delegated function call',
+  'coordinator',
+]);
 
 /** A statement's plan: its kind, the `EXPLAIN` text and the planner's DEBUG messages. */
 export interface CitusPlan {
@@ -66,6 +75,7 @@ function planKind(text: string, plan: string, debug: string[]): CitusPlanKind {
   if (counts.length === 0) return 'coordinator';
   if (counts.length > 1 || counts[0] !== 1) return 'multi-task';
   if (/fast-path router query/i.test(messages)) return 'fast-path router';
+  if (/pushing down the function call/i.test(messages)) return 'delegated function call';
   return /^\s*INSERT\b/i.test(text) && /\bVALUES\b/i.test(text) && !/\bSELECT\b/i.test(text)
     ? 'router insert'
     : 'router';

@@ -1,6 +1,12 @@
 import { DedupQueueConfigurationError } from '../../errors/dedup-queue-configuration.error';
 import type { QueueDatabase } from '../connection/queue-database';
 import { lockSchema } from '../connection/schema-lock';
+import {
+  CHECKPOINT_DISTRIBUTION_ARGUMENT,
+  CHECKPOINT_FUNCTION_ARGUMENTS,
+  checkpointFunctionName,
+  createCheckpointFunctionSql,
+} from '../steps/checkpoint-function.sql';
 
 /** The column every per-workflow table is distributed by: every rule (keys, limits, order) is per queue. */
 export const DISTRIBUTION_COLUMN = 'queue_name';
@@ -88,13 +94,15 @@ export async function assertNotCitusWorker(database: QueueDatabase): Promise<voi
 }
 
 /**
- * Distributes the schema's tables as `CITUS_TABLES` says, under the schema's advisory lock, in one transaction.
- * Tables already distributed are left alone, so a boot after the first does nothing; tables of a schema that ran on
- * one server are distributed in place with their rows (Citus copies them to the shards; the coordinator's local
- * copy is then emptied). Returns the tables this call distributed.
+ * Distributes the schema's tables as `CITUS_TABLES` says, under the schema's advisory lock, in one transaction, then
+ * (in a second one: Citus refuses it after the tables' parallel copy) creates the checkpoint function
+ * (`checkpoint-function.sql.ts`) distributed by its queue, co-located with the tables.
+ * Tables and the function already distributed are left alone, so a boot after the first does nothing; tables of a
+ * schema that ran on one server are distributed in place with their rows (Citus copies them to the shards; the
+ * coordinator's local copy is then emptied). Returns the tables (and the function) this call distributed.
  */
 export async function distributeTables(database: QueueDatabase): Promise<string[]> {
-  return database.transaction(async (query: Query) => {
+  const done = await database.transaction(async (query: Query) => {
     await lockSchema(query, database.schema);
     const done: string[] = [];
     const [anchor] = CITUS_TABLES.distributed;
@@ -118,6 +126,33 @@ export async function distributeTables(database: QueueDatabase): Promise<string[
     }
     return done;
   });
+  const functionDistributed = await database.transaction(async (query: Query) => {
+    await lockSchema(query, database.schema);
+    return distributeCheckpointFunction(query, database.schemaSql);
+  });
+  return functionDistributed ? [...done, 'record_checkpoint()'] : done;
+}
+
+/**
+ * Creates the checkpoint function and distributes it by its queue argument, co-located with the active table, so that
+ * Citus sends each call to the queue's node; false if it was already distributed.
+ */
+async function distributeCheckpointFunction(query: Query, schemaSql: string): Promise<boolean> {
+  const signature = `${checkpointFunctionName(schemaSql)}(${CHECKPOINT_FUNCTION_ARGUMENTS})`;
+  const distributed = await query(
+    `SELECT 1 FROM pg_catalog.pg_dist_object
+     WHERE classid = 'pg_catalog.pg_proc'::regclass AND objid = to_regprocedure($1)
+       AND distribution_argument_index IS NOT NULL`,
+    [signature],
+  );
+  if (distributed.length > 0) return false;
+  await query(createCheckpointFunctionSql(schemaSql));
+  await query(`SELECT create_distributed_function($1, $2, colocate_with => $3)`, [
+    signature,
+    CHECKPOINT_DISTRIBUTION_ARGUMENT,
+    `${schemaSql}.${CITUS_TABLES.distributed[0]}`,
+  ]);
+  return true;
 }
 
 async function isDistributed(query: Query, table: string): Promise<boolean> {

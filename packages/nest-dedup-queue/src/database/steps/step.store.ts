@@ -4,6 +4,8 @@ import type { QueueDatabase } from '../connection/queue-database';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { startTimeSql } from '../connection/time.sql';
 import { workflowTables } from '../tables/workflow-tables';
+import { checkpointFunctionName } from './checkpoint-function.sql';
+import { STEP_COLUMNS } from './step-columns';
 
 /** A step outcome as checkpointed. */
 export interface RecordedStep {
@@ -33,9 +35,7 @@ function checkpointValuesSql(citus: boolean): string {
   return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
 }
 
-/** The columns of a checkpoint, as an INSERT lists them. */
-export const STEP_COLUMNS =
-  'workflow_id, step_index, step_name, output, error, started_at, completed_at, queue_name, workflow_created_at';
+export { STEP_COLUMNS };
 
 /**
  * The active row of workflow `$1` in `queue` if it is PENDING under `executor` in the run `attempt` (parameter
@@ -59,6 +59,8 @@ export class StepStore {
    */
   private readonly lockOwnedOnCitusSql: string;
   private readonly insertValuesOnCitusSql: string;
+  /** On Citus, the checkpoint as one call of `record_checkpoint` (`checkpoint-function.sql.ts`), sent whole to the queue's node. */
+  private readonly recordOnCitusSql: string;
 
   constructor(
     /** The database the checkpoints are written to (a running workflow's events go there too). */
@@ -78,6 +80,7 @@ export class StepStore {
     )} FOR SHARE`;
     this.insertValuesOnCitusSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
        VALUES ($1, $2, $3, ${checkpointValuesSql(true)}, $7, $8::timestamptz)`;
+    this.recordOnCitusSql = `SELECT ${checkpointFunctionName(database.schemaSql)}($1, $2, $3, $4, $5, $6, $7::json, $8::json, $9) AS recorded`;
   }
 
   /** The checkpoints of workflow `workflowId` of queue `queueName`, by step index. */
@@ -116,12 +119,27 @@ export class StepStore {
    * later run of it, after a cancel and resume); false if it is not. Idempotent: a checkpoint already recorded at
    * this index (an earlier send whose answer was lost) counts as recorded. NOTE: one `INSERT … SELECT` from the
    * owned row; only when it inserts nothing does a second statement tell an existing checkpoint from a workflow no
-   * longer owned. On Citus, a transaction of two statements that Citus plans without its full planner (see
-   * `insertOnCitus`).
+   * longer owned. On Citus, one call of the distributed function `record_checkpoint`, which Citus sends whole to the
+   * queue's node: the owned row locked `FOR SHARE` and the checkpoint inserted there, in one transaction.
    */
   async record(step: StepCheckpoint, executorId: string, attempt: number): Promise<boolean> {
     if (this.database.citus) {
-      return this.database.transaction((query) => this.insertOnCitus(query, step, executorId, attempt, true));
+      const [{ recorded }] = await this.database.query<{ recorded: boolean }>(
+        this.recordOnCitusSql,
+        [
+          step.queueName,
+          step.workflowId,
+          executorId,
+          attempt,
+          step.index,
+          step.name,
+          step.outputJson,
+          step.error ? JSON.stringify(step.error) : null,
+          step.durationMs,
+        ],
+        { prepared: true, idempotent: true },
+      );
+      return recorded;
     }
     const params = [...this.values(step), executorId, attempt, step.queueName];
     const inserted = await this.database.query(
@@ -177,17 +195,16 @@ export class StepStore {
   /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
   async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
     if (this.database.citus) {
-      await this.insertOnCitus((sql, params) => manager.query(sql, params), step, executorId, attempt, false);
+      await this.insertOnCitus((sql, params) => manager.query(sql, params), step, executorId, attempt);
       return;
     }
     await manager.query(this.insertSql, [...this.values(step), executorId, attempt, step.queueName]);
   }
 
   /**
-   * On Citus, in the caller's transaction: the owned row locked `FOR SHARE` (a statement on Citus's fast path; a
+   * On Citus, in a step's transaction: the owned row locked `FOR SHARE` (a statement on Citus's fast path; a
    * cancel or recovery then waits for the commit, so the checkpoint cannot land after the workflow was taken away),
-   * then the checkpoint inserted by `VALUES` with the row's creation time (a router insert; `skipRecorded`: one
-   * recorded already at this index counts). The `INSERT … SELECT` from the owned row is a router statement that Citus
+   * then the checkpoint inserted by `VALUES` with the row's creation time (a router insert). The `INSERT … SELECT` from the owned row is a router statement that Citus
    * plans with its full planner, which costs the coordinator more than both. False if the workflow is not owned.
    */
   private async insertOnCitus(
@@ -195,15 +212,10 @@ export class StepStore {
     step: StepCheckpoint,
     executorId: string,
     attempt: number,
-    skipRecorded: boolean,
   ): Promise<boolean> {
     const [owned] = await query(this.lockOwnedOnCitusSql, [step.workflowId, executorId, attempt, step.queueName]);
     if (!owned) return false;
-    await query(`${this.insertValuesOnCitusSql}${skipRecorded ? ' ON CONFLICT DO NOTHING' : ''}`, [
-      ...this.values(step),
-      step.queueName,
-      owned.created_at,
-    ]);
+    await query(this.insertValuesOnCitusSql, [...this.values(step), step.queueName, owned.created_at]);
     return true;
   }
 
