@@ -68,14 +68,6 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
  */
 const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: CitusPlanKind }> = [
   {
-    what: "a partitioned queue's claim (`WITH partitions …`)",
-    why:
-      'its candidates are the first due rows of each partition (a LATERAL with a LIMIT per partition, locked SKIP ' +
-      'LOCKED): a fast-path form would be a statement per partition, or a read of the whole backlog',
-    shape: /^WITH partitions AS/,
-    kind: 'router',
-  },
-  {
     what: 'the hand-over of freed keys when a follow-up waits (`WITH followed …`)',
     why:
       'sent only when a `queue-next` follow-up waits for a key freed by the batch (the fast-path probe says so); its ' +
@@ -83,19 +75,6 @@ const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: Ci
       'follow-ups updated), not measured',
     shape:
       /^WITH followed AS \(\s*SELECT DISTINCT fr\.queue_name, fr\.key FROM \(SELECT \$1::text AS queue_name, key FROM unnest/,
-    kind: 'router',
-  },
-  {
-    what: "a rate-limited claim's starts (`INSERT INTO queue_starts … SELECT` from the claimed rows)",
-    why: "co-located, pushed down whole; a VALUES form needs the claimed rows' partition keys returned by the claim: not done",
-    shape: /^INSERT INTO \S+\.queue_starts \(queue_name, started_at, partition_key\)\s+SELECT/,
-    kind: 'router',
-  },
-  {
-    what: "a duplicate policy's look-up of the key's holder (`WITH expired AS (DELETE …) SELECT …`)",
-    why: "an expired window's key record deleted and the holder read in one statement: not rewritten yet",
-    shape:
-      /^WITH expired AS \(DELETE FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND active_deduplication_id = \$2/,
     kind: 'router',
   },
 ];
@@ -216,6 +195,27 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         kind: 'fast-path router',
       },
       {
+        what: 'partitioned claim: running per partition',
+        shape: /^SELECT partition_key, count\(\*\)::int AS n FROM \S+\.workflow_queue/,
+        kind: 'fast-path router',
+      },
+      {
+        what: 'partitioned claim: picks',
+        shape: /^SELECT workflow_id,\s+row_number\(\) OVER turns/,
+        kind: 'fast-path router',
+      },
+      {
+        what: 'partitioned claim: picks locked',
+        shape:
+          /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND workflow_id = ANY.*FOR UPDATE SKIP LOCKED$/s,
+        kind: 'fast-path router',
+      },
+      {
+        what: 'rate-limited claim: starts recorded',
+        shape: /^INSERT INTO \S+\.queue_starts \(queue_name, started_at, partition_key\)\s+VALUES/,
+        kind: 'router insert',
+      },
+      {
         what: 'rate-limited claim: starts pruned',
         shape: /^DELETE FROM \S+\.queue_starts WHERE queue_name = \$1/,
         kind: 'fast-path router',
@@ -265,6 +265,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         what: "a follow-up's started holder locked",
         shape:
           /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$\d+::text AND active_deduplication_id = .*FOR SHARE$/s,
+        kind: 'fast-path router',
+      },
+      {
+        what: "a duplicate policy's look-up of the key's holder",
+        shape: /^SELECT workflow_id, status, attempts, coalesce\(inputs::jsonb = \$3::jsonb, true\) AS same_args,/,
         kind: 'fast-path router',
       },
       { what: 'wake-ups', shape: /^SELECT pg_notify\(/, kind: 'coordinator' },

@@ -3,7 +3,8 @@
  * alternative forms of a hot statement group, on a cluster of its own (test/support/citus-cluster.ts), each run in
  * `BEGIN … ROLLBACK` so that the data stays as it was (but for the checkpoint's forms as sent: autocommit, or a
  * transaction of its own, each inserting a new checkpoint); the forms interleaved in blocks,
- * medians of the blocks (FORM_ROUNDS, default 6, of FORM_ITERATIONS, default 400).
+ * medians of the blocks (FORM_ROUNDS, default 6, of FORM_ITERATIONS, default 400); FORMS (a regular expression)
+ * runs only the forms whose names match it.
  * Needs `npm run build`, the Debian postgresql-15 package and Citus.
  */
 import 'reflect-metadata';
@@ -15,10 +16,16 @@ import { RecordingTasks } from '../../test/fixtures/recording-tasks';
 import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
 import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-insert.statements';
 import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
+import { WorkflowClaimer } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer';
+import type { QueueDatabase } from '../../packages/nest-dedup-queue/src/database/connection/queue-database';
 
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
 const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
 const BATCH = 8;
+const ONLY = new RegExp(process.env.FORMS ?? '');
+/** The partitioned queue's backlog (due rows) and its partitions, for its claim's forms. */
+const PARTITIONED_BACKLOG = Number(process.env.FORM_BACKLOG ?? 200);
+const PARTITIONS = 20;
 /** The forms that run as they are sent (autocommit, or a transaction of their own), not in `BEGIN … ROLLBACK`. */
 const OWN_TRANSACTION = /autocommit|of its own/;
 
@@ -54,13 +61,16 @@ async function main(): Promise<void> {
         connection: { url: cluster.url },
         distribution: 'citus',
         schema: 'forms',
-        queues: [{ name: 'work' }],
+        queues: [{ name: 'work' }, { name: 'parts', partitionConcurrency: 1 }],
         worker: false,
       },
       [RecordingTasks],
     );
     const { nothing } = app.get(RecordingTasks);
     for (let i = 0; i < BATCH; i++) await app.queues.enqueue('work', nothing, []);
+    for (let i = 0; i < PARTITIONED_BACKLOG; i++) {
+      await app.queues.enqueue('parts', nothing, [], { partitionKey: `p${i % PARTITIONS}` });
+    }
     await app.close();
     const client = new Client({ connectionString: cluster.url });
     client.on('error', () => undefined);
@@ -68,6 +78,7 @@ async function main(): Promise<void> {
     await client.query(
       `UPDATE forms.workflow_queue SET status = 'PENDING', executor_id = 'x' WHERE queue_name = 'work'`,
     );
+    await client.query(`UPDATE forms.workflow_queue SET started_at = now() WHERE queue_name = 'work'`);
     const ids = (
       await client.query<{ workflow_id: string }>(
         `SELECT workflow_id FROM forms.workflow_queue WHERE queue_name = 'work'`,
@@ -136,7 +147,90 @@ async function main(): Promise<void> {
       parentWorkflowId: null,
       forkedFrom: null,
     });
-    const forms: Record<string, () => Promise<unknown>> = {
+    const startsReturning = `RETURNING started_at`;
+    const holderParams = ['work', 'held', null];
+    const claimer = new WorkflowClaimer({ schemaSql: 'forms', citus: true } as QueueDatabase);
+    const partitionedClaim = claimer['claimSql'](true).replace(
+      /WITH RECURSIVE partitions AS \([\s\S]*?FROM partitions AS p WHERE p\.partition_key IS NOT NULL\s*\),/,
+      `WITH partitions AS (SELECT DISTINCT partition_key FROM forms.workflow_queue
+         WHERE queue_name = $1 AND status = 'ENQUEUED' AND partition_key IS NOT NULL),`,
+    );
+    const claimKeys = ['1:RecordingTasks.nothing'];
+    const CLAIMED = 4;
+    const allForms: Record<string, () => Promise<unknown>> = {
+      'nothing (the BEGIN … ROLLBACK around each form)': () => Promise.resolve(),
+      "a partitioned queue's claim (4 of 20 partitions, concurrency 1 each): one router statement (WITH partitions …)":
+        async () => {
+          const { rows } = await client.query(partitionedClaim, ['parts', 'x', claimKeys, CLAIMED, 1, null, 0]);
+          if (rows.length !== CLAIMED) throw new Error(`claimed ${rows.length}`);
+        },
+      "a partitioned queue's claim (4 of 20 partitions, concurrency 1 each): running per partition, picks, lock, update (fast path)":
+        async () => {
+          const running = await client.query<{ partition_key: string; n: number }>(
+            claimer['runningPerPartitionOnCitusSql'],
+            ['parts'],
+          );
+          const full = running.rows.filter((row) => row.n >= 1).map((row) => row.partition_key);
+          const picks = await client.query<{ workflow_id: string; admissible: boolean }>(
+            claimer['partitionPicksOnCitusSql'],
+            ['parts', claimKeys, CLAIMED, [], [], 1, full],
+          );
+          const ids = picks.rows.filter((pick) => pick.admissible).map((pick) => pick.workflow_id);
+          const locked = await client.query<{ workflow_id: string }>(claimer['lockPicksOnCitusSql'], ['parts', ids]);
+          const { rows } = await client.query(claimer['updateOnCitusSql'], [
+            'parts',
+            'x',
+            locked.rows.map((row) => row.workflow_id),
+          ]);
+          if (rows.length !== CLAIMED) throw new Error(`claimed ${rows.length}`);
+        },
+      "a duplicate policy's holder look-up: WITH expired AS (DELETE …) SELECT": async () => {
+        await client.query(
+          `WITH expired AS (DELETE FROM forms.workflow_queue
+             WHERE queue_name = $1 AND active_deduplication_id = $2 AND dedup_expires_at <= now() RETURNING workflow_id)
+           SELECT workflow_id, status, attempts, coalesce(inputs::jsonb = $3::jsonb, true) AS same_args FROM forms.workflow_queue
+           WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id NOT IN (SELECT workflow_id FROM expired)
+             AND (dedup_expires_at IS NULL OR dedup_expires_at > now())`,
+          holderParams,
+        );
+      },
+      "a duplicate policy's holder look-up: SELECT with the window's end (fast path)": async () => {
+        await client.query(
+          `SELECT workflow_id, status, attempts, coalesce(inputs::jsonb = $3::jsonb, true) AS same_args,
+                  NOT (dedup_expires_at IS NULL OR dedup_expires_at > now()) AS expired
+           FROM forms.workflow_queue WHERE queue_name = $1 AND active_deduplication_id = $2`,
+          holderParams,
+        );
+      },
+      "a rate-limited claim's starts (8): INSERT … SELECT from the claimed rows": async () => {
+        await client.query(
+          `INSERT INTO forms.queue_starts (queue_name, started_at, partition_key)
+           SELECT queue_name, started_at, partition_key FROM forms.workflow_queue
+           WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) ${startsReturning}`,
+          ['work', ids],
+        );
+      },
+      "a rate-limited claim's starts (8): INSERT … VALUES (now())": async () => {
+        await client.query(
+          `INSERT INTO forms.queue_starts (queue_name, started_at, partition_key)
+           VALUES ${ids.map((_, i) => `($1, now(), $${i + 2})`).join(', ')} ${startsReturning}`,
+          ['work', ...ids.map(() => null)],
+        );
+      },
+      "a rate-limited claim's starts (1): INSERT … SELECT from the claimed row": async () => {
+        await client.query(
+          `INSERT INTO forms.queue_starts (queue_name, started_at, partition_key)
+           SELECT queue_name, started_at, partition_key FROM forms.workflow_queue
+           WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) ${startsReturning}`,
+          ['work', ids.slice(0, 1)],
+        );
+      },
+      "a rate-limited claim's starts (1): INSERT … VALUES (now())": async () => {
+        await client.query(
+          `INSERT INTO forms.queue_starts (queue_name, started_at, partition_key) VALUES ($1, now(), $2) ${startsReturning}`,
+          ['work', null],
+        );
+      },
       "a queue-next follow-up's insert: one statement (CTE holder, INSERT … SELECT)": async () => {
         const { sql, params } = followUpStatements.followUp;
         await client.query(sql, params.values(followUp()));
@@ -206,6 +300,7 @@ async function main(): Promise<void> {
         );
       },
     };
+    const forms = Object.fromEntries(Object.entries(allForms).filter(([name]) => ONLY.test(name)));
     const results = new Map<string, number[]>(Object.keys(forms).map((name) => [name, []]));
     for (let round = 0; round < ROUNDS; round++) {
       for (const [name, form] of Object.entries(forms)) {

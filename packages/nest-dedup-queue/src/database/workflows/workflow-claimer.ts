@@ -80,6 +80,8 @@ interface ClaimedRow {
   deadline_ms: number | null;
   trace_context: string | null;
   wait_seconds: number | null;
+  /** On Citus only: its partition key, for the record of its start (`recordStartsOnCitusSql`). */
+  partition_key?: string | null;
 }
 
 const LOCK_TIMEOUT = '5s';
@@ -119,6 +121,15 @@ export class WorkflowClaimer {
    */
   private readonly candidatesOnCitusSql: string;
   private readonly updateOnCitusSql: string;
+  /**
+   * On Citus, a partitioned queue's claim as statements on Citus's fast path (see `claimPartitionsOnCitus`): the
+   * running workflows per partition of queue $1; the starts per partition since $2 (`queue_starts`); the picks;
+   * the picks locked.
+   */
+  private readonly runningPerPartitionOnCitusSql: string;
+  private readonly startsPerPartitionOnCitusSql: string;
+  private readonly partitionPicksOnCitusSql: string;
+  private readonly lockPicksOnCitusSql: string;
   /** The starts of the claimed workflows $2 of queue $1 into `queue_starts`, returning their start times. */
   private readonly recordStartsSql: string;
   /** The starts of queue $1 before $2, which no window counts. */
@@ -135,6 +146,22 @@ export class WorkflowClaimer {
        LIMIT $3
        FOR UPDATE SKIP LOCKED`;
     this.updateOnCitusSql = this.updateSql('', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
+    this.runningPerPartitionOnCitusSql = `SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
+       WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key`;
+    this.startsPerPartitionOnCitusSql = `SELECT partition_key, count(*)::int AS n FROM ${this.tables.starts}
+       WHERE queue_name = $1 AND partition_key IS NOT NULL AND started_at > $2::timestamptz GROUP BY partition_key`;
+    this.partitionPicksOnCitusSql = `SELECT workflow_id,
+         row_number() OVER turns <= CASE WHEN partition_key IS NULL THEN $3::int
+           ELSE coalesce(($5::int[])[array_position($4::text[], partition_key)], $6::int) END AS admissible
+       FROM ${this.workflows}
+       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
+         AND (partition_key IS NULL OR partition_key <> ALL($7::text[]))
+       WINDOW turns AS (PARTITION BY partition_key ORDER BY priority, seq)
+       ORDER BY 2 DESC, row_number() OVER turns, priority, seq
+       LIMIT $3`;
+    this.lockPicksOnCitusSql = `SELECT workflow_id FROM ${this.workflows}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND ${READY_SQL}
+       FOR UPDATE SKIP LOCKED`;
     this.recordStartsSql = `INSERT INTO ${this.tables.starts} (queue_name, started_at, partition_key)
        SELECT queue_name, started_at, partition_key FROM ${this.workflows}
        WHERE queue_name = $1 AND workflow_id = ANY($2::text[])
@@ -205,7 +232,7 @@ export class WorkflowClaimer {
       request.executorId,
     ]);
     if (alive.length === 0) return [];
-    if (partitioned) return query<ClaimedRow>(this.claimSql(true), this.params(request, limit));
+    if (partitioned) return this.claimPartitionsOnCitus(query, request, limit);
     if (!hasGlobalLimits(request.queue)) {
       const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1`, [
         request.queue.name,
@@ -222,6 +249,58 @@ export class WorkflowClaimer {
       request.queue.name,
       request.executorId,
       candidates.map((row) => row.workflow_id),
+    ]);
+  }
+
+  /**
+   * On Citus, a partitioned queue's claim (the caller holds the queue's row lock, which every claim of the queue takes
+   * first, and the lease row) as statements on Citus's fast path, in place of `claimSql(true)`, whose CTEs and
+   * `LATERAL` go through the full planner: each partition's room (its per-partition concurrency less its running
+   * workflows, its per-partition rate limit less its starts in the window, counted up to the coordinator's `now()`,
+   * as `countsOnCitus` does), each count only when its limit is set; the picks, read without a lock: the due rows
+   * numbered per partition by priority and age (their turn), the first `limit` of those within their partition's room
+   * by turn, priority and age (rows without a partition key have a room of `limit`); then those locked
+   * `FOR UPDATE SKIP LOCKED` (the lock rechecks that each is still due) and claimed as a queue without partitions is.
+   */
+  private async claimPartitionsOnCitus(
+    query: TransactionQuery,
+    request: ClaimRequest,
+    limit: number,
+  ): Promise<ClaimedRow[]> {
+    const { queue } = request;
+    const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
+    const anyRoom = Math.min(limit, queue.partitionConcurrency ?? limit, perPartitionRate?.limit ?? limit);
+    const rooms = new Map<string, number>();
+    const lower = (counts: Array<{ partition_key: string; n: number }>, bound: number) => {
+      for (const { partition_key: key, n } of counts) rooms.set(key, Math.min(rooms.get(key) ?? anyRoom, bound - n));
+    };
+    if (queue.partitionConcurrency !== undefined) {
+      lower(await query(this.runningPerPartitionOnCitusSql, [queue.name]), queue.partitionConcurrency);
+    }
+    if (perPartitionRate && perPartitionRate.periodMs > 0) {
+      const [{ now }] = await query<{ now: Date }>('SELECT now() AS now');
+      const since = new Date(now.getTime() - perPartitionRate.periodMs);
+      lower(await query(this.startsPerPartitionOnCitusSql, [queue.name, since]), perPartitionRate.limit);
+    }
+    const open = [...rooms].filter(([, room]) => room > 0);
+    const full = [...rooms].filter(([, room]) => room <= 0).map(([key]) => key);
+    const picks = await query<{ workflow_id: string; admissible: boolean }>(this.partitionPicksOnCitusSql, [
+      queue.name,
+      request.claimKeys,
+      limit,
+      open.map(([key]) => key),
+      open.map(([, room]) => room),
+      Math.max(0, anyRoom),
+      full,
+    ]);
+    const ids = picks.filter((pick) => pick.admissible).map((pick) => pick.workflow_id);
+    if (ids.length === 0) return [];
+    const locked = await query<{ workflow_id: string }>(this.lockPicksOnCitusSql, [queue.name, ids]);
+    if (locked.length === 0) return [];
+    return query<ClaimedRow>(this.updateOnCitusSql, [
+      queue.name,
+      request.executorId,
+      locked.map((row) => row.workflow_id),
     ]);
   }
 
@@ -302,18 +381,35 @@ export class WorkflowClaimer {
   /**
    * Records the starts of a claim in a rate-limited queue in `queue_starts`, in the claim's transaction (under the
    * queue's lock), and deletes the queue's starts that no window can count any more: older than the first of these
-   * starts by more than the period (the later claims' windows end after it). Both are router statements on Citus.
+   * starts by more than the period (the later claims' windows end after it). On Citus a router insert from the
+   * claimed rows' partition keys (`recordStartsOnCitusSql`) and a fast-path `DELETE`.
    */
   private async recordStarts(query: TransactionQuery, request: ClaimRequest, rows: ClaimedRow[]): Promise<void> {
-    const starts = await query<{ started_at: Date }>(this.recordStartsSql, [
-      request.queue.name,
-      rows.map((row) => row.workflow_id),
-    ]);
+    const starts = this.database.citus
+      ? await query<{ started_at: Date }>(this.recordStartsOnCitusSql(rows.length), [
+          request.queue.name,
+          ...rows.map((row) => row.partition_key ?? null),
+        ])
+      : await query<{ started_at: Date }>(this.recordStartsSql, [
+          request.queue.name,
+          rows.map((row) => row.workflow_id),
+        ]);
     const first = Math.min(...starts.map((start) => start.started_at.getTime()));
     await query(this.pruneStartsSql, [
       request.queue.name,
       new Date(first - (request.queue.rateLimit?.periodMs ?? 0) - 1),
     ]);
+  }
+
+  /**
+   * On Citus, `count` starts of queue $1 into `queue_starts` as a router insert (`INSERT … VALUES`), the partition
+   * keys $2…, stamped with the transaction's `now()`, which the coordinator evaluates, as it did for the claim's
+   * `started_at` in the same transaction; returning their start times.
+   */
+  private recordStartsOnCitusSql(count: number): string {
+    return `INSERT INTO ${this.tables.starts} (queue_name, started_at, partition_key)
+       VALUES ${Array.from({ length: count }, (_, i) => `($1, now(), $${i + 2})`).join(', ')}
+       RETURNING started_at`;
   }
 
   private params(request: ClaimRequest, limit: number): unknown[] {
@@ -343,13 +439,8 @@ export class WorkflowClaimer {
   private claimParts(partitioned: boolean, withoutFlush = false): { candidates: string; update: string } {
     const citus = this.database.citus;
     const due = `${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($3::text[])`;
-    // NOTE: Citus plans no recursive CTE over a queue's rows: there the partitions are read by DISTINCT (no skip scan).
-    const partitions = citus
-      ? `WITH partitions AS (
-           SELECT DISTINCT partition_key FROM ${this.workflows}
-           WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
-         ),`
-      : `WITH RECURSIVE partitions AS (
+    // On Citus a partitioned queue is claimed by `claimPartitionsOnCitus`.
+    const partitions = `WITH RECURSIVE partitions AS (
            (SELECT partition_key FROM ${this.workflows}
             WHERE queue_name = $1 AND status = ${STATUS_SQL.ENQUEUED} AND partition_key IS NOT NULL
             ORDER BY partition_key LIMIT 1)
@@ -437,7 +528,7 @@ export class WorkflowClaimer {
                 (extract(epoch FROM w.deadline_at - timestamptz 'epoch') * 1000)::float8 AS deadline_ms, w.trace_context,
                 CASE WHEN w.attempts = w.failed_attempts + 1
                      THEN extract(epoch FROM w.started_at - greatest(w.created_at, w.not_before))::float8 END
-                  AS wait_seconds`;
+                  AS wait_seconds${citus ? ', w.partition_key' : ''}`;
   }
 }
 

@@ -420,6 +420,7 @@ export class WorkflowInserter {
     deduplicationId: string,
     inputsJson: string | undefined,
   ): Promise<Holder | undefined> {
+    if (this.database.citus) return this.findHolderOnCitus(query, queueName, deduplicationId, inputsJson);
     const rows = await query<{ workflow_id: string; status: WorkflowStatus; attempts: number; same_args: boolean }>(
       `WITH expired AS (${releaseExpiredKeySql(this.table)})
        SELECT workflow_id, status, attempts, coalesce(inputs::jsonb = $3::jsonb, true) AS same_args FROM ${this.table}
@@ -435,6 +436,42 @@ export class WorkflowInserter {
         sameArgs: rows[0].same_args,
       }
     );
+  }
+
+  /**
+   * On Citus, `findHolderWith` as statements that Citus plans on its fast path (the CTE `expired` of the one statement
+   * sends it through the full planner): the key's record read (the unique index allows one per key), with whether its
+   * deduplication window is over; only when it is, that record deleted by its ID, the DELETE rechecking the window,
+   * and no holder returned, as the one statement does.
+   */
+  private async findHolderOnCitus(
+    query: Query,
+    queueName: string,
+    deduplicationId: string,
+    inputsJson: string | undefined,
+  ): Promise<Holder | undefined> {
+    const [row] = await query<{
+      workflow_id: string;
+      status: WorkflowStatus;
+      attempts: number;
+      same_args: boolean;
+      expired: boolean;
+    }>(
+      `SELECT workflow_id, status, attempts, coalesce(inputs::jsonb = $3::jsonb, true) AS same_args,
+              NOT ${windowOpenSql()} AS expired
+       FROM ${this.table} WHERE queue_name = $1 AND active_deduplication_id = $2`,
+      [queueName, deduplicationId, inputsJson ?? null],
+    );
+    if (!row) return undefined;
+    if (row.expired) {
+      await query(
+        `DELETE FROM ${this.table}
+         WHERE queue_name = $1 AND active_deduplication_id = $2 AND workflow_id = $3 AND dedup_expires_at <= now()`,
+        [queueName, deduplicationId, row.workflow_id],
+      );
+      return undefined;
+    }
+    return { workflowId: row.workflow_id, status: row.status, started: row.attempts > 0, sameArgs: row.same_args };
   }
 
   /**

@@ -84,17 +84,6 @@ const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"'
   || coalesce('Workflow timed out after ' || w.timeout_ms::text || ' ms', 'Workflow timed out at its parent''s deadline')
   || '"}')::json`;
 
-/** On Citus, the outcomes of `recordOutcomes` as rows `o`: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays, $9 runs, $10 queues. */
-const OUTCOMES_SQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $9::int[], $10::text[])
-  AS o(workflow_id, status, output, error, retry_delay_ms, attempt, queue_name)`;
-
-/**
- * On Citus, the active row `w` an outcome `o` is for: still PENDING under this executor ($6), in the same run, of
- * the queue $11, so that the statement runs on its node.
- */
-const OUTCOME_ROW_SQL = `w.queue_name = o.queue_name AND w.workflow_id = o.workflow_id
-  AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6 AND w.attempts = o.attempt AND w.queue_name = $11`;
-
 /** The parameter arrays of the outcomes' fields. */
 const OUTCOME_ARRAYS = {
   status: '$2::text[]',
@@ -103,19 +92,14 @@ const OUTCOME_ARRAYS = {
   retry_delay_ms: '$5::float8[]',
 } as const;
 
-/** The parameter that holds the outcomes' runs (`runOf`): $9 on one server; on Citus, $12 (see `outcomeParams`). */
-function runsParam(citus: boolean): string {
-  return citus ? '$12' : '$9';
-}
-
 /**
  * A field of the outcome of the active row `w`: its element in the parameter array, found by the row's run
- * (`<attempts>:<workflow ID>`, see `runsParam`; none: NULL, another run's row). No join of the outcomes: a join
+ * (`<attempts>:<workflow ID>`, in $9; none: NULL, another run's row). No join of the outcomes: a join
  * planned once for every batch size drove a nested loop over the executor's running rows that scanned every outcome
  * for each (a millisecond per batch of 64); on Citus, no `unnest` keeps the statement on the fast path.
  */
-function outcomeFieldSql(citus: boolean, field: keyof typeof OUTCOME_ARRAYS): string {
-  return `(${OUTCOME_ARRAYS[field]})[array_position(${runsParam(citus)}::text[], ${RUN_OF_ROW_SQL})]`;
+function outcomeFieldSql(field: keyof typeof OUTCOME_ARRAYS): string {
+  return `(${OUTCOME_ARRAYS[field]})[array_position($9::text[], ${RUN_OF_ROW_SQL})]`;
 }
 
 /**
@@ -263,7 +247,7 @@ export class WorkflowStore {
               ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
        FROM finished
        ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
-      this.outcomeParams(executorId, outcomes, wakeQueues, false).concat(claim?.params ?? []),
+      this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
       { prepared: true, idempotent: !claim },
     );
@@ -294,7 +278,7 @@ export class WorkflowStore {
     for (const o of outcomes) byQueue.set(o.queueName, [...(byQueue.get(o.queueName) ?? []), o]);
     const result: OutcomesRecorded = { recorded: [], claimedJson: [], sentMessages: [] };
     for (const [queue, batch] of byQueue) {
-      const params = [...this.outcomeParams(executorId, batch, wakeQueues, true), queue, batch.map(runOf)];
+      const params = [...this.outcomeParams(executorId, batch, wakeQueues), queue];
       const attached = queue === outcomes[0].queueName ? claim : undefined;
       await this.database.transaction(async (query) => {
         const retried = batch.some((o) => o.status === 'RETRY')
@@ -323,15 +307,10 @@ export class WorkflowStore {
 
   /**
    * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
-   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 on one server the runs as `<attempt>:<workflow ID>`
-   * (`runOf`), on Citus the attempts, $10 queues (on Citus, $11: the queue, and $12: the runs).
+   * $6 executor, $7 wake-up channel, $8 queues to wake, $9 the runs as `<attempt>:<workflow ID>` (`runOf`),
+   * $10 queues (on Citus, $11: the queue).
    */
-  private outcomeParams(
-    executorId: string,
-    outcomes: WorkflowOutcome[],
-    wakeQueues: string[],
-    citus: boolean,
-  ): unknown[] {
+  private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
     return [
       arrayParameter(outcomes, (o) => o.workflowId),
       arrayParameter(outcomes, (o) => o.status),
@@ -341,14 +320,14 @@ export class WorkflowStore {
       executorId,
       this.database.wakeUpChannel,
       wakeQueues,
-      citus ? arrayParameter(outcomes, (o) => o.attempt) : arrayParameter(outcomes, runOf),
+      arrayParameter(outcomes, runOf),
       arrayParameter(outcomes, (o) => o.queueName),
     ];
   }
 
   /** The RETRY outcomes: their rows go back to ENQUEUED until their retry delay is over, keeping their key. */
   private retriedSql(citus: boolean): string {
-    const o = (field: keyof typeof OUTCOME_ARRAYS) => outcomeFieldSql(citus, field);
+    const o = (field: keyof typeof OUTCOME_ARRAYS) => outcomeFieldSql(field);
     return `
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now(),
@@ -360,7 +339,7 @@ export class WorkflowStore {
 
   /** The WHERE of an UPDATE of the rows whose outcome is `status`, and its RETURNING (see `outcomeFieldSql`). */
   private outcomeRowsSql(citus: boolean, status: 'RETRY' | 'PARKED'): string {
-    const outcome = outcomeFieldSql(citus, 'status');
+    const outcome = outcomeFieldSql('status');
     return `WHERE ${outcome} = '${status}' AND ${outcomeRowsByIdSql(citus)}
          RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`;
   }
@@ -373,23 +352,21 @@ export class WorkflowStore {
     return `
          UPDATE ${this.table} AS w
          SET status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}, executor_id = NULL, updated_at = now(),
-             completed_at = now(), error = ${outcomeFieldSql(citus, 'error')}::json
+             completed_at = now(), error = ${outcomeFieldSql('error')}::json
          ${this.outcomeRowsSql(citus, 'PARKED')}
        `;
   }
 
-  /** The other outcomes: their workflows end (see `endWorkflowsSql`); on Citus, the rows `o` of `OUTCOMES_SQL`. */
+  /** The other outcomes: their workflows end (see `endWorkflowsSql`; on Citus, `endOutcomesOnCitus`). */
   private outcomesEndSpec(citus: boolean): EndSpec {
     const queueParam = citus ? '$11' : undefined;
-    const field = (name: keyof typeof OUTCOME_ARRAYS) => (citus ? `o.${name}` : outcomeFieldSql(false, name));
     return {
       tables: this.tables,
-      using: citus ? OUTCOMES_SQL : undefined,
-      where: `${field('status')} NOT IN ('RETRY', 'PARKED') AND ${citus ? OUTCOME_ROW_SQL : outcomeRowsByIdSql(false)}`,
-      status: field('status'),
-      output: `${field('output')}::json`,
-      error: `${field('error')}::json`,
-      keepsKeyWhen: keepsKeyInWindowSql(this.table, field('status'), queueParam),
+      where: `${outcomeFieldSql('status')} NOT IN ('RETRY', 'PARKED') AND ${outcomeRowsByIdSql(citus)}`,
+      status: outcomeFieldSql('status'),
+      output: `${outcomeFieldSql('output')}::json`,
+      error: `${outcomeFieldSql('error')}::json`,
+      keepsKeyWhen: keepsKeyInWindowSql(this.table, outcomeFieldSql('status'), queueParam),
       overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
       channelParam: '$7',
       citus,
@@ -741,6 +718,7 @@ export class WorkflowStore {
     queueName: string,
     runs: { workflowId: string; attempt: number }[],
   ): Promise<void> {
+    if (this.database.citus) return this.giveBackOnCitus(executorId, queueName, runs);
     await this.database.query(
       `WITH returned AS (
          UPDATE ${this.table} AS w
@@ -760,5 +738,27 @@ export class WorkflowStore {
       ],
       { idempotent: true },
     );
+  }
+
+  /**
+   * On Citus, `giveBack` as an UPDATE that Citus plans on its fast path (each row found by its run in the parameter
+   * arrays, no join with `unnest`), then the queue's wake-up from the coordinator (a `pg_notify` in the UPDATE's
+   * statement would run on the queue's node, where no one listens), only when a row was given back.
+   */
+  private async giveBackOnCitus(
+    executorId: string,
+    queueName: string,
+    runs: { workflowId: string; attempt: number }[],
+  ): Promise<void> {
+    const returned = await this.database.query(
+      `UPDATE ${this.table} AS w
+       SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, attempts = w.attempts - 1, updated_at = now()
+       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
+         AND w.executor_id = $3 AND ${RUN_OF_ROW_SQL} = ANY($4::text[])
+       RETURNING w.workflow_id`,
+      [queueName, runs.map((run) => run.workflowId), executorId, runs.map(runOf)],
+      { idempotent: true },
+    );
+    await sendWakeUpsLeftToCaller(this.database, returned.length > 0 ? [queueName] : []);
   }
 }
