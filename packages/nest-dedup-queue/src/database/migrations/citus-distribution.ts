@@ -147,6 +147,7 @@ async function distributeCheckpointFunction(query: Query, schemaSql: string): Pr
   );
   if (distributed.length > 0) return false;
   await query(createCheckpointFunctionSql(schemaSql));
+  await query(`REVOKE ALL ON FUNCTION ${signature} FROM PUBLIC`);
   await query(`SELECT create_distributed_function($1, $2, colocate_with => $3)`, [
     signature,
     CHECKPOINT_DISTRIBUTION_ARGUMENT,

@@ -1,5 +1,6 @@
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { STEP_COLUMNS } from './step-columns';
+import { PINNED_SEARCH_PATH } from '../migrations/019-enqueue-from-sql-secured.migration';
 
 /** The name of the checkpoint function in the schema (`"dedup_queue".record_checkpoint`). */
 export function checkpointFunctionName(schemaSql: string): string {
@@ -18,13 +19,15 @@ export const CHECKPOINT_DISTRIBUTION_ARGUMENT = 'p_queue_name';
  * `run`, and then inserts the checkpoint (`ON CONFLICT DO NOTHING`: one recorded already at this index counts), with
  * the row's creation time; false if the row is not owned. Distributed by its queue and co-located with the tables
  * (`create_distributed_function`), Citus sends the whole call to the queue's node, where it runs in one transaction:
- * the coordinator plans and forwards one statement instead of a transaction of two (see docs/citus.md).
+ * the coordinator plans and forwards one statement instead of a transaction of two (see docs/citus.md). Only the
+ * module's role (its owner) may call it (`REVOKE … FROM PUBLIC`, as for the schema's other functions), with the
+ * pinned `search_path` of those.
  */
 export function createCheckpointFunctionSql(schemaSql: string): string {
   return `CREATE OR REPLACE FUNCTION ${checkpointFunctionName(schemaSql)}(
       ${CHECKPOINT_DISTRIBUTION_ARGUMENT} text, p_workflow_id text, p_executor_id text, p_attempt integer,
       p_step_index integer, p_step_name text, p_output json, p_error json, p_duration_ms double precision)
-    RETURNS boolean LANGUAGE plpgsql AS $checkpoint$
+    RETURNS boolean LANGUAGE plpgsql ${PINNED_SEARCH_PATH} AS $checkpoint$
     DECLARE
       created timestamptz;
     BEGIN
