@@ -18,9 +18,9 @@
  * Needs `npm run build`, the Debian postgresql-15 package and Citus. About a minute.
  */
 import 'reflect-metadata';
-import { readFileSync, readdirSync } from 'node:fs';
 import { Client } from 'pg';
 import { startCitusCluster } from '../../test/support/citus-cluster';
+import { postmasterCpuTicks, postmasterPid } from './server-processes';
 import { startQueueApp } from '../../test/support/queue-app';
 import { RecordingTasks } from '../../test/fixtures/recording-tasks';
 import { Injectable } from '@nestjs/common';
@@ -45,25 +45,6 @@ const STEP_JOBS = 1000;
 const WINDOW_JOBS = 2000;
 const LIMITED_JOBS = 2000;
 
-/** CPU ticks of the postmaster `pid`'s processes: the live ones' and the reaped ones'. */
-function ticks(pid: number): number {
-  const fieldsOf = (id: string) => {
-    const stat = readFileSync(`/proc/${id}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  };
-  let total = 0;
-  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
-    try {
-      const fields = fieldsOf(entry);
-      if (Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const own = fieldsOf(String(pid));
-  return total + Number(own[13]) + Number(own[14]);
-}
-
 async function main(): Promise<void> {
   const cluster = await startCitusCluster();
   process.env.DATABASE_URL = cluster.url;
@@ -77,7 +58,7 @@ async function main(): Promise<void> {
       await coordinator.query('SELECT pg_reload_conf()');
     }
     const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
-    const postmaster = Number(readFileSync(`${dir}/postmaster.pid`, 'utf8').split('\n')[0]);
+    const postmaster = postmasterPid(dir);
     const options = { connection: { url: cluster.url }, distribution: 'citus' as const, schema: 'bench' };
     const queues = [
       { name: 'work', workerConcurrency: 8 },
@@ -87,12 +68,12 @@ async function main(): Promise<void> {
     ];
     const providers = [RecordingTasks, TwoSteps];
     const perUnit = async (units: number, work: () => Promise<unknown>) => {
-      const before = ticks(postmaster);
+      const before = postmasterCpuTicks(postmaster);
       await work();
-      return Math.round(((ticks(postmaster) - before) * 10_000) / units);
+      return Math.round(((postmasterCpuTicks(postmaster) - before) * 10_000) / units);
     };
 
-    /** Pauses `queue` by its flag in the table (on Citus, `pauseQueue()` is refused: an `ON CONFLICT DO UPDATE` with `now()`). */
+    /** Pauses `queue` by its flag in the table. */
     const pause = (queue: string) =>
       coordinator.query(`UPDATE bench.queues SET paused = true WHERE queue_name = $1`, [queue]);
 

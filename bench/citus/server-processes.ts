@@ -37,20 +37,24 @@ export function childPids(pid: number): number[] {
   return livePids().filter((child) => Number(statFields(child)?.[1]) === pid);
 }
 
-/** utime + stime of the postmaster of `dataDir`, its reaped children and its live ones, in seconds. */
-function postgresCpuSeconds(dataDir: string): number {
-  const postmaster = postmasterPid(dataDir);
+/** utime + stime, in clock ticks (10 ms), of the postmaster `pid`, its reaped children and its live ones. */
+export function postmasterCpuTicks(pid: number): number {
   let ticks = 0;
-  for (const pid of livePids()) {
-    const fields = statFields(pid);
+  for (const child of livePids()) {
+    const fields = statFields(child);
     if (!fields) continue;
-    if (pid === postmaster) {
+    if (child === pid) {
       ticks += Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
-    } else if (Number(fields[1]) === postmaster) {
+    } else if (Number(fields[1]) === pid) {
       ticks += Number(fields[11]) + Number(fields[12]);
     }
   }
-  return ticks / TICKS;
+  return ticks;
+}
+
+/** utime + stime of the postmaster of `dataDir`, its reaped children and its live ones, in seconds. */
+function postgresCpuSeconds(dataDir: string): number {
+  return postmasterCpuTicks(postmasterPid(dataDir)) / TICKS;
 }
 
 /** A meter of the servers on `dataDirs` read from /proc (clock ticks of 10 ms). */

@@ -8,9 +8,9 @@
  * Needs `npm run build`, the Debian postgresql-15 package and Citus.
  */
 import 'reflect-metadata';
-import { readFileSync, readdirSync } from 'node:fs';
 import { Client } from 'pg';
 import { startCitusCluster } from '../../test/support/citus-cluster';
+import { postmasterCpuTicks, postmasterPid } from './server-processes';
 import { startQueueApp } from '../../test/support/queue-app';
 import { RecordingTasks } from '../../test/fixtures/recording-tasks';
 import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
@@ -29,24 +29,6 @@ const PARTITIONS = 20;
 /** The forms that run as they are sent (autocommit, or a transaction of their own), not in `BEGIN … ROLLBACK`. */
 const OWN_TRANSACTION = /autocommit|of its own/;
 
-function ticks(pid: number): number {
-  const fieldsOf = (id: string) => {
-    const stat = readFileSync(`/proc/${id}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  };
-  let total = 0;
-  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
-    try {
-      const fields = fieldsOf(entry);
-      if (Number(fields[1]) === pid) total += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const own = fieldsOf(String(pid));
-  return total + Number(own[13]) + Number(own[14]);
-}
-
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 async function main(): Promise<void> {
@@ -55,7 +37,7 @@ async function main(): Promise<void> {
   try {
     const coordinator = cluster.coordinator;
     const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
-    const postmaster = Number(readFileSync(`${dir}/postmaster.pid`, 'utf8').split('\n')[0]);
+    const postmaster = postmasterPid(dir);
     const app = await startQueueApp(
       {
         connection: { url: cluster.url },
@@ -304,14 +286,14 @@ async function main(): Promise<void> {
     const results = new Map<string, number[]>(Object.keys(forms).map((name) => [name, []]));
     for (let round = 0; round < ROUNDS; round++) {
       for (const [name, form] of Object.entries(forms)) {
-        const before = ticks(postmaster);
+        const before = postmasterCpuTicks(postmaster);
         const wrapped = !OWN_TRANSACTION.test(name);
         for (let i = 0; i < PER_BLOCK; i++) {
           if (wrapped) await client.query('BEGIN');
           await form();
           if (wrapped) await client.query('ROLLBACK');
         }
-        results.get(name)?.push(Math.round(((ticks(postmaster) - before) * 10_000) / PER_BLOCK));
+        results.get(name)?.push(Math.round(((postmasterCpuTicks(postmaster) - before) * 10_000) / PER_BLOCK));
       }
     }
     for (const [name, values] of results) {
