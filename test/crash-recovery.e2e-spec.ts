@@ -651,7 +651,9 @@ describe('crash recovery', () => {
 
   it('on SIGTERM with a short grace leaves the running workflow PENDING, gives up the lease, and a peer finishes it once', async () => {
     const key = 'sigterm-grace';
-    const leaving = await startWorker('term-leaving', { SHUTDOWN_GRACE_MS: '300' });
+    // NOTE: the body stops at once on the shutdown's signal; the grace only bounds the wait for it (and for its
+    // 'interrupted' event's insert) on a loaded machine.
+    const leaving = await startWorker('term-leaving', { SHUTDOWN_GRACE_MS: '2000' });
     const handle = await app.queues.enqueue('durable', tasks.hold, [key], { deduplicationId: key });
     await leaving.message('started', { key });
     // The peer's own lease is 60 s: it can only recover the workflow this fast because the leaving worker deleted
@@ -666,6 +668,9 @@ describe('crash recovery', () => {
     expect(await executorIds()).toEqual(['term-peer']);
     // Not finished by the leaving worker: still PENDING under it, or already taken back by the peer.
     expect(['PENDING', 'ENQUEUED']).toContain((await rowOf(handle.workflowId)).status);
+    await waitFor(async () => (await eventsOf(handle.workflowId)).length >= 2, {
+      what: "the leaving worker's 'interrupted' event",
+    });
     expect(await eventsOf(handle.workflowId)).toEqual([
       { kind: 'started', executor_id: 'term-leaving', attempt: 1 },
       { kind: 'interrupted:shutdown', executor_id: 'term-leaving', attempt: 1 },
