@@ -671,7 +671,8 @@ describe('crash recovery', () => {
     await waitFor(async () => (await eventsOf(handle.workflowId)).length >= 2, {
       what: "the leaving worker's 'interrupted' event",
     });
-    expect(await eventsOf(handle.workflowId)).toEqual([
+    // The peer may have taken the workflow back already (its events come after these two).
+    expect((await eventsOf(handle.workflowId)).slice(0, 2)).toEqual([
       { kind: 'started', executor_id: 'term-leaving', attempt: 1 },
       { kind: 'interrupted:shutdown', executor_id: 'term-leaving', attempt: 1 },
     ]);
