@@ -16,6 +16,7 @@ import type { WorkflowFunction } from './interfaces/workflow-function.interface'
 import type { WorkflowStatus } from './interfaces/workflow-status.interface';
 import { characterLength } from './utils/character-length';
 import { WorkflowHandleFactory } from './workflow-handle.factory';
+import { logicalQueueName } from './queues/queue-shards';
 
 /** The longest workflow ID an enqueue takes (see `enqueue-options.validation`). */
 const MAX_WORKFLOW_ID_CHARACTERS = 255;
@@ -143,7 +144,7 @@ export class ChildWorkflows {
 
   /** A child in the parent's queue with the key the parent holds could never start while the parent runs. */
   private async refuseParentKey(parent: WorkflowContext, queueName: string, deduplicationId: unknown): Promise<void> {
-    if (queueName !== parent.queueName || typeof deduplicationId !== 'string') return;
+    if (queueName !== logicalQueueName(parent.queueName) || typeof deduplicationId !== 'string') return;
     if ((await this.store.heldKey(parent.queueName, parent.workflowId)) === deduplicationId) {
       throw new ChildKeyHeldByParentError(parent.workflowId, queueName, deduplicationId);
     }
