@@ -3,7 +3,8 @@
  * rows are stored under one name per shard (`<name>\u001f<shard>`), which land on different worker nodes; a workflow's
  * shard follows from its deduplication key (so one key is decided by one unique index) or its ID; the workers of two
  * instances drain every shard, each workflow once; lists, counts, pause and cancel by the queue's own name, and every
- * value reported back (status, errors, events, counts) names the queue, never a shard.
+ * value reported back (status, errors, events, counts) names the queue, never a shard. What is stored under the
+ * queue's own name (by `enqueue_workflow` in SQL, or before it declared shards) is drained as one more shard.
  */
 import { Injectable } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
@@ -14,6 +15,10 @@ import {
   QueueDeduplicatedError,
   QueueService,
   Workflow,
+  runStep,
+  setEvent,
+  sleep,
+  workflowContext,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
@@ -35,7 +40,20 @@ class CountedTasks {
     this.runs.set(key, (this.runs.get(key) ?? 0) + 1);
     return `done-${key}`;
   }
+
+  /** What a running workflow of the queue sees and records: its context, a step, an event, a sleep, a child. */
+  @Workflow()
+  async composite(key: string): Promise<{ queueName: string; step: string; child: string }> {
+    const step = await runStep('step', () => `step-${key}`);
+    await setEvent('progress', { key });
+    await sleep(50);
+    const child = await QueueOwner.queues.enqueue('hot', this.work, [`child-${key}`]);
+    return { queueName: workflowContext().queueName, step, child: (await child.getResult()) as string };
+  }
 }
+
+/** The module's `QueueService`, for the workflow bodies above. */
+const QueueOwner: { queues: QueueService } = { queues: undefined as unknown as QueueService };
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several shards', () => {
   const schema = uniqueSchema('citus_shards');
@@ -192,6 +210,35 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
     expect(cancelled.every((result) => result.outcome === 'cancelled')).toBe(true);
     await expect(delayed[0].getStatus()).resolves.toMatchObject({ queueName: 'hot', status: 'CANCELLED' });
   });
+
+  it('runs steps, events, sleeps and children of a workflow in a shard, its context naming the queue', async () => {
+    QueueOwner.queues = queuesOf(0);
+    const handles = await Promise.all(
+      Array.from({ length: 6 }, (_, n) => queuesOf(0).enqueue('hot', tasksOf(0).composite, [`c${n}`])),
+    );
+    const results = await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 60_000 })));
+    expect(results).toEqual(
+      Array.from({ length: 6 }, (_, n) => ({ queueName: 'hot', step: `step-c${n}`, child: `done-child-c${n}` })),
+    );
+    await expect(queuesOf(1).getEvent(handles[0].workflowId, 'progress')).resolves.toEqual({ key: 'c0' });
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${schema}".steps WHERE workflow_id = ANY($1::text[])`,
+      [handles.map((handle) => handle.workflowId)],
+    );
+    expect(rows[0].n).toBeGreaterThanOrEqual(6);
+  }, 120_000);
+
+  it('drains what enqueue_workflow (SQL) stores under the queue’s own name, with the shards', async () => {
+    const { rows } = await pool.query<{ workflow_id: string }>(
+      `SELECT * FROM "${schema}".enqueue_workflow(queue_name => 'hot', workflow_name => 'CountedTasks.work',
+         args => '["from-sql"]'::json, deduplication_id => 'sql-key')`,
+    );
+    const handle = await queuesOf(0).retrieve(rows[0].workflow_id);
+    await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('done-from-sql');
+    await expect(handle.getStatus()).resolves.toMatchObject({ queueName: 'hot', status: 'SUCCESS' });
+    const listed = await queuesOf(0).list({ queueName: 'hot', deduplicationId: 'sql-key' });
+    expect(listed.map((info) => info.workflowId)).toEqual([rows[0].workflow_id]);
+  }, 60_000);
 
   it.each<[string, { name: string; shards?: number; concurrency?: number }, RegExp]>([
     ['a global concurrency', { name: 'q', shards: 4, concurrency: 10 }, /cannot hold across the 4 shards of queue "q"/],

@@ -32,11 +32,15 @@ export function storedShards(config: DedupQueueConfig, queueName: string): numbe
   return config.distribution === 'citus' ? (config.queues.get(queueName)?.shards ?? 1) : 1;
 }
 
-/** Every name the rows of `queueName` are stored under. */
+/**
+ * Every name the rows of `queueName` may be stored under: its own, and with shards those of its shards. Its own name
+ * holds what was enqueued before it declared shards and what `enqueue_workflow` (SQL) enqueues, so its workers drain
+ * it as one more shard (see docs/citus.md, "A hot queue").
+ */
 export function storedQueueNames(config: DedupQueueConfig, queueName: string): string[] {
   const shards = storedShards(config, queueName);
   if (shards === 1) return [queueName];
-  return Array.from({ length: shards }, (_, shard) => shardQueueName(queueName, shard));
+  return [queueName, ...Array.from({ length: shards }, (_, shard) => shardQueueName(queueName, shard))];
 }
 
 /**
