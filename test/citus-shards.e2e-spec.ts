@@ -48,7 +48,7 @@ class CountedTasks {
     await setEvent('progress', { key });
     await sleep(50);
     const child = await QueueOwner.queues.enqueue('hot', this.work, [`child-${key}`]);
-    return { queueName: workflowContext().queueName, step, child: (await child.getResult()) };
+    return { queueName: workflowContext().queueName, step, child: await child.getResult() };
   }
 }
 
