@@ -25,6 +25,8 @@ import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
+/** How many full claims in a row a shard of a queue with shards gives before the next shard's turn. */
+const SHARD_TURN = 8;
 /** A queue's workflows are quick while their bodies take less than this, on average (see `QueueWorker`). */
 const QUICK_BODY_MS = 10;
 
@@ -110,8 +112,10 @@ export class QueueWorker {
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
-  /** The stored name the next claim takes from (each process starts at a shard of its own)... */
-  private nextShard: number;
+  /** The stored name claims take from (each process starts at a shard of its own)... */
+  private shard: number;
+  /** ...how many full claims it gave in a row (at `SHARD_TURN`, the next shard's turn)... */
+  private fullClaims = 0;
   /** ...and how many claims in a row came back short: every shard's, and the queue holds no more than they saw. */
   private shortClaims = 0;
   private readonly claimFailures = new FailureLog(this.logger);
@@ -129,7 +133,7 @@ export class QueueWorker {
       start: (workflow) => this.start(workflow),
     });
     this.abandoned = new AbandonedRuns(queueName, this.logger);
-    this.nextShard = Math.floor(Math.random() * deps.storedQueueNames.length);
+    this.shard = Math.floor(Math.random() * deps.storedQueueNames.length);
   }
 
   /**
@@ -287,7 +291,10 @@ export class QueueWorker {
         if (claimedJson) {
           const workflows = attached.read(claimedJson);
           this.take(workflows, claim.cancelled);
-          this.claimReturned(claim, this.mayHoldMore(workflows.length === limit));
+          const full = workflows.length === limit;
+          const more = this.mayHoldMore(full);
+          this.claimReturned(claim, more);
+          if (more && !full) this.claimAgain = true;
         } else if (error instanceof DatabaseUnavailableError) {
           this.deps.claimMayHaveBeenLost();
         }
@@ -333,18 +340,26 @@ export class QueueWorker {
     this.retryTimer.unref();
   }
 
-  /** A claim of the queue, from its next stored name in turn. */
+  /** A claim of the queue, from the stored name whose turn it is. */
   private claimRequest(queue: ResolvedQueue): Omit<ClaimRequest, 'limit'> {
-    const names = this.deps.storedQueueNames;
-    const storedQueueName = names[this.nextShard];
-    this.nextShard = (this.nextShard + 1) % names.length;
+    const storedQueueName = this.deps.storedQueueNames[this.shard];
     return { queue, storedQueueName, executorId: this.deps.executorId, claimKeys: this.deps.registry.claimKeys() };
   }
 
-  /** A claim came back `full`, or short: whether the queue may hold more (a shard not claimed since may). */
+  /**
+   * A claim came back `full`, or short: whether the queue may hold more (a shard not claimed since may). A shard keeps
+   * its turn while its claims come back full, up to `SHARD_TURN` of them (the workflows running at once, and so each
+   * outcome batch, mostly of one shard: one statement on one node), then the next shard's turn comes.
+   */
   private mayHoldMore(full: boolean): boolean {
+    const shards = this.deps.storedQueueNames.length;
     this.shortClaims = full ? 0 : this.shortClaims + 1;
-    return full || this.shortClaims < this.deps.storedQueueNames.length;
+    this.fullClaims = full ? this.fullClaims + 1 : 0;
+    if (!full || this.fullClaims >= SHARD_TURN) {
+      this.shard = (this.shard + 1) % shards;
+      this.fullClaims = 0;
+    }
+    return full || this.shortClaims < shards;
   }
 
   /**
