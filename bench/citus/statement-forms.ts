@@ -256,12 +256,15 @@ async function main(): Promise<void> {
         await client.query(followUpHolder.sql, followUpHolder.params.values(workflow));
         await client.query(followUpValues.sql, followUpValues.params.values(workflow));
       },
+      'hand-over (a follow-up waits): the holder ended alone (both forms start with it)': async () => {
+        await run(endHolder);
+      },
       'hand-over (a follow-up waits): the holder ended, probe, one router statement (WITH followed …), wake-up':
         async () => {
           await run(endHolder);
           if ((await run(followedProbe)).rows.length === 0) throw new Error('no follow-up waits');
-          const { rows } = await run(oneHandOverStatement);
-          if (rows[0].handed_over !== 1) throw new Error(`handed over ${rows[0].handed_over}`);
+          const [{ handed_over }] = (await run(oneHandOverStatement)).rows as Array<{ handed_over: number }>;
+          if (handed_over !== 1) throw new Error(`handed over ${handed_over}`);
           await client.query('SELECT pg_notify($1, $2)::text', ['wake', 'work']);
         },
       'hand-over (a follow-up waits): the holder ended, fast-path statements (handOverKeysOnCitus)': async () => {

@@ -7,7 +7,7 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
  * The statements of `handOverKeysOnCitus`, each over one table and keyed by one queue (`$1`), so that Citus plans it
  * on its fast path: each reads the keys `$2` (text[]).
  */
-export function handOverStatementsSql(active: string): {
+function handOverStatementsSql(active: string): {
   followed: string;
   holders: string;
   released: string;
