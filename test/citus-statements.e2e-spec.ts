@@ -278,6 +278,19 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     }
   });
 
+  it("locks a transactional step's owned row once in the step's transaction", () => {
+    const ownedRowLocks = hot.filter(({ text }) =>
+      /FROM \S+\.workflow_queue\s+WHERE queue_name = \$\d+ AND workflow_id = \$\d+ AND status = 'PENDING'.*FOR SHARE$/s.test(
+        text.trim(),
+      ),
+    );
+    const checkpointsInTransaction = hot.filter(({ text }) =>
+      /^INSERT INTO \S+\.steps \([^)]*\)\s+VALUES/.test(text.trim()),
+    );
+    expect(checkpointsInTransaction).toHaveLength(1);
+    expect(ownedRowLocks).toHaveLength(1);
+  });
+
   it("runs each statement of the SQL function enqueue_workflow on one node, none through the coordinator's rows", () => {
     expect(fromSql.filter((message) => /pull to coordinator|subplan|repartition/i.test(message))).toEqual([]);
     expect(fromSql.some((message) => /fast-path router query/i.test(message))).toBe(true);
