@@ -58,7 +58,7 @@ export class ScheduleStore {
          source = EXCLUDED.source, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
          workflow_name = EXCLUDED.workflow_name, queue_name = EXCLUDED.queue_name, args = EXCLUDED.args,
          catch_up = EXCLUDED.catch_up, catch_up_limit = EXCLUDED.catch_up_limit, overlap = EXCLUDED.overlap,
-         updated_at = now()
+         updated_at = EXCLUDED.updated_at
        WHERE s.source = EXCLUDED.source OR EXCLUDED.source = 'decorator'
        RETURNING name`,
       [
