@@ -112,13 +112,13 @@ export class ScheduleStore {
 
   /**
    * Pauses or resumes. Resuming moves the cursor to now, so the ticks that passed while paused are never made up.
-   * False when there is no such schedule.
+   * False when there is no such schedule. NOTE: a statement per case, not a CASE: Citus refuses `now()` in a CASE of an
+   * UPDATE (`schedules` is a Citus local table there).
    */
   async setPaused(name: string, paused: boolean): Promise<boolean> {
     const rows = await this.database.query(
       `UPDATE ${this.table}
-       SET paused = $2, updated_at = now(),
-           ticked_through = CASE WHEN $2 THEN ticked_through ELSE greatest(ticked_through, now()) END
+       SET paused = $2, updated_at = now()${paused ? '' : ', ticked_through = greatest(ticked_through, now())'}
        WHERE name = $1
        RETURNING name`,
       [name, paused],
