@@ -157,8 +157,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
     const lost = attempts.filter((attempt) => attempt.status === 'rejected');
     expect(won).toHaveLength(keys.length);
     expect(lost).toHaveLength(keys.length * (instances.length - 1));
-    for (const attempt of lost)
-      expect((attempt as PromiseRejectedResult).reason).toBeInstanceOf(QueueDeduplicatedError);
+    for (const attempt of lost) expect(attempt.reason).toBeInstanceOf(QueueDeduplicatedError);
     const { rows } = await coordinator.query(
       `SELECT deduplication_id, count(*)::int AS n FROM "${schema}".workflows GROUP BY 1 ORDER BY 1`,
     );
