@@ -52,16 +52,26 @@ export async function missingMigrations(
   migrations: readonly Migration[],
   logger: Pick<Logger, 'warn'> = new ModuleLogger('DedupQueueModule'),
 ): Promise<number[]> {
-  const rows = await database.query<{ version: number; breaking: boolean }>(appliedMigrationsSql(database.schemaSql), [], {
-    idempotent: true,
-  });
+  const rows = await database.query<{ version: number; breaking: boolean }>(
+    appliedMigrationsSql(database.schemaSql),
+    [],
+    {
+      idempotent: true,
+    },
+  );
   const known = new Set(migrations.map((migration) => migration.version));
   const newer = rows.filter((row) => !known.has(row.version));
   assertCompatible(newer, database.schema);
   const applied = new Set(rows.map((row) => row.version));
   const missing = migrations.filter((migration) => !applied.has(migration.version)).map((m) => m.version);
   if (missing.length === 0 && newer.length > 0) {
-    logger.warn(newerSchemaWarning(database.schema, newer.map((row) => row.version), migrations));
+    logger.warn(
+      newerSchemaWarning(
+        database.schema,
+        newer.map((row) => row.version),
+        migrations,
+      ),
+    );
   }
   return missing;
 }
