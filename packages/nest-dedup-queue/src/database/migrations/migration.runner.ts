@@ -117,7 +117,7 @@ async function applyNext(
     );
   }
   try {
-    await query(next.up(schema));
+    for (const command of [next.up(schema)].flat()) await query(command);
   } catch (error) {
     if (isConnectionFailure(error)) throw error;
     throw new DedupQueueConfigurationError(
