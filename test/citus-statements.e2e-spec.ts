@@ -66,18 +66,7 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
  * other statement of the hot set planned otherwise fails the audit; each listed one must be met in the run, with the
  * plan kind given.
  */
-const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: CitusPlanKind }> = [
-  {
-    what: 'the hand-over of freed keys when a follow-up waits (`WITH followed …`)',
-    why:
-      'sent only when a `queue-next` follow-up waits for a key freed by the batch (the fast-path probe says so); its ' +
-      'fast-path form would be four statements (the followed keys, their holders, the key records released, the ' +
-      'follow-ups updated), not measured',
-    shape:
-      /^WITH followed AS \(\s*SELECT DISTINCT fr\.queue_name, fr\.key FROM \(SELECT \$1::text AS queue_name, key FROM unnest/,
-    kind: 'router',
-  },
-];
+const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: CitusPlanKind }> = [];
 
 /**
  * Statements captured while the hot path runs that are not of the hot set: look-ups through a handle, the heartbeat's
@@ -237,8 +226,18 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         kind: 'fast-path router',
       },
       {
-        what: 'outcome: a freed key followed',
-        shape: /^SELECT 1 FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND next_deduplication_id = ANY/,
+        what: 'hand-over: the freed keys a follow-up waits for',
+        shape: /^SELECT DISTINCT next_deduplication_id AS key FROM \S+\.workflow_queue\s+WHERE queue_name = \$1::text/,
+        kind: 'fast-path router',
+      },
+      {
+        what: 'hand-over: their holders and key records',
+        shape: /^SELECT active_deduplication_id AS key, status IN \(/,
+        kind: 'fast-path router',
+      },
+      {
+        what: 'hand-over: the follow-ups take their keys',
+        shape: /^UPDATE \S+\.workflow_queue\s+SET active_deduplication_id = next_deduplication_id/,
         kind: 'fast-path router',
       },
       {
@@ -277,6 +276,19 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     for (const { what, shape, kind } of shapes) {
       expect({ what, kinds: new Set(kindOf(shape)) }).toEqual({ what, kinds: new Set([kind]) });
     }
+  });
+
+  it("locks a transactional step's owned row once in the step's transaction", () => {
+    const ownedRowLocks = hot.filter(({ text }) =>
+      /FROM \S+\.workflow_queue\s+WHERE queue_name = \$\d+ AND workflow_id = \$\d+ AND status = 'PENDING'.*FOR SHARE$/s.test(
+        text.trim(),
+      ),
+    );
+    const checkpointsInTransaction = hot.filter(({ text }) =>
+      /^INSERT INTO \S+\.steps \([^)]*\)\s+VALUES/.test(text.trim()),
+    );
+    expect(checkpointsInTransaction).toHaveLength(1);
+    expect(ownedRowLocks).toHaveLength(1);
   });
 
   it("runs each statement of the SQL function enqueue_workflow on one node, none through the coordinator's rows", () => {

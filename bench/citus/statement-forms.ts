@@ -18,6 +18,9 @@ import { insertStatements } from '../../packages/nest-dedup-queue/src/database/w
 import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
 import { WorkflowClaimer } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer';
 import type { QueueDatabase } from '../../packages/nest-dedup-queue/src/database/connection/queue-database';
+import { handOverKeysSql } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-finish.sql';
+import { handOverKeysOnCitus } from '../../packages/nest-dedup-queue/src/database/workflows/hand-over.citus';
+import { usedParameters } from '../../packages/nest-dedup-queue/src/database/connection/sql-parameters';
 
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
 const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
@@ -104,6 +107,36 @@ async function main(): Promise<void> {
       `UPDATE forms.workflow_queue SET active_deduplication_id = 'held', attempts = 1 WHERE workflow_id = $1`,
       [ids[1]],
     );
+    const handOverRow = (id: string, status: string, active: string | null, next: string | null) =>
+      client.query(
+        `INSERT INTO forms.workflow_queue (${columns}) SELECT ${WORKFLOW_COLUMNS.map((column) =>
+          column === 'workflow_id'
+            ? `$2::text`
+            : column === 'status'
+              ? `$3::text`
+              : column === 'active_deduplication_id'
+                ? `$4::text`
+                : column === 'next_deduplication_id'
+                  ? `$5::text`
+                  : column,
+        ).join(', ')} FROM forms.workflow_queue WHERE queue_name = 'work' AND workflow_id = $1`,
+        [ids[0], id, status, active, next],
+      );
+    await handOverRow('hand-over-holder', 'PENDING', 'handed', null);
+    await handOverRow('hand-over-follow-up', 'ENQUEUED', null, 'handed');
+    const handOverParams = ['work', ['hand-over-holder'], ['handed'], 'wake'];
+    const endHolder = 'DELETE FROM forms.workflow_queue WHERE queue_name = $1 AND workflow_id = ANY($2::text[])';
+    const followedProbe = `SELECT 1 FROM forms.workflow_queue
+       WHERE queue_name = $1 AND next_deduplication_id = ANY($3::text[]) AND status = 'ENQUEUED' LIMIT 1`;
+    const oneHandOverStatement = `WITH ${handOverKeysSql(
+      'forms.workflow_queue',
+      'SELECT $1::text AS queue_name, key FROM unnest($3::text[]) AS key',
+      '$4',
+      '$1',
+      true,
+    )} SELECT count(*)::int AS handed_over FROM handed_over`;
+    const run = (sql: string) => client.query(...usedParameters(sql, handOverParams));
+    const query = async <R>(sql: string, params?: unknown[]) => (await client.query(sql, params)).rows as R[];
     const followUpStatements = insertStatements(workflowTables('forms'), true);
     let nextFollowUp = 0;
     const followUp = (): NewWorkflow => ({
@@ -222,6 +255,22 @@ async function main(): Promise<void> {
         const workflow = followUp();
         await client.query(followUpHolder.sql, followUpHolder.params.values(workflow));
         await client.query(followUpValues.sql, followUpValues.params.values(workflow));
+      },
+      'hand-over (a follow-up waits): the holder ended alone (both forms start with it)': async () => {
+        await run(endHolder);
+      },
+      'hand-over (a follow-up waits): the holder ended, probe, one router statement (WITH followed …), wake-up':
+        async () => {
+          await run(endHolder);
+          if ((await run(followedProbe)).rows.length === 0) throw new Error('no follow-up waits');
+          const [{ handed_over }] = (await run(oneHandOverStatement)).rows as Array<{ handed_over: number }>;
+          if (handed_over !== 1) throw new Error(`handed over ${handed_over}`);
+          await client.query('SELECT pg_notify($1, $2)::text', ['wake', 'work']);
+        },
+      'hand-over (a follow-up waits): the holder ended, fast-path statements (handOverKeysOnCitus)': async () => {
+        await run(endHolder);
+        const handed = await handOverKeysOnCitus(query, 'forms.workflow_queue', 'work', ['handed'], 'wake');
+        if (handed !== 1) throw new Error(`handed over ${handed}`);
       },
       'outcome: lock, archive INSERT … SELECT, delete': async () => {
         await client.query(lock, ['work', ids, 'x']);

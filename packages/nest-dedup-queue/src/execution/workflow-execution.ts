@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { QueueDatabase } from '../database/connection/queue-database';
 import { isDeadlock } from '../database/connection/sql-errors';
-import type { RecordedStep, StepCheckpoint, StepStore } from '../database/steps/step.store';
+import type { OwnedRow, RecordedStep, StepCheckpoint, StepStore } from '../database/steps/step.store';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
 import { WorkflowInterruptedError } from '../errors/workflow-interrupted.error';
@@ -148,7 +148,7 @@ export class WorkflowExecution implements FramedExecution {
     }
   }
 
-  private lockIfOwned(manager: EntityManager): Promise<boolean> {
+  private lockIfOwned(manager: EntityManager): Promise<OwnedRow | undefined> {
     const { queueName, workflowId, attempt } = this.context;
     return this.steps.lockIfOwned(manager, queueName, workflowId, this.executorId, attempt);
   }
@@ -205,14 +205,10 @@ export class WorkflowExecution implements FramedExecution {
     startedAt: number,
   ): Promise<T> {
     return this.steps.transaction(async (manager) => {
-      if (!(await this.lockIfOwned(manager))) throw this.ownershipLost();
+      const owned = await this.lockIfOwned(manager);
+      if (!owned) throw this.ownershipLost();
       const result = await executionFrames.run({ execution: this, inStep: true, manager }, async () => fn(manager));
-      await this.steps.insert(
-        manager,
-        this.checkpoint(index, name, result, null, startedAt),
-        this.executorId,
-        this.context.attempt,
-      );
+      await this.steps.insert(manager, owned, this.checkpoint(index, name, result, null, startedAt));
       return result;
     });
   }

@@ -2,7 +2,8 @@ import { hostname } from 'node:os';
 import type { InterruptReason } from '../../errors/workflow-interrupted.error';
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
 import type { QueueDatabase } from '../connection/queue-database';
-import { END_WAKE_UPS_SQL, handOverCallSql, handOverKeysStatementSql } from '../workflows/workflow-finish.sql';
+import { END_WAKE_UPS_SQL, handOverCallSql } from '../workflows/workflow-finish.sql';
+import { handOverKeysOnCitus } from '../workflows/hand-over.citus';
 import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { nowPlusMsSql } from '../connection/time.sql';
@@ -271,13 +272,7 @@ export class ExecutorStore {
           const keys = recovered.flatMap((row) =>
             row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],
           );
-          if (keys.length > 0) {
-            await query(handOverKeysStatementSql(this.workflows, '$3::text[]', '$1', '$2'), [
-              this.database.wakeUpChannel,
-              queueName,
-              keys,
-            ]);
-          }
+          await handOverKeysOnCitus(query, this.workflows, queueName, keys, this.database.wakeUpChannel);
           return recovered;
         })
       : await this.database.query<Row>(sql, params);

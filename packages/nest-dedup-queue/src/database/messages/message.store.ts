@@ -170,9 +170,8 @@ export class MessageStore {
   ): Promise<string | null | undefined> {
     const startedAt = performance.now();
     return steps.transaction(async (manager) => {
-      if (!(await steps.lockIfOwned(manager, run.queueName, run.workflowId, run.executorId, run.attempt))) {
-        return undefined;
-      }
+      const owned = await steps.lockIfOwned(manager, run.queueName, run.workflowId, run.executorId, run.attempt);
+      if (!owned) return undefined;
       const [received] = await manager.query<[{ message: string }[], number]>(
         `UPDATE ${this.messages} SET received_at = now()
          WHERE queue_name = $1 AND workflow_id = $2 AND topic = $3 AND received_at IS NULL
@@ -183,20 +182,15 @@ export class MessageStore {
       );
       const message = received[0]?.message;
       if (message === undefined) return null;
-      await steps.insert(
-        manager,
-        {
-          workflowId: run.workflowId,
-          queueName: run.queueName,
-          index,
-          name: stepName,
-          outputJson: message,
-          error: null,
-          durationMs: performance.now() - startedAt,
-        },
-        run.executorId,
-        run.attempt,
-      );
+      await steps.insert(manager, owned, {
+        workflowId: run.workflowId,
+        queueName: run.queueName,
+        index,
+        name: stepName,
+        outputJson: message,
+        error: null,
+        durationMs: performance.now() - startedAt,
+      });
       return message;
     });
   }

@@ -1,4 +1,4 @@
-import { STATUS_SQL } from '../tables/workflow-status.sql';
+import { ownsRowSql } from './owned-row.sql';
 import { STEP_COLUMNS } from './step-columns';
 import { PINNED_SEARCH_PATH } from '../migrations/019-enqueue-from-sql-secured.migration';
 
@@ -32,8 +32,12 @@ export function createCheckpointFunctionSql(schemaSql: string): string {
       created timestamptz;
     BEGIN
       SELECT created_at INTO created FROM ${schemaSql}.workflow_queue
-        WHERE queue_name = ${CHECKPOINT_DISTRIBUTION_ARGUMENT} AND workflow_id = p_workflow_id
-          AND status = ${STATUS_SQL.PENDING} AND executor_id = p_executor_id AND attempts = p_attempt
+        WHERE ${ownsRowSql({
+          queue: CHECKPOINT_DISTRIBUTION_ARGUMENT,
+          workflow: 'p_workflow_id',
+          executor: 'p_executor_id',
+          attempt: 'p_attempt',
+        })}
         FOR SHARE;
       IF NOT FOUND THEN
         RETURN false;

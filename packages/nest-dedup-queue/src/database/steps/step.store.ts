@@ -1,11 +1,11 @@
 import type { EntityManager } from 'typeorm';
 import type { WorkflowErrorInfo } from '../../interfaces/workflow-status.interface';
 import type { QueueDatabase } from '../connection/queue-database';
-import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { startTimeSql } from '../connection/time.sql';
 import { workflowTables } from '../tables/workflow-tables';
 import { checkpointFunctionName } from './checkpoint-function.sql';
 import { STEP_COLUMNS } from './step-columns';
+import { RunRefs, ownedRowSql } from './owned-row.sql';
 
 /** A step outcome as checkpointed. */
 export interface RecordedStep {
@@ -35,16 +35,15 @@ function checkpointValuesSql(citus: boolean): string {
   return `$4::json, $5::json, ${time} - $6::float8 * interval '1 millisecond', ${time}`;
 }
 
-export { STEP_COLUMNS };
+/** The run's parameters in the statements that read its owned row alone: $1 workflow, $2 executor, $3 run, $4 queue. */
+const RUN_PARAMS: RunRefs = { workflow: '$1', executor: '$2', attempt: '$3', queue: '$4' };
 
 /**
- * The active row of workflow `$1` in `queue` if it is PENDING under `executor` in the run `attempt` (parameter
- * references).
+ * The active row a step's transaction locked (`StepStore.lockIfOwned`): its creation time as text (to the
+ * microsecond), which the checkpoint records.
  */
-export function ownedRowSql(active: string, queue: string, executor: string, attempt: string): string {
-  return `SELECT queue_name, created_at FROM ${active}
-    WHERE queue_name = ${queue} AND workflow_id = $1 AND status = ${STATUS_SQL.PENDING}
-      AND executor_id = ${executor} AND attempts = ${attempt}`;
+export interface OwnedRow {
+  created_at: string;
 }
 
 /** The SQL of durable steps: load a workflow's checkpoints, and record one while the workflow is still owned. */
@@ -53,12 +52,10 @@ export class StepStore {
   private readonly workflows: string;
   /** The checkpoint ($1 to $6) of workflow $1 inserted if it is owned by executor $7 in run $8 of queue $9. */
   private readonly insertSql: string;
-  /**
-   * On Citus, the owned row of `ownedRowSql` ($1 workflow, $2 executor, $3 run, $4 queue) locked `FOR SHARE`, its
-   * creation time as text; then the checkpoint ($1 to $6) of queue $7 with that time ($8) inserted by `VALUES`.
-   */
-  private readonly lockOwnedOnCitusSql: string;
-  private readonly insertValuesOnCitusSql: string;
+  /** The owned row (`RUN_PARAMS`) locked `FOR SHARE`, as an `OwnedRow`. */
+  private readonly lockOwnedSql: string;
+  /** The checkpoint ($1 to $6) of queue $7 with its workflow's creation time ($8) inserted by `VALUES`. */
+  private readonly insertValuesSql: string;
   /** On Citus, the checkpoint as one call of `record_checkpoint` (`checkpoint-function.sql.ts`), sent whole to the queue's node. */
   private readonly recordOnCitusSql: string;
 
@@ -73,13 +70,10 @@ export class StepStore {
     this.workflows = tables.active;
     this.insertSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
        SELECT $1, $2, $3, ${checkpointValuesSql(database.citus)}, owned.queue_name, owned.created_at
-       FROM (${ownedRowSql(this.workflows, '$9', '$7', '$8')}) AS owned`;
-    this.lockOwnedOnCitusSql = `${ownedRowSql(this.workflows, '$4', '$2', '$3').replace(
-      'SELECT queue_name, created_at',
-      'SELECT created_at::text AS created_at',
-    )} FOR SHARE`;
-    this.insertValuesOnCitusSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
-       VALUES ($1, $2, $3, ${checkpointValuesSql(true)}, $7, $8::timestamptz)`;
+       FROM (${ownedRowSql(this.workflows, { workflow: '$1', executor: '$7', attempt: '$8', queue: '$9' })}) AS owned`;
+    this.lockOwnedSql = `${ownedRowSql(this.workflows, RUN_PARAMS, 'created_at::text AS created_at')} FOR SHARE`;
+    this.insertValuesSql = `INSERT INTO ${this.steps} (${STEP_COLUMNS})
+       VALUES ($1, $2, $3, ${checkpointValuesSql(database.citus)}, $7, $8::timestamptz)`;
     this.recordOnCitusSql = `SELECT ${checkpointFunctionName(database.schemaSql)}($1, $2, $3, $4, $5, $6, $7::json, $8::json, $9) AS recorded`;
   }
 
@@ -151,7 +145,7 @@ export class StepStore {
     );
     if (inserted.length > 0) return true;
     const owned = await this.database.query(
-      ownedRowSql(this.workflows, '$4', '$2', '$3'),
+      ownedRowSql(this.workflows, RUN_PARAMS),
       [step.workflowId, executorId, attempt, step.queueName],
       { idempotent: true },
     );
@@ -173,8 +167,9 @@ export class StepStore {
 
   /**
    * Inside a step's transaction: locks the workflow row against status changes until commit, if this executor
-   * still owns it in the run numbered `attempt`. NOTE: FOR SHARE makes a concurrent cancel or recovery wait for the
-   * step's commit, so the step's writes never land after its workflow was taken away.
+   * still owns it in the run numbered `attempt`; returns the row (undefined if not owned), for `insert`. NOTE: FOR
+   * SHARE makes a concurrent cancel or recovery wait for the step's commit, so the step's writes never land after
+   * its workflow was taken away. On Citus, a statement on Citus's fast path.
    */
   async lockIfOwned(
     manager: EntityManager,
@@ -182,41 +177,18 @@ export class StepStore {
     workflowId: string,
     executorId: string,
     attempt: number,
-  ): Promise<boolean> {
-    const rows: unknown[] = await manager.query(`${ownedRowSql(this.workflows, '$4', '$2', '$3')} FOR SHARE`, [
-      workflowId,
-      executorId,
-      attempt,
-      queueName,
-    ]);
-    return rows.length === 1;
-  }
-
-  /** Inside a step's transaction, after `lockIfOwned`: records the checkpoint. */
-  async insert(manager: EntityManager, step: StepCheckpoint, executorId: string, attempt: number): Promise<void> {
-    if (this.database.citus) {
-      await this.insertOnCitus((sql, params) => manager.query(sql, params), step, executorId, attempt);
-      return;
-    }
-    await manager.query(this.insertSql, [...this.values(step), executorId, attempt, step.queueName]);
+  ): Promise<OwnedRow | undefined> {
+    const rows: OwnedRow[] = await manager.query(this.lockOwnedSql, [workflowId, executorId, attempt, queueName]);
+    return rows[0];
   }
 
   /**
-   * On Citus, in a step's transaction: the owned row locked `FOR SHARE` (a statement on Citus's fast path; a
-   * cancel or recovery then waits for the commit, so the checkpoint cannot land after the workflow was taken away),
-   * then the checkpoint inserted by `VALUES` with the row's creation time (a router insert). The `INSERT … SELECT` from the owned row is a router statement that Citus
-   * plans with its full planner, which costs the coordinator more than both. False if the workflow is not owned.
+   * Inside a step's transaction, with its workflow's row locked (`owned`, from `lockIfOwned`): records the
+   * checkpoint by `VALUES`, with the row's creation time (on Citus a router insert: an `INSERT … SELECT` from the
+   * owned row would go through Citus's full planner, and lock nothing more).
    */
-  private async insertOnCitus(
-    query: (sql: string, params: unknown[]) => Promise<Array<{ created_at: string }>>,
-    step: StepCheckpoint,
-    executorId: string,
-    attempt: number,
-  ): Promise<boolean> {
-    const [owned] = await query(this.lockOwnedOnCitusSql, [step.workflowId, executorId, attempt, step.queueName]);
-    if (!owned) return false;
-    await query(this.insertValuesOnCitusSql, [...this.values(step), step.queueName, owned.created_at]);
-    return true;
+  async insert(manager: EntityManager, owned: OwnedRow, step: StepCheckpoint): Promise<void> {
+    await manager.query(this.insertValuesSql, [...this.values(step), step.queueName, owned.created_at]);
   }
 
   private values(step: StepCheckpoint): unknown[] {

@@ -3,7 +3,7 @@ import { onePerDatabase } from '../connection/one-per-database';
 import type { QueueDatabase } from '../connection/queue-database';
 import { streamHintPayload, streamHintPayloadSql } from '../connection/notification-channels';
 import { isUniqueViolationOn } from '../connection/sql-errors';
-import { STEP_COLUMNS } from '../steps/step.store';
+import { STEP_COLUMNS } from '../steps/step-columns';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';

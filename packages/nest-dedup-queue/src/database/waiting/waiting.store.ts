@@ -1,5 +1,5 @@
 import type { QueueDatabase } from '../connection/queue-database';
-import { ownedRowSql } from '../steps/step.store';
+import { ownedRowSql } from '../steps/owned-row.sql';
 import { usedParameters } from '../connection/sql-parameters';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
@@ -54,7 +54,7 @@ export class WaitingStore {
          (workflow_id, step_index, step_name, output, started_at, completed_at, queue_name, workflow_created_at)
        SELECT $1, $2, $3, to_json(now() + $4::float8 * interval '1 millisecond'), now(), now(),
               owned.queue_name, owned.created_at
-       FROM (${ownedRowSql(this.tables.active, '$5', '$6', '$7')}) AS owned
+       FROM (${ownedRowSql(this.tables.active, { queue: '$5', workflow: '$1', executor: '$6', attempt: '$7' })}) AS owned
        ON CONFLICT (queue_name, workflow_id, step_index, workflow_created_at) DO UPDATE SET step_name = excluded.step_name
        RETURNING output::text AS output`,
       [run.workflowId, index, name, ms, run.queueName, run.executorId, run.attempt],

@@ -11,6 +11,7 @@ import { usedParameters } from '../connection/sql-parameters';
 import { streamHintPayload, streamHintPayloadSql } from '../connection/notification-channels';
 import { NOTIFY_SQL, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { PINNED_SEARCH_PATH } from '../migrations/019-enqueue-from-sql-secured.migration';
+import { handOverKeysOnCitus } from './hand-over.citus';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -160,15 +161,6 @@ export interface EndStatements {
   remove: string;
   /** Writes the key records of those that keep their key (only when some do). */
   keyRecords: string;
-  /**
-   * Whether a follow-up waits for one of the freed keys (a statement on Citus's fast path): when none does, `handOver`
-   * has nothing to hand over and is not sent.
-   */
-  followed: string;
-  /** Hands the freed keys to the follow-ups waiting for them; returns `handed_over`, how many took one. */
-  handOver: string;
-  /** Wakes the queue's workers after a hand-over (from the coordinator: it reads no table). */
-  wakeUp: string;
 }
 
 /**
@@ -177,11 +169,8 @@ export interface EndStatements {
  * read each other's rows would send them to every node). `lock` locks the rows that end (`FOR UPDATE`, which
  * rechecks `where` on a row changed meanwhile) and returns them as `EndingRow`s; then, by their IDs, the history gets
  * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go, the key records are written
- * from the history rows, and the freed keys are handed to the follow-ups that wait for them (`handOverKeysSql`, a
- * statement of its own, whose snapshot shows a follow-up committed while `lock` waited; its wake-ups are a statement
- * of their own too, since a statement routed to a worker would notify there; it runs only when `followed` finds a
- * follow-up waiting for a freed key: none can be inserted meanwhile, since a follow-up locks its key's holder, which
- * this transaction locked and deleted). The statements read the caller's
+ * from the history rows, and the freed keys are handed to the follow-ups that wait for them (`handOverKeysOnCitus`,
+ * statements whose snapshots show a follow-up committed while `lock` waited). The statements read the caller's
  * parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those that keep
  * their key, and the keys they held: run them with `runEndStatements`.
  */
@@ -189,7 +178,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
   const { active, history } = spec.tables;
   const queue = spec.queueParam;
   if (!queue) throw new Error('endWorkflowsStatementsSql needs the queue of the rows that end (queueParam)');
-  const [ids, kept, keys] = [1, 2, 3].map((n) => `$${paramCount + n}::text[]`);
+  const [ids, kept] = [1, 2].map((n) => `$${paramCount + n}::text[]`);
   const using = spec.using ? `, ${spec.using}` : '';
   const ending = `SELECT w.*, ${spec.status} AS end_status, ${spec.output ?? 'w.output'} AS end_output,
               ${spec.error ?? 'w.error'} AS end_error, w.workflow_id = ANY(${kept}) AS keeps_key
@@ -207,11 +196,6 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
     remove: `DELETE FROM ${active} WHERE queue_name = ${queue} AND workflow_id = ANY(${ids})`,
     keyRecords: `INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST})
        SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
-    followed: `SELECT 1 FROM ${active}
-       WHERE queue_name = ${queue} AND next_deduplication_id = ANY(${keys}) AND status = ${STATUS_SQL.ENQUEUED}
-       LIMIT 1`,
-    handOver: handOverKeysStatementSql(active, keys, spec.channelParam, queue),
-    wakeUp: `SELECT pg_notify(${spec.channelParam}, ${queue})::text`,
   };
 }
 
@@ -235,8 +219,8 @@ export async function runEndStatements(query: Query, spec: EndSpec, params: unkn
 
 /**
  * On Citus, what follows the end of the rows `ending` (archived, deleted, their key records written) in the same
- * transaction: their freed keys handed to the follow-ups that wait for them (`followed`, then `handOver` and its
- * wake-up only when one waits) and the readers of their streams told. `params` as for `runEndStatements`.
+ * transaction: their freed keys handed to the follow-ups that wait for them (`handOverKeysOnCitus`) and the readers of
+ * their streams told. `params` as for `runEndStatements`.
  */
 export async function runAfterEnding(
   query: Query,
@@ -244,45 +228,21 @@ export async function runAfterEnding(
   params: unknown[],
   ending: EndingRow[],
 ): Promise<void> {
-  const statements = endWorkflowsStatementsSql(spec, params.length);
-  const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
-  if (ending.some((row) => row.active_deduplication_id !== null) && (await run(statements.followed)).length > 0) {
-    const [{ handed_over }] = await run<{ handed_over: number }>(statements.handOver);
-    if (handed_over > 0) await run(statements.wakeUp);
-  }
+  if (!spec.queueParam) throw new Error('runAfterEnding needs the queue of the rows that ended (queueParam)');
+  const [, [queue, channel]] = usedParameters(`${spec.queueParam} ${spec.channelParam}`, params);
+  const keys = ending.flatMap((row) => (row.active_deduplication_id === null ? [] : [row.active_deduplication_id]));
+  await handOverKeysOnCitus(query, spec.tables.active, queue as string, keys, channel as string);
   const withStreams = ending.filter((row) => row.has_streams).map((row) => streamHintPayload(row.workflow_id));
   if (withStreams.length > 0) await query(NOTIFY_SQL, [spec.tables.streamChannel, withStreams]);
 }
 
-/** The caller's parameters, then the ending rows' IDs, the IDs of those that keep their key, and the keys they held. */
+/** The caller's parameters, then the ending rows' IDs and the IDs of those that keep their key. */
 function endValues(params: unknown[], ending: EndingRow[]): unknown[] {
   return [
     ...params,
     ending.map((row) => row.workflow_id),
     ending.filter((row) => row.keeps_key).map((row) => row.workflow_id),
-    ending.flatMap((row) => (row.active_deduplication_id === null ? [] : [row.active_deduplication_id])),
   ];
-}
-
-/**
- * On Citus, a statement of its own that hands the keys `keysParam` (text[]) of queue `queueParam` to their follow-ups
- * (`handOverKeysSql`), in the transaction that freed them, after the statements that freed them; returns
- * `handed_over`. Its wake-ups are the caller's (`NOTIFY_SQL`).
- */
-export function handOverKeysStatementSql(
-  active: string,
-  keysParam: string,
-  channel: string,
-  queueParam: string,
-): string {
-  return `WITH ${handOverKeysSql(
-    active,
-    `SELECT ${queueParam}::text AS queue_name, key FROM unnest(${keysParam}) AS key`,
-    channel,
-    queueParam,
-    true,
-  )}
-       SELECT count(*)::int AS handed_over FROM handed_over`;
 }
 
 /**
@@ -296,8 +256,8 @@ export function handOverKeysStatementSql(
  *
  * NOTE: its snapshot must be taken after the rows that held the keys were locked and ended: a follow-up inserted
  * while its holder ended locks the holder's row (`FOR SHARE`) until it commits, so the end waited for it, and a
- * snapshot taken before that wait does not show it (READ COMMITTED). Hence a statement of its own on Citus, and on
- * one server a volatile function that the ending statement calls (`handOverFunctionSql`), whose queries each take a
+ * snapshot taken before that wait does not show it (READ COMMITTED). Hence statements of their own on Citus
+ * (`handOverKeysOnCitus`, which the transaction that freed the keys runs), and on one server a volatile function that the ending statement calls (`handOverFunctionSql`), whose queries each take a
  * new snapshot. The key's holder is gone by then, so the unique index allows the move.
  */
 export function handOverKeysSql(

@@ -111,6 +111,46 @@ function outcomeRowsByIdSql(citus: boolean): string {
   AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $6`;
 }
 
+/**
+ * The parts of the one-server outcome statement that a batch needs (see `WorkflowStore.outcomesSql`): each part a
+ * batch does not need is left out, or its value written as a constant in place of its parameter array.
+ */
+interface OutcomeParts {
+  /** Some outcome is a RETRY: the `retried` update and the forgetting of its failed steps. */
+  retries: boolean;
+  /** Some outcome is PARKED: the `parked` update. */
+  parks: boolean;
+  /** Some outcome is not a SUCCESS: the statuses are read from their array (else every ending row is a SUCCESS). */
+  failures: boolean;
+  /** Some outcome has a return value: the outputs are read from their array (else NULL). */
+  outputs: boolean;
+  /** Some outcome has an error: the errors are read from their array (else NULL). */
+  errors: boolean;
+  /** Some queue's workers are to be woken (`wakeQueues`): the `woken` notifications. */
+  wakes: boolean;
+}
+
+/** Every part: the statement for any batch (the form the Citus statements are described by). */
+const ALL_OUTCOME_PARTS: OutcomeParts = {
+  retries: true,
+  parks: true,
+  failures: true,
+  outputs: true,
+  errors: true,
+  wakes: true,
+};
+
+function outcomeParts(outcomes: WorkflowOutcome[], wakeQueues: string[]): OutcomeParts {
+  return {
+    retries: outcomes.some((o) => o.status === 'RETRY'),
+    parks: outcomes.some((o) => o.status === 'PARKED'),
+    failures: outcomes.some((o) => o.status !== 'SUCCESS'),
+    outputs: outcomes.some((o) => o.outputJson !== null),
+    errors: outcomes.some((o) => o.error !== null),
+    wakes: wakeQueues.length > 0,
+  };
+}
+
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
@@ -223,31 +263,15 @@ export class WorkflowStore {
     claim?: AttachedClaim,
   ): Promise<OutcomesRecorded> {
     if (this.database.citus) return this.recordOutcomesByQueue(executorId, outcomes, wakeQueues, claim);
-    // NOTE: the steps and wake-up parts are left out when the batch needs neither: a smaller statement plans faster.
-    const retries = outcomes.some((o) => o.status === 'RETRY');
-    const parks = outcomes.some((o) => o.status === 'PARKED');
-    const wakes = wakeQueues.length > 0;
     const rows = await this.database.query<{
       workflow_id: string | null;
       claimed: string | null;
       sent_messages: boolean | null;
     }>(
-      `WITH retried AS (${this.retriedSql(false)}),${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
-       ${endWorkflowsSql(this.outcomesEndSpec(false))},
-       finished AS (
-         SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
-         UNION ALL SELECT workflow_id, queue_name, outcome, false FROM retried
-         ${parks ? 'UNION ALL SELECT workflow_id, queue_name, outcome, false FROM parked' : ''}
-       )${retries ? `, forgotten AS (${this.forgetFailedStepsSql('retried AS f', 'f.queue_name')})` : ''}, woken AS (
-         SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
-         WHERE queue_name = ANY($8::text[])
-       )
-       ${claim ? `, ${claim.ctes(11)}` : ''}
-       SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
-              ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
-       FROM finished
-       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`,
-      this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
+      ...usedParameters(
+        this.outcomesSql(outcomeParts(outcomes, wakeQueues), claim),
+        this.outcomeParams(executorId, outcomes, wakeQueues).concat(claim?.params ?? []),
+      ),
       // NOTE: an attached claim is not idempotent: a lost answer is the caller's to reconcile, not to resend.
       { prepared: true, idempotent: !claim },
     );
@@ -260,6 +284,36 @@ export class WorkflowStore {
       if (row.sent_messages && row.workflow_id !== null) sentMessages.push(row.workflow_id);
     }
     return { recorded, claimedJson, sentMessages };
+  }
+
+  /**
+   * The one-server outcome statement of a batch that needs `parts` (see `outcomeParts`), with the attached claim's
+   * CTEs: the parts a batch does not need are left out, so that each variant is a smaller statement that the server
+   * plans once and keeps (its text is stable). Its parameters are numbered as `outcomeParams` gives them, then the
+   * claim's; the caller renumbers them (`usedParameters`), since a variant reads only some (an unread parameter has no
+   * type the server can tell).
+   */
+  private outcomesSql(parts: OutcomeParts, claim?: AttachedClaim): string {
+    const { retries, parks, wakes } = parts;
+    const updated = [retries && 'retried', parks && 'parked'].filter(Boolean) as string[];
+    return `WITH ${retries ? `retried AS (${this.retriedSql(false)}),` : ''}${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
+       ${endWorkflowsSql(this.outcomesEndSpec(false, parts))},
+       finished AS (
+         SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
+         ${updated.map((cte) => `UNION ALL SELECT workflow_id, queue_name, outcome, false FROM ${cte}`).join('\n')}
+       )${retries ? `, forgotten AS (${this.forgetFailedStepsSql('retried AS f', 'f.queue_name')})` : ''}${
+         wakes
+           ? `, woken AS (
+         SELECT pg_notify($7, queue_name)::text FROM (SELECT DISTINCT queue_name FROM finished) AS q
+         WHERE queue_name = ANY($8::text[])
+       )`
+           : ''
+       }
+       ${claim ? `, ${claim.ctes(11)}` : ''}
+       SELECT workflow_id, NULL::text AS claimed, ${wakes ? '(SELECT count(*) FROM woken)' : 'NULL::bigint'} AS woken,
+              ${ENDED_WAKE_UPS_SQL} AS handed_over, sent_messages
+       FROM finished
+       ${claim ? 'UNION ALL SELECT NULL, row_to_json(c)::text, NULL, NULL, NULL FROM claimed AS c' : ''}`;
   }
 
   /**
@@ -308,7 +362,7 @@ export class WorkflowStore {
   /**
    * The parameters of the outcome statements: $1 IDs, $2 statuses, $3 outputs, $4 errors, $5 retry delays,
    * $6 executor, $7 wake-up channel, $8 queues to wake, $9 the runs as `<attempt>:<workflow ID>` (`runOf`),
-   * $10 queues (on Citus, $11: the queue).
+   * $10 their queues, each once (on Citus, $11: the queue).
    */
   private outcomeParams(executorId: string, outcomes: WorkflowOutcome[], wakeQueues: string[]): unknown[] {
     return [
@@ -321,7 +375,7 @@ export class WorkflowStore {
       this.database.wakeUpChannel,
       wakeQueues,
       arrayParameter(outcomes, runOf),
-      arrayParameter(outcomes, (o) => o.queueName),
+      [...new Set(outcomes.map((o) => o.queueName))],
     ];
   }
 
@@ -357,16 +411,25 @@ export class WorkflowStore {
        `;
   }
 
-  /** The other outcomes: their workflows end (see `endWorkflowsSql`; on Citus, `endOutcomesOnCitus`). */
-  private outcomesEndSpec(citus: boolean): EndSpec {
+  /**
+   * The other outcomes: their workflows end (see `endWorkflowsSql`; on Citus, `endOutcomesOnCitus`). A row of another
+   * run has no outcome (`outcomeFieldSql`) and stays. Of `parts`, what the batch does not need is a constant: its
+   * statuses when all are SUCCESS, its outputs or errors when all are null.
+   */
+  private outcomesEndSpec(citus: boolean, parts: OutcomeParts = ALL_OUTCOME_PARTS): EndSpec {
     const queueParam = citus ? '$11' : undefined;
+    const status = parts.failures ? outcomeFieldSql('status') : `${STATUS_SQL.SUCCESS}::text`;
+    const ends =
+      parts.retries || parts.parks
+        ? `${outcomeFieldSql('status')} NOT IN ('RETRY', 'PARKED')`
+        : `array_position($9::text[], ${RUN_OF_ROW_SQL}) IS NOT NULL`;
     return {
       tables: this.tables,
-      where: `${outcomeFieldSql('status')} NOT IN ('RETRY', 'PARKED') AND ${outcomeRowsByIdSql(citus)}`,
-      status: outcomeFieldSql('status'),
-      output: `${outcomeFieldSql('output')}::json`,
-      error: `${outcomeFieldSql('error')}::json`,
-      keepsKeyWhen: keepsKeyInWindowSql(this.table, outcomeFieldSql('status'), queueParam),
+      where: `${ends} AND ${outcomeRowsByIdSql(citus)}`,
+      status,
+      output: parts.outputs ? `${outcomeFieldSql('output')}::json` : 'NULL::json',
+      error: parts.errors ? `${outcomeFieldSql('error')}::json` : 'NULL::json',
+      keepsKeyWhen: keepsKeyInWindowSql(this.table, status, queueParam),
       overrides: { failed_attempts: `e.failed_attempts + (e.end_status <> ${STATUS_SQL.SUCCESS})::int` },
       channelParam: '$7',
       citus,
