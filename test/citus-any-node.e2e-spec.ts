@@ -144,8 +144,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
 
   it('shares a queue between instances on different nodes: one winner per deduplication key', async () => {
     const schema = uniqueSchema('anynode');
-    const onCoordinator = await boot(cluster.url, { schema, distribution: 'citus' });
-    const onWorkers = await Promise.all(cluster.workerUrls.map((url) => boot(url, { schema, distribution: 'citus' })));
+    // NOTE: no workers, so that every key stays held during the race (a finished run frees its key).
+    const onCoordinator = await boot(cluster.url, { schema, distribution: 'citus', worker: false });
+    const onWorkers = await Promise.all(
+      cluster.workerUrls.map((url) => boot(url, { schema, distribution: 'citus', worker: false })),
+    );
     const instances = [onCoordinator, ...onWorkers].map((module) => module.get(QueueService));
     const keys = ['k1', 'k2', 'k3', 'k4'];
     const attempts = await Promise.allSettled(
