@@ -1,27 +1,45 @@
 import { Test, TestingModule } from '@nestjs/testing';
+import { Injectable } from '@nestjs/common';
 import {
   DedupQueueConfigurationError,
   DedupQueueModule,
   DedupQueueModuleOptions,
+  QueueDeduplicatedError,
   QueueService,
+  Workflow,
 } from 'nest-dedup-queue';
 import { Client, Pool } from 'pg';
+import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
+import { RELEASE_1_1, buildPreviousRelease } from './support/previous-release';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
 import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
+/** The crash fixture's workflow (test/fixtures/child-worker.ts), as this process runs it once recovered. */
+@Injectable()
+class HoldingTasks {
+  @Workflow()
+  async hold(key: string): Promise<string> {
+    return `recovered ${key}`;
+  }
+}
+
+/** The tables the coordinator keeps the rows of, Citus local tables from this release on (docs/citus.md). */
+const COORDINATOR_TABLES = ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'];
+
 /**
- * An application instance pointed at a worker node of a Citus cluster instead of its coordinator is refused at boot,
- * with `distribution: 'citus'` or without, before anything is written, naming the coordinator; an instance on the
- * coordinator is not disturbed. Then the behaviours of Citus 13 that the refusal rests on (docs/citus.md, "Worker
- * nodes"), so that a Citus release that changes one shows here: a coordinator table cannot be read from a worker
- * node, a NOTIFY sent through a worker node is not heard on the coordinator, an identity column numbers a row
- * inserted through a worker node from that node's range (after the coordinator's), an advisory lock is per node; a
- * reference table's row lock (the claim's lock on a queue with global limits) does exclude across nodes.
+ * Application instances on any node of a Citus cluster (issue 36, item 2; docs/citus.md, "Worker nodes"). An instance
+ * on a worker node boots once an instance on the coordinator migrated and distributed the schema (and waits for it
+ * meanwhile, then fails with a typed error), writes no DDL, enqueues and drains with wake-ups sent through its node
+ * (polling at 60 s, so only a NOTIFY can wake it), shares a queue with instances on other nodes (one winner per
+ * deduplication key), and its workflow is recovered elsewhere when its process dies. A schema made by release 1.1
+ * (built from git; its coordinator tables plain) converts in place at a coordinator instance's boot, keeping every
+ * row, then read from a worker node. Then the
+ * behaviours of Citus 13 the docs cite, so that a Citus release that changes one shows here.
  */
-describeWithTools(['postgres-15', 'citus'], 'Citus: an instance on a worker node', () => {
+describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () => {
   let cluster: CitusCluster;
   let coordinator: Pool;
   let worker: Pool;
@@ -34,13 +52,18 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: an instance on a worker node
   });
 
   afterAll(async () => {
+    await killFixtures();
     for (const module of modules) await module.close().catch(() => undefined);
     await coordinator?.end();
     await worker?.end();
     await cluster?.stop();
   });
 
-  async function boot(url: string, options: Partial<DedupQueueModuleOptions> & { schema: string }) {
+  async function boot(
+    url: string,
+    options: Partial<DedupQueueModuleOptions> & { schema: string },
+    providers: unknown[] = [DoublingTasks],
+  ) {
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
@@ -51,7 +74,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: an instance on a worker node
           ...options,
         }),
       ],
-      providers: [DoublingTasks],
+      providers: providers as never[],
     }).compile();
     modules.push(module);
     await module.init();
@@ -63,46 +86,171 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: an instance on a worker node
     return rows.length > 0;
   }
 
-  const refusal = (group: number) =>
-    new RegExp(
-      `is a worker node of a Citus cluster \\(group ${group}\\)\\. Connect to its coordinator, at ` +
-        `127\\.0\\.0\\.1:${cluster.coordinator.port} as the cluster names it`,
+  /** The coordinator tables of `schema` that are Citus local tables (in `pg_dist_partition`, method `n`). */
+  async function localTables(schema: string): Promise<string[]> {
+    const { rows } = await coordinator.query<{ name: string }>(
+      `SELECT c.relname AS name FROM pg_dist_partition AS p JOIN pg_class AS c ON c.oid = p.logicalrelid
+       WHERE c.relnamespace = $1::regnamespace AND p.partmethod = 'n' AND c.relname = ANY($2) ORDER BY 1`,
+      [schema, COORDINATOR_TABLES],
     );
+    return rows.map((row) => row.name);
+  }
 
-  it('refuses a worker node before the coordinator migrated, naming the coordinator, and writes nothing', async () => {
+  it('makes the coordinator tables Citus local tables, readable from a worker node', async () => {
+    const schema = uniqueSchema('anynode');
+    await boot(cluster.url, { schema, distribution: 'citus' });
+    expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
+    const { rows } = await worker.query(`SELECT count(*)::int AS n FROM "${schema}".executors`);
+    expect(rows).toEqual([{ n: 1 }]);
+  });
+
+  it('refuses a worker node without distribution citus, and one whose schema no coordinator instance made', async () => {
     const schema = uniqueSchema('anynode');
     const [{ groupid }] = (await worker.query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group')).rows;
     expect(groupid).toBeGreaterThan(0);
-    for (const distribution of ['citus', undefined] as const) {
-      const booting = boot(cluster.workerUrls[0], { schema, distribution });
-      await expect(booting).rejects.toThrow(DedupQueueConfigurationError);
-      await expect(booting).rejects.toThrow(refusal(groupid));
-    }
+    const withoutCitus = boot(cluster.workerUrls[0], { schema });
+    await expect(withoutCitus).rejects.toThrow(DedupQueueConfigurationError);
+    await expect(withoutCitus).rejects.toThrow(
+      new RegExp(`is a worker node of a Citus cluster \\(group ${groupid}\\): set \`distribution: 'citus'\``),
+    );
+    const unmigrated = boot(cluster.workerUrls[0], { schema, distribution: 'citus', retryAttempts: 1, retryDelay: 50 });
+    await expect(unmigrated).rejects.toThrow(DedupQueueConfigurationError);
+    await expect(unmigrated).rejects.toThrow(/lacks its migrations .* and none did after 2 attempt\(s\)/);
     expect(await schemaExists(worker, schema)).toBe(false);
     expect(await schemaExists(coordinator, schema)).toBe(false);
   });
 
-  it('refuses a worker node of a migrated schema while an instance on the coordinator runs on, woken at once', async () => {
+  it('boots on a worker node while the coordinator instance migrates, then enqueues and drains, woken by NOTIFY', async () => {
     const schema = uniqueSchema('anynode');
-    const app = await boot(cluster.url, { schema, distribution: 'citus' });
+    const waiting = boot(
+      cluster.workerUrls[0],
+      { schema, distribution: 'citus', retryAttempts: 200, retryDelay: 100 },
+      [DoublingTasks],
+    );
+    await boot(cluster.url, { schema, distribution: 'citus', worker: false });
+    const app = await waiting;
     const versions = async () =>
-      (await coordinator.query(`SELECT max(version) AS v FROM "${schema}".schema_migrations`)).rows[0].v;
+      (await coordinator.query(`SELECT count(*)::int AS n FROM "${schema}".schema_migrations`)).rows[0].n;
     const before = await versions();
-    const [{ groupid }] = (await worker.query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group')).rows;
-    await expect(boot(cluster.workerUrls[0], { schema, distribution: 'citus' })).rejects.toThrow(refusal(groupid));
+    const queues = app.get(QueueService);
+    const started = Date.now();
+    const handles = await Promise.all([1, 2, 3].map((n) => queues.enqueue('tasks', 'DoublingTasks.double', [n])));
+    await expect(Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 20_000 })))).resolves.toEqual([
+      2, 4, 6,
+    ]);
+    expect(Date.now() - started).toBeLessThan(20_000);
     expect(await versions()).toBe(before);
-    const handle = await app.get(QueueService).enqueue('tasks', 'DoublingTasks.double', [21]);
-    await expect(handle.getResult({ timeoutMs: 20_000 })).resolves.toBe(42);
   });
 
-  describe('what Citus 13 does on a worker node', () => {
-    it('cannot read a plain table of the coordinator (the executors, schedules, migrations)', async () => {
-      const schema = uniqueSchema('anynode');
-      await boot(cluster.url, { schema, distribution: 'citus' });
-      await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
-      await expect(worker.query(`SELECT 1 FROM "${schema}".workflow_queue LIMIT 1`)).resolves.toBeDefined();
-    });
+  it('shares a queue between instances on different nodes: one winner per deduplication key', async () => {
+    const schema = uniqueSchema('anynode');
+    // NOTE: no workers, so that every key stays held during the race (a finished run frees its key).
+    const onCoordinator = await boot(cluster.url, { schema, distribution: 'citus', worker: false });
+    const onWorkers = await Promise.all(
+      cluster.workerUrls.map((url) => boot(url, { schema, distribution: 'citus', worker: false })),
+    );
+    const instances = [onCoordinator, ...onWorkers].map((module) => module.get(QueueService));
+    const keys = ['k1', 'k2', 'k3', 'k4'];
+    const attempts = await Promise.allSettled(
+      keys.flatMap((key) =>
+        instances.map((queues, index) =>
+          queues.enqueue('tasks', 'DoublingTasks.double', [index], { deduplicationId: key }),
+        ),
+      ),
+    );
+    const won = attempts.filter((attempt) => attempt.status === 'fulfilled');
+    const lost = attempts.filter((attempt) => attempt.status === 'rejected');
+    expect(won).toHaveLength(keys.length);
+    expect(lost).toHaveLength(keys.length * (instances.length - 1));
+    for (const attempt of lost) expect(attempt.reason).toBeInstanceOf(QueueDeduplicatedError);
+    const { rows } = await coordinator.query(
+      `SELECT deduplication_id, count(*)::int AS n FROM "${schema}".workflows GROUP BY 1 ORDER BY 1`,
+    );
+    expect(rows).toEqual(keys.map((key) => ({ deduplication_id: key, n: 1 })));
+  });
 
+  it('recovers the workflow of an instance on a worker node SIGKILLed mid-run, from another node, once', async () => {
+    const schema = uniqueSchema('anynode');
+    const app = await boot(
+      cluster.url,
+      { schema, distribution: 'citus', queues: [{ name: 'sigterm' }], worker: false },
+      [HoldingTasks],
+    );
+    for (const table of ['events (seq bigserial, kind text NOT NULL, key text NOT NULL)', 'release (key text)']) {
+      await coordinator.query(`CREATE TABLE "${schema}".${table}`);
+      await coordinator.query(`SELECT create_reference_table($1)`, [`"${schema}".${table.split(' ')[0]}`]);
+    }
+    const child: FixtureProcess = spawnFixture('child-worker.ts', 'worker-node-instance', {
+      DATABASE_URL: cluster.workerUrls[0],
+      SCHEMA: schema,
+      DISTRIBUTION: 'citus',
+      APPLICATION_NAME: 'worker-node-crash',
+    });
+    await child.message('ready');
+    const handle = await app.get(QueueService).enqueue('sigterm', app.get(HoldingTasks).hold, ['k1']);
+    await waitFor(
+      async () => (await coordinator.query(`SELECT 1 FROM "${schema}".events WHERE kind = 'started'`)).rowCount === 1,
+      { what: 'the instance on the worker node to start the workflow', timeoutMs: 60_000 },
+    );
+    child.child.kill('SIGKILL');
+    await child.ended;
+    await boot(
+      cluster.workerUrls[1],
+      { schema, distribution: 'citus', queues: [{ name: 'sigterm' }], leaseMs: 2000, heartbeatIntervalMs: 300 },
+      [HoldingTasks],
+    );
+    await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('recovered k1');
+    const { rows } = await coordinator.query(
+      `SELECT status, recovery_attempts FROM "${schema}".workflows WHERE workflow_id = $1`,
+      [handle.workflowId],
+    );
+    expect(rows).toEqual([{ status: 'SUCCESS', recovery_attempts: 1 }]);
+  });
+
+  it("converts a 1.1 cluster's plain coordinator tables in place at the coordinator instance's boot", async () => {
+    const schema = uniqueSchema('anynode');
+    const release = buildPreviousRelease(RELEASE_1_1.commit);
+    const old = spawnFixture('child-previous-release.ts', 'release-1.1', {
+      PREVIOUS_RELEASE_DIR: release,
+      DATABASE_URL: cluster.url,
+      DISTRIBUTION: 'citus',
+      SCHEMA: schema,
+      EXECUTOR: 'release-1.1',
+      MODE: 'boot',
+    });
+    await old.message('booted');
+    await old.ended;
+    await coordinator.query(`INSERT INTO "${schema}".executors (executor_id, hostname, pid) VALUES ('old', 'h', 1)`);
+    await coordinator.query(
+      `INSERT INTO "${schema}".schedules (name, source, cron, workflow_name, queue_name, catch_up, catch_up_limit)
+       VALUES ('kept', 'runtime', '0 0 1 1 *', 'UpgradeTasks.record', 'parked', 'none', 1)`,
+    );
+    expect(await localTables(schema)).toEqual([]);
+    await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
+    const rows = async (pool: Pool) => {
+      const all: { table_name: string; row: unknown }[] = [];
+      for (const table of COORDINATOR_TABLES) {
+        const { rows: found } = await pool.query<{ row: unknown }>(
+          `SELECT to_jsonb(t) AS row FROM "${schema}".${table} AS t ORDER BY 1`,
+        );
+        all.push(...found.map(({ row }) => ({ table_name: table, row })));
+      }
+      return all;
+    };
+    const before = await rows(coordinator);
+    expect(before.filter((row) => row.table_name === 'registered_workflows').length).toBeGreaterThan(0);
+    await boot(cluster.url, { schema, distribution: 'citus', worker: false }, []);
+    expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
+    const after = await rows(worker);
+    const migrations = (list: typeof before) => list.filter((row) => row.table_name === 'schema_migrations');
+    expect(after.filter((row) => row.table_name !== 'schema_migrations')).toEqual(
+      before.filter((row) => row.table_name !== 'schema_migrations'),
+    );
+    expect(migrations(after)).toEqual(expect.arrayContaining(migrations(before)));
+    expect(migrations(after).length).toBeGreaterThan(migrations(before).length);
+  }, 300_000);
+
+  describe('what Citus 13 does on a worker node', () => {
     it('sends a NOTIFY to its own listeners only', async () => {
       const listener = new Client({ connectionString: cluster.url });
       await listener.connect();
@@ -137,6 +285,40 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: an instance on a worker node
       expect(rows.map((row) => row.name)).toEqual(['first, coordinator', 'third, coordinator', 'second, worker node']);
       expect(BigInt(rows[2].seq) >> 48n).toBe(BigInt(groupid));
       await coordinator.query(`DROP TABLE public.${table}`);
+    });
+
+    it('refuses now() in the DO UPDATE SET of an upsert into a Citus local table; accepts EXCLUDED', async () => {
+      const table = `${uniqueSchema('local')}_t`;
+      await coordinator.query(`CREATE TABLE public.${table} (k text PRIMARY KEY, at timestamptz DEFAULT now())`);
+      await coordinator.query(`SELECT citus_add_local_table_to_metadata('public.${table}')`);
+      try {
+        const upsert = (set: string) =>
+          worker.query(`INSERT INTO public.${table} (k) VALUES ('a') ON CONFLICT (k) DO UPDATE SET at = ${set}`);
+        await upsert('excluded.at');
+        await expect(upsert('now()')).rejects.toMatchObject({ code: '0A000' });
+        await upsert('excluded.at');
+        expect((await coordinator.query(`SELECT k FROM public.${table}`)).rows).toEqual([{ k: 'a' }]);
+      } finally {
+        await coordinator.query(`DROP TABLE public.${table}`);
+      }
+    });
+
+    it('refuses DDL on a distributed table and distributing a table', async () => {
+      const table = `${uniqueSchema('ddl')}_t`;
+      await coordinator.query(`CREATE TABLE public.${table} (queue_name text NOT NULL)`);
+      await coordinator.query(`SELECT create_distributed_table('public.${table}', 'queue_name')`);
+      try {
+        await expect(worker.query(`ALTER TABLE public.${table} ADD COLUMN x int`)).rejects.toThrow(
+          /operation is not allowed on this node/,
+        );
+        await worker.query(`CREATE TABLE public.${table}_here (queue_name text NOT NULL)`);
+        await expect(
+          worker.query(`SELECT create_distributed_table('public.${table}_here', 'queue_name')`),
+        ).rejects.toThrow(/operation is not allowed on this node/);
+      } finally {
+        await worker.query(`DROP TABLE IF EXISTS public.${table}_here`);
+        await coordinator.query(`DROP TABLE public.${table}`);
+      }
     });
 
     it('keeps advisory locks per node; a reference table row lock excludes across nodes', async () => {

@@ -17,7 +17,7 @@ import { waitFor } from './support/wait-for';
 /**
  * `forRoot({ distribution: 'citus' })` at boot: the option is refused without the extension; on a cluster the
  * per-workflow tables become distributed by queue and co-located, the queue settings a reference table, the rest
- * stays on the coordinator; a second boot changes nothing; a schema that ran on one node (with rows) is distributed
+ * stays on the coordinator as Citus local tables (readable from every node); a second boot changes nothing; a schema that ran on one node (with rows) is distributed
  * in place, its rows kept; the daily partitions made later come out distributed.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () => {
@@ -54,8 +54,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
   }
 
   async function placement(schema: string): Promise<Record<string, string>> {
-    const { rows } = await pool.query<{ table: string; kind: string; colocated: boolean }>(
-      `SELECT c.relname AS table, p.partmethod AS kind,
+    const { rows } = await pool.query<{ table: string; kind: string; replication: string; colocated: boolean }>(
+      `SELECT c.relname AS table, p.partmethod AS kind, p.repmodel AS replication,
               p.colocationid = (SELECT colocationid FROM pg_dist_partition
                                 WHERE logicalrelid = $2::regclass) AS colocated
        FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
@@ -70,9 +70,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
           ? row.colocated
             ? 'distributed, co-located'
             : 'distributed'
-          : row.kind === 'n'
+          : row.kind === 'n' && row.replication === 't'
             ? 'reference'
-            : 'coordinator',
+            : row.kind === 'n'
+              ? 'coordinator, Citus local'
+              : 'coordinator',
       ]),
     );
   }
@@ -116,11 +118,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       event_waits: 'distributed, co-located',
       queue_starts: 'distributed, co-located',
       queues: 'reference',
-      executors: 'coordinator',
-      registered_workflows: 'coordinator',
-      schedules: 'coordinator',
-      schema_migrations: 'coordinator',
-      input_limits: 'coordinator',
+      executors: 'coordinator, Citus local',
+      registered_workflows: 'coordinator, Citus local',
+      schedules: 'coordinator, Citus local',
+      schema_migrations: 'coordinator, Citus local',
+      input_limits: 'coordinator, Citus local',
     });
     const { rows: columns } = await pool.query(
       `SELECT DISTINCT column_to_column_name(logicalrelid, partkey) AS column FROM pg_dist_partition

@@ -14,6 +14,10 @@
  * - 2,000 no-op workflows in a queue with a global concurrency of 8 (the claim locks the queue's row and counts),
  *   drained the same way.
  * BENCH_ONLY=drain,steps,window,limited runs only those drains (the enqueues still run, as the drain's backlog).
+ * BENCH_CONSUMER_NODES=coordinator,queue,other (any of them, in any order) runs instead, after the enqueues above and
+ * `BENCH_ROUNDS` times (default 2), a drain of 4,000 no-op jobs per listed node with the consumer connected to it:
+ * the coordinator, the worker node holding the queue, the other worker node (an instance on a worker node: docs/
+ * citus.md, "Worker nodes"); each drain prints the CPU per job of every node, interleaved round by round.
  * With CITUS_PGSS=1, pg_stat_statements on the coordinator prints the drain's statements by planning + execution time.
  * Needs `npm run build`, the Debian postgresql-15 package and Citus. About a minute.
  */
@@ -44,6 +48,7 @@ const ROWS_PER_MANY = 100;
 const STEP_JOBS = 1000;
 const WINDOW_JOBS = 2000;
 const LIMITED_JOBS = 2000;
+const CONSUMER_JOBS = 4000;
 
 async function main(): Promise<void> {
   const cluster = await startCitusCluster();
@@ -107,15 +112,24 @@ async function main(): Promise<void> {
      * Drains `jobs` of `queue`, paused by the app that enqueued them: a consumer boots (not measured), then the CPU is
      * measured from the queue's resume until its last job is in the history (the consumer's boot and close are not).
      */
-    const drained = async (queue: string, jobs: number) => {
-      const consumer = await startQueueApp({ ...options, queues }, providers);
+    const drained = async (queue: string, jobs: number, consumerUrl = cluster.url, meters = [postmaster]) => {
+      const consumer = await startQueueApp({ ...options, connection: { url: consumerUrl }, queues }, providers);
       const poll = new Client({ connectionString: cluster.url });
+      const waker = new Client({ connectionString: consumerUrl });
       await poll.connect();
+      await waker.connect();
       await new Promise((resolve) => setTimeout(resolve, 1000));
+      const {
+        rows: [{ n: archived }],
+      } = await poll.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = $1`,
+        [queue],
+      );
       const started = Date.now();
+      const before = meters.map((pid) => postmasterCpuTicks(pid));
       const us = await perUnit(jobs, async () => {
         await poll.query(`UPDATE bench.queues SET paused = false WHERE queue_name = $1`, [queue]);
-        await poll.query(`SELECT pg_notify('dedup_queue_control:bench', $1), pg_notify('dedup_queue:bench', $1)`, [
+        await waker.query(`SELECT pg_notify('dedup_queue_control:bench', $1), pg_notify('dedup_queue:bench', $1)`, [
           queue,
         ]);
         for (;;) {
@@ -125,15 +139,52 @@ async function main(): Promise<void> {
             `SELECT count(*)::int AS n FROM bench.workflow_history WHERE queue_name = $1`,
             [queue],
           );
-          if (n >= jobs) break;
+          if (n >= archived + jobs) break;
           await new Promise((resolve) => setTimeout(resolve, 200));
         }
       });
+      const perNode = meters.map((pid, i) => Math.round(((postmasterCpuTicks(pid) - before[i]) * 10_000) / jobs));
       const seconds = (Date.now() - started) / 1000;
       await poll.end();
+      await waker.end();
       await consumer.close();
-      return `${us} µs/job (${Math.round(jobs / seconds)} jobs/s)`;
+      return meters.length > 1
+        ? `${perNode.join(' / ')} µs/job (${Math.round(jobs / seconds)} jobs/s)`
+        : `${us} µs/job (${Math.round(jobs / seconds)} jobs/s)`;
     };
+    const consumerNodes = process.env.BENCH_CONSUMER_NODES?.split(',');
+    if (consumerNodes) {
+      const queueNode = await cluster.workerIndexFor('bench.workflow_queue', 'work');
+      const urls: Record<string, string> = {
+        coordinator: cluster.url,
+        queue: cluster.workerUrls[queueNode],
+        other: cluster.workerUrls[1 - queueNode],
+      };
+      const meters = [];
+      for (const node of [cluster.coordinator, cluster.workers[queueNode], cluster.workers[1 - queueNode]]) {
+        const [{ dir: nodeDir }] = await node.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
+        meters.push(postmasterPid(nodeDir));
+      }
+      process.stdout.write(`drain of ${CONSUMER_JOBS} jobs, CPU per job: coordinator / queue's node / other node\n`);
+      await drained('work', 200 + LONE + CONCURRENT + MANY);
+      for (let round = 1; round <= Number(process.env.BENCH_ROUNDS ?? 2); round++) {
+        for (const node of consumerNodes) {
+          const enqueuer = await startQueueApp({ ...options, queues, worker: false }, providers);
+          for (let i = 0; i < CONSUMER_JOBS / ROWS_PER_MANY; i++) {
+            await enqueuer.queues.enqueueMany(
+              'work',
+              enqueuer.get(RecordingTasks).nothing,
+              Array.from({ length: ROWS_PER_MANY }, () => ({ args: [] })),
+            );
+          }
+          await pause('work');
+          await enqueuer.close();
+          const result = await drained('work', CONSUMER_JOBS, urls[node], meters);
+          process.stdout.write(`round ${round}, consumer on ${node}: ${result}\n`);
+        }
+      }
+      return;
+    }
     const only = process.env.BENCH_ONLY?.split(',');
     const runs = (name: string) => !only || only.includes(name);
     const drain = runs('drain') ? await drained('work', 200 + LONE + CONCURRENT + MANY) : 'skipped';

@@ -4,10 +4,16 @@ import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
 import { DedupQueueConfigurationError } from '../errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from '../interfaces/dedup-queue-options.interface';
 import { describeError } from '../utils/describe-error';
-import { assertCitusInstalled, assertNotCitusWorker, distributeTables } from './migrations/citus-distribution';
+import {
+  assertCitusInstalled,
+  assertCitusOnWorkerNode,
+  citusWorkerGroup,
+  distributeTables,
+  undistributedObjects,
+} from './migrations/citus-distribution';
 import { HistoryPartitions } from './sweeps/history-partitions';
 import { storeInputLimits } from './input-limits.store';
-import { runMigrations } from './migrations/migration.runner';
+import { missingMigrations, runMigrations } from './migrations/migration.runner';
 import { MIGRATIONS } from './migrations';
 import { QueueDatabase } from './connection/queue-database';
 import { ErrorPhase, isConnectionFailure, isServerError } from './connection/sql-errors';
@@ -50,7 +56,13 @@ export async function createQueueDatabase(
       phase = 'statement';
       database.guardPoolConnections();
       if (database.citus) await assertCitusInstalled(database);
-      await assertNotCitusWorker(database);
+      database.citusWorkerGroup = await citusWorkerGroup(database);
+      if (database.citusWorkerGroup !== undefined) {
+        assertCitusOnWorkerNode(database, database.citusWorkerGroup);
+        await assertMigratedByCoordinator(database);
+        await storeInputLimits(database);
+        return database;
+      }
       const applied = await runMigrations(database, MIGRATIONS);
       if (applied.length > 0)
         logger.log(`Migrated schema "${config.schema}" to version ${applied[applied.length - 1]}`);
@@ -64,6 +76,12 @@ export async function createQueueDatabase(
       return database;
     } catch (error) {
       await database.close().catch(() => undefined);
+      if (error instanceof SchemaNotReadyYet) {
+        if (attempt > config.retryAttempts) throw error.asConfigurationError(attempt);
+        logger.warn(`${error.message}. Waiting (${attempt}/${config.retryAttempts}) ${config.retryDelayMs} ms...`);
+        await new Promise((resolve) => setTimeout(resolve, config.retryDelayMs));
+        continue;
+      }
       if (!isConnectionFailure(error, phase)) throw bootError(error, config);
       if (attempt > config.retryAttempts) {
         throw new DatabaseUnavailableError(
@@ -81,6 +99,47 @@ export async function createQueueDatabase(
       await new Promise((resolve) => setTimeout(resolve, config.retryDelayMs));
     }
   }
+}
+
+/**
+ * What an instance on a worker node of a Citus cluster waits for: a worker node runs no DDL, so the schema is
+ * migrated and distributed by an instance on the coordinator, which may be booting at the same time.
+ */
+class SchemaNotReadyYet extends Error {
+  constructor(
+    private readonly database: QueueDatabase,
+    missing: string,
+  ) {
+    super(
+      `Schema "${database.schema}" on the Citus worker node at ${database.settings.endpoint.label} lacks ${missing}: ` +
+        `an instance on the coordinator migrates and distributes it`,
+    );
+  }
+
+  asConfigurationError(attempts: number): DedupQueueConfigurationError {
+    return new DedupQueueConfigurationError(
+      `DedupQueueModule: ${this.message}, and none did after ${attempts} attempt(s). Start one instance with ` +
+        `\`distribution: 'citus'\` on the coordinator first, of this release or a newer one (see docs/citus.md, ` +
+        `"Worker nodes")`,
+    );
+  }
+}
+
+/**
+ * On a worker node: the schema must be migrated to this release's newest migration (a newer compatible one is used
+ * with a warning) and distributed; both are the work of a coordinator instance, never done here.
+ */
+async function assertMigratedByCoordinator(database: QueueDatabase): Promise<void> {
+  const [table] = await database.query<{ present: boolean }>(
+    `SELECT to_regclass($1) IS NOT NULL AS present`,
+    [`${database.schemaSql}.schema_migrations`],
+    { idempotent: true },
+  );
+  if (!table.present) throw new SchemaNotReadyYet(database, 'its migrations (it is not readable from this node)');
+  const missing = await missingMigrations(database, MIGRATIONS);
+  if (missing.length > 0) throw new SchemaNotReadyYet(database, `migration ${missing.join(', ')}`);
+  const undistributed = await undistributedObjects(database);
+  if (undistributed.length > 0) throw new SchemaNotReadyYet(database, `Citus tables ${undistributed.join(', ')}`);
 }
 
 function ownDataSource(options: DedupQueueModuleOptions, config: DedupQueueConfig): DataSource {

@@ -58,7 +58,7 @@ export class ScheduleStore {
          source = EXCLUDED.source, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
          workflow_name = EXCLUDED.workflow_name, queue_name = EXCLUDED.queue_name, args = EXCLUDED.args,
          catch_up = EXCLUDED.catch_up, catch_up_limit = EXCLUDED.catch_up_limit, overlap = EXCLUDED.overlap,
-         updated_at = now()
+         updated_at = EXCLUDED.updated_at
        WHERE s.source = EXCLUDED.source OR EXCLUDED.source = 'decorator'
        RETURNING name`,
       [
@@ -112,13 +112,13 @@ export class ScheduleStore {
 
   /**
    * Pauses or resumes. Resuming moves the cursor to now, so the ticks that passed while paused are never made up.
-   * False when there is no such schedule.
+   * False when there is no such schedule. NOTE: a statement per case, not a CASE: Citus refuses `now()` in a CASE of an
+   * UPDATE (`schedules` is a Citus local table there).
    */
   async setPaused(name: string, paused: boolean): Promise<boolean> {
     const rows = await this.database.query(
       `UPDATE ${this.table}
-       SET paused = $2, updated_at = now(),
-           ticked_through = CASE WHEN $2 THEN ticked_through ELSE greatest(ticked_through, now()) END
+       SET paused = $2, updated_at = now()${paused ? '' : ', ticked_through = greatest(ticked_through, now())'}
        WHERE name = $1
        RETURNING name`,
       [name, paused],

@@ -105,6 +105,12 @@ export class QueueDatabase implements OnApplicationShutdown {
 
   readonly monitor: ConnectionMonitor;
   readonly settings: ConnectionSettings;
+  /**
+   * The Citus group of the node this connects to when it is a worker node of a Citus cluster (set at boot), else
+   * undefined. A worker node runs no DDL: migrations, distribution and the daily partitions are left to an instance
+   * on the coordinator.
+   */
+  citusWorkerGroup?: number;
 
   constructor(
     readonly dataSource: DataSource,

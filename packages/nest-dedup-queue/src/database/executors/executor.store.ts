@@ -69,13 +69,16 @@ export class ExecutorStore {
 
   /**
    * Registers (or renews) this executor's lease with what it runs: the queues it drains and the workflow names and
-   * versions it claims, so that other processes and SQL can tell runs no live executor would claim.
+   * versions it claims, so that other processes and SQL can tell runs no live executor would claim. NOTE: the
+   * renewal takes its times from the inserted row (the columns' `now()` defaults): Citus refuses `now()` in
+   * `DO UPDATE SET` (`executors` is a Citus local table there).
    */
   async register(executorId: string, runs?: ExecutorRuns): Promise<void> {
     await this.database.query(
       `INSERT INTO ${this.executors} (executor_id, hostname, pid, queues, workflows) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (executor_id) DO UPDATE
-       SET hostname = excluded.hostname, pid = excluded.pid, started_at = now(), heartbeat_at = now(),
+       SET hostname = excluded.hostname, pid = excluded.pid, started_at = excluded.started_at,
+           heartbeat_at = excluded.heartbeat_at,
            queues = excluded.queues, workflows = excluded.workflows`,
       [executorId, hostname(), process.pid, runs?.queues ?? null, runs ? JSON.stringify(runs.workflows) : null],
       { idempotent: true },

@@ -21,9 +21,12 @@ export const DISTRIBUTION_COLUMN = 'queue_name';
  *   here (its unique keys must include `queue_name`).
  * - `reference`: small tables that hot statements read next to a queue's rows (the queue's pause flag in the
  *   claim): a copy on every node. Writing one needs every node.
- * - `coordinator`: tables that stay plain tables on the coordinator, written often or by everyone whatever the
- *   queue (leases and heartbeats, schedules and their tick cursors, the migrations' bookkeeping), so that a worker
- *   node that is down stops only the queues it holds.
+ * - `coordinator`: tables whose rows stay on the coordinator, written often or by everyone whatever the queue
+ *   (leases and heartbeats, schedules and their tick cursors, the migrations' bookkeeping), so that a worker node
+ *   that is down stops only the queues it holds. They are Citus local tables (`citus_add_local_table_to_metadata`):
+ *   an instance connected to a worker node reads and writes them too, each statement routed to the coordinator.
+ *   They follow the rules of Citus tables: no `now()` (or another function that is not IMMUTABLE) in an upsert's
+ *   `DO UPDATE SET`; take the time from the inserted row (`EXCLUDED.col`).
  */
 export const CITUS_TABLES = {
   distributed: [
@@ -60,41 +63,64 @@ export async function assertCitusInstalled(database: QueueDatabase): Promise<voi
 }
 
 /**
- * Refuses a worker node of a Citus cluster (whatever `distribution` says), before anything is written: the module
- * connects to the coordinator. Its migrations and `create_distributed_table` run there only; its leases, schedules,
- * registrations and migrations' bookkeeping are plain tables of the coordinator that a worker node cannot read; a
- * NOTIFY sent through a worker node reaches only that node's listeners; an enqueue through a worker node numbers its
- * row from that node's sequence range (its group ID shifted 48 bits), after every row numbered on the coordinator,
- * which would break first-in first-out between callers on different nodes. A database without the extension, or a
- * node not yet added to a cluster, is no worker node (its group is 0).
+ * The Citus group of the node `database` connects to when it is a worker node of a Citus cluster (whatever
+ * `distribution` says); undefined on the coordinator, on a node not yet added to a cluster (its group is 0) and on a
+ * database without Citus.
  */
-export async function assertNotCitusWorker(database: QueueDatabase): Promise<void> {
+export async function citusWorkerGroup(database: QueueDatabase): Promise<number | undefined> {
   const [catalog] = await database.query<{ present: boolean }>(
     `SELECT to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL AS present`,
     [],
     { idempotent: true },
   );
-  if (!catalog.present) return;
-  const [node] = await database.query<{ group_id: number; coordinator: string | null }>(
-    `SELECT groupid AS group_id,
-            (SELECT nodename || ':' || nodeport FROM pg_dist_node WHERE groupid = 0 LIMIT 1) AS coordinator
-     FROM pg_dist_local_group`,
-    [],
-    { idempotent: true },
-  );
-  if (!node || node.group_id === 0) return;
-  const coordinator = node.coordinator
-    ? `its coordinator, at ${node.coordinator} as the cluster names it`
-    : 'its coordinator';
+  if (!catalog.present) return undefined;
+  const [node] = await database.query<{ group_id: number }>(`SELECT groupid AS group_id FROM pg_dist_local_group`, [], {
+    idempotent: true,
+  });
+  return node && node.group_id !== 0 ? node.group_id : undefined;
+}
+
+/**
+ * Refuses an instance on a worker node (group `group`) without `distribution: 'citus'`, before anything is written:
+ * the schema there is a Citus one, which only the Citus forms of the statements use.
+ */
+export function assertCitusOnWorkerNode(database: QueueDatabase, group: number): void {
+  if (database.citus) return;
   throw new DedupQueueConfigurationError(
     `DedupQueueModule: the database at ${database.settings.endpoint.label} is a worker node of a Citus cluster ` +
-      `(group ${node.group_id}). Connect to ${coordinator}: nest-dedup-queue migrates and distributes its schema, ` +
-      `keeps its leases and schedules, and sends its wake-ups there (see docs/citus.md, "Worker nodes")`,
+      `(group ${group}): set \`distribution: 'citus'\` (see docs/citus.md, "Worker nodes")`,
   );
 }
 
 /**
- * Distributes the schema's tables as `CITUS_TABLES` says, under the schema's advisory lock, in one transaction, then
+ * What an instance on a worker node still lacks of the schema a coordinator instance distributes (every table of
+ * `CITUS_TABLES` a Citus table, the checkpoint function distributed): the missing names, none when it is complete.
+ * A worker node runs no DDL, so it waits for a coordinator instance to do this.
+ */
+export async function undistributedObjects(database: QueueDatabase): Promise<string[]> {
+  const tables = [...CITUS_TABLES.distributed, ...CITUS_TABLES.reference, ...CITUS_TABLES.coordinator];
+  const [row] = await database.query<{ missing: string[] }>(
+    `SELECT coalesce(array_agg(t.name ORDER BY t.ord), '{}') AS missing
+     FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
+     WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition AS p
+                       WHERE p.logicalrelid = to_regclass(quote_ident($2) || '.' || quote_ident(t.name)))`,
+    [tables, database.schema],
+    { idempotent: true },
+  );
+  const [fn] = await database.query<{ distributed: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_object
+                    WHERE classid = 'pg_catalog.pg_proc'::regclass AND objid = to_regprocedure($1)
+                      AND distribution_argument_index IS NOT NULL) AS distributed`,
+    [`${checkpointFunctionName(database.schemaSql)}(${CHECKPOINT_FUNCTION_ARGUMENTS})`],
+    { idempotent: true },
+  );
+  return fn.distributed ? row.missing : [...row.missing, 'record_checkpoint()'];
+}
+
+/**
+ * Distributes the schema's tables as `CITUS_TABLES` says (the coordinator's made Citus local tables, in place with
+ * their rows: a schema of 1.1, whose were plain tables, converts at its first boot), under the schema's advisory
+ * lock, in one transaction, then
  * (in a second one: Citus refuses it after the tables' parallel copy) creates the checkpoint function
  * (`checkpoint-function.sql.ts`) distributed by its queue, co-located with the tables.
  * Tables and the function already distributed are left alone, so a boot after the first does nothing; tables of a
@@ -122,6 +148,12 @@ export async function distributeTables(database: QueueDatabase): Promise<string[
       if (await isDistributed(query, name)) continue;
       await query(`SELECT create_reference_table($1)`, [name]);
       await emptyLocalCopy(query, name);
+      done.push(table);
+    }
+    for (const table of CITUS_TABLES.coordinator) {
+      const name = `${database.schemaSql}.${table}`;
+      if (await isDistributed(query, name)) continue;
+      await query(`SELECT citus_add_local_table_to_metadata($1)`, [name]);
       done.push(table);
     }
     return done;

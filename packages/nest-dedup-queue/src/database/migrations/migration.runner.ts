@@ -42,6 +42,50 @@ export async function runMigrations(
   }
 }
 
+/**
+ * Without migrating: the versions of `migrations` the schema lacks (none when it is up to date). A newer schema is
+ * used as `runMigrations` uses it: refused if a newer migration is breaking, else with one warning. For a process
+ * that must not run DDL (an instance on a Citus worker node); the schema's `schema_migrations` must exist.
+ */
+export async function missingMigrations(
+  database: QueueDatabase,
+  migrations: readonly Migration[],
+  logger: Pick<Logger, 'warn'> = new ModuleLogger('DedupQueueModule'),
+): Promise<number[]> {
+  const rows = await database.query<{ version: number; breaking: boolean }>(
+    appliedMigrationsSql(database.schemaSql),
+    [],
+    {
+      idempotent: true,
+    },
+  );
+  const known = new Set(migrations.map((migration) => migration.version));
+  const newer = rows.filter((row) => !known.has(row.version));
+  assertCompatible(newer, database.schema);
+  const applied = new Set(rows.map((row) => row.version));
+  const missing = migrations.filter((migration) => !applied.has(migration.version)).map((m) => m.version);
+  if (missing.length === 0 && newer.length > 0) {
+    logger.warn(
+      newerSchemaWarning(
+        database.schema,
+        newer.map((row) => row.version),
+        migrations,
+      ),
+    );
+  }
+  return missing;
+}
+
+/**
+ * The applied versions, each with whether it is breaking. NOTE: read through to_jsonb, so that a table made before
+ * the `breaking` column existed needs no ALTER here (an application's role may use the schema without owning it);
+ * the column is added when a migration applies.
+ */
+function appliedMigrationsSql(schema: string): string {
+  return `SELECT version, coalesce((to_jsonb(m) ->> 'breaking')::boolean, false) AS breaking
+          FROM ${schema}.schema_migrations m ORDER BY version`;
+}
+
 /** Applies the first migration not yet applied, unless the schema is newer than the code. */
 async function applyNext(
   query: Query,
@@ -58,12 +102,7 @@ async function applyNext(
       applied_at timestamptz NOT NULL DEFAULT now(),
       breaking   boolean NOT NULL DEFAULT false
     )`);
-  // NOTE: read through to_jsonb, so that a table made before the `breaking` column existed needs no ALTER here
-  // (an application's role may use the schema without owning it); the column is added when a migration applies.
-  const rows = await query<{ version: number; breaking: boolean }>(
-    `SELECT version, coalesce((to_jsonb(m) ->> 'breaking')::boolean, false) AS breaking
-     FROM ${schema}.schema_migrations m ORDER BY version`,
-  );
+  const rows = await query<{ version: number; breaking: boolean }>(appliedMigrationsSql(schema));
   const known = new Set(migrations.map((migration) => migration.version));
   const newer = rows.filter((row) => !known.has(row.version));
   assertCompatible(newer, database.schema);
@@ -78,7 +117,7 @@ async function applyNext(
     );
   }
   try {
-    await query(next.up(schema));
+    for (const command of [next.up(schema)].flat()) await query(command);
   } catch (error) {
     if (isConnectionFailure(error)) throw error;
     throw new DedupQueueConfigurationError(

@@ -25,7 +25,8 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
  * ahead; `prune` drops a day's partitions whole once every workflow created that day finished more than the
  * retention ago, deletes the rows of the partitions made by the upgrade to 1.0 (`workflow_history_legacy`,
  * `steps_legacy`, `steps_before`) in batches, as retention did before, and the rate limits' starts older than the
- * retention (a day at least).
+ * retention (a day at least). On a Citus worker node (no DDL there) both do nothing: instances on the coordinator
+ * keep the partitions.
  */
 export class HistoryPartitions {
   private readonly tables: WorkflowTables;
@@ -36,6 +37,7 @@ export class HistoryPartitions {
 
   /** Creates the missing daily partitions from the newest one through `daysAhead` days from today; their days. */
   async extend(daysAhead = PARTITION_DAYS_AHEAD): Promise<string[]> {
+    if (this.database.citusWorkerGroup !== undefined) return [];
     return this.database.transaction(async (query) => {
       await lockSchema(query, this.database.schema);
       const [row] = await query<{ days: string[] | null }>(
@@ -77,6 +79,7 @@ export class HistoryPartitions {
    * finished more than `retentionMs` ago, with their steps. Returns how many days and rows went.
    */
   async prune(retentionMs: number, batch = 1000): Promise<{ days: string[]; rows: number }> {
+    if (this.database.citusWorkerGroup !== undefined) return { days: [], rows: 0 };
     const days: string[] = [];
     const expired = this.database.citus
       ? await this.expiredDaysByProbe(retentionMs)

@@ -39,13 +39,16 @@ export class WorkflowVersionStore {
     this.active = workflowTables(database.schemaSql).active;
   }
 
-  /** Remembers the names and versions this process registers (an SQL enqueue refuses a name nobody registered). */
+  /**
+   * Remembers the names and versions this process registers (an SQL enqueue refuses a name nobody registered). NOTE:
+   * the renewal's time is the inserted row's default (`now()`), which Citus accepts, unlike `now()` in `DO UPDATE SET`.
+   */
   async recordRegistrations(registrations: WorkflowRegistration[]): Promise<void> {
     if (registrations.length === 0) return;
     await this.database.query(
       `INSERT INTO ${this.registered} AS r (workflow_name, version)
        SELECT * FROM unnest($1::text[], $2::int[]) ORDER BY 1, 2
-       ON CONFLICT (workflow_name, version) DO UPDATE SET last_registered_at = now()`,
+       ON CONFLICT (workflow_name, version) DO UPDATE SET last_registered_at = excluded.last_registered_at`,
       [registrations.map((r) => r.name), registrations.map((r) => r.version)],
       { idempotent: true },
     );
