@@ -33,7 +33,7 @@ import { RowValues } from '../database/connection/row-values';
 import { HISTORY_STATUSES } from '../database/tables/workflow-status.sql';
 import { nestsDeeperThan } from '../utils/json-depth';
 import { newWorkflowId } from '../utils/workflow-id';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueName, storedQueueNames } from '../queues/queue-shards';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -76,7 +76,7 @@ export class DashboardService {
     database: QueueDatabase,
     private readonly versionReports: WorkflowVersionsMonitor,
   ) {
-    this.store = new DashboardStore(database);
+    this.store = new DashboardStore(database, (queueName) => storedQueueNames(config, queueName));
     this.streams = workflowStreamStore(database);
   }
 
@@ -271,11 +271,14 @@ export class DashboardService {
   async rerun(workflowId: string): Promise<{ workflowId: string; rerunOf: string }> {
     const row = await this.store.findRerunSource(workflowId);
     if (!row) throw new WorkflowNotFoundError(workflowId);
-    this.assertDeclared(row.queueName);
+    const queueName = logicalQueueName(row.queueName);
+    this.assertDeclared(queueName);
+    const rerunId = newWorkflowId();
     const enqueued = await this.enqueuer.enqueue(
       {
         ...row,
-        workflowId: newWorkflowId(),
+        queueName: storedQueueName(this.config, queueName, row.deduplicationId ?? rerunId),
+        workflowId: rerunId,
         workflowIdGiven: false,
         runAt: null,
         delayMs: null,
@@ -322,6 +325,7 @@ export class DashboardService {
   private listFilter(query: Record<string, unknown>): WorkflowListFilter {
     const queueName = textParameter(query.queue, 'queue');
     if (queueName !== undefined) this.assertDeclared(queueName);
+    const queueNames = queueName === undefined ? undefined : storedQueueNames(this.config, queueName);
     const statusText = textParameter(query.status, 'status');
     const statuses = statusText?.split(',').map((status) => status.trim());
     for (const status of statuses ?? []) {
@@ -335,7 +339,7 @@ export class DashboardService {
       throw new InvalidArgumentError('createdFrom', 'must be before createdTo');
     }
     return {
-      queueName,
+      queueNames,
       statuses: statuses && ([...new Set(statuses)] as WorkflowStatus[]),
       workflowName: textParameter(query.workflowName, 'workflowName'),
       deduplicationId: textParameter(query.deduplicationId, 'deduplicationId'),

@@ -12,6 +12,7 @@ import {
   STATUS_SQL,
 } from '../database/tables/workflow-status.sql';
 import { HistoryRead, HistoryWindows, hasHistoryDeduplicationIndex } from '../database/workflows/history-windows';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
 const HISTORY_READ_BUDGET = 200_000;
@@ -26,7 +27,8 @@ export interface ListCursor {
 
 /** The filters of a list; all optional, combined with AND. */
 export interface WorkflowListFilter {
-  queueName?: string;
+  /** The names a queue's rows are stored under (see `storedQueueNames`): its own, and on Citus its shards'. */
+  queueNames?: string[];
   statuses?: WorkflowStatus[];
   workflowName?: string;
   deduplicationId?: string;
@@ -86,7 +88,7 @@ export interface StepRow {
   duration_ms: number | null;
 }
 
-/** Per queue and status: the count, read up to a limit. */
+/** Per queue (its shards' rows added up) and status: the count, read up to a limit. */
 export interface StatusCountRow {
   queue_name: string;
   status: WorkflowStatus;
@@ -141,7 +143,14 @@ export class DashboardStore {
   private readonly windows: HistoryWindows;
   private readonly read: HistoryRead = (sql, params) => this.database.query(sql, params, READ);
 
-  constructor(private readonly database: QueueDatabase) {
+  /**
+   * @param storedNames the names the rows of a queue are stored under (see `storedQueueNames`); what this store reads
+   * by those names it reports by the queue's own (see `logicalQueueName`).
+   */
+  constructor(
+    private readonly database: QueueDatabase,
+    private readonly storedNames: (queueName: string) => string[],
+  ) {
     this.tables = workflowTables(database.schemaSql);
     this.windows = new HistoryWindows(this.read, this.tables.history);
     this.table = this.tables.workflows;
@@ -150,9 +159,10 @@ export class DashboardStore {
   }
 
   /**
-   * For each queue and status, how many workflows, counting at most `limit` + 1: the active table's statuses by its
-   * indexes, the history's in windows (see `HistoryWindows`); `complete` is false when the read budget stopped the
-   * history's (its counts are then lower bounds).
+   * For each queue and status, how many workflows, counting at most `limit` + 1 (those of every name the queue is
+   * stored under added up): the active table's statuses by its indexes, the history's in windows (see
+   * `HistoryWindows`); `complete` is false when the read budget stopped the history's (its counts are then lower
+   * bounds).
    */
   async statusCounts(
     queueNames: string[],
@@ -164,21 +174,32 @@ export class DashboardStore {
       params.push(value);
       return `$${params.length}`;
     };
-    const pairs = queueNames.flatMap((queueName) =>
-      statuses
-        .filter((status) => !HISTORY_STATUSES.includes(status))
-        .map((status) => {
-          const [queue, wanted] = [param(queueName), param(status)];
-          return `SELECT ${queue}::text AS queue_name, ${wanted}::text AS status,
+    const pairs = queueNames
+      .flatMap((queueName) => this.storedNames(queueName))
+      .flatMap((queueName) =>
+        statuses
+          .filter((status) => !HISTORY_STATUSES.includes(status))
+          .map((status) => {
+            const [queue, wanted] = [param(queueName), param(status)];
+            return `SELECT ${queue}::text AS queue_name, ${wanted}::text AS status,
                   (SELECT count(*)::int FROM (SELECT 1 FROM ${this.tables.active}
                                               WHERE queue_name = ${queue} AND ${statusCondition(status, param)}
                                                 AND status IN ${ACTIVE_TABLE_WORKFLOW_STATUSES_SQL}
                                               LIMIT $1) AS capped) AS count`;
-        }),
-    );
-    const active = pairs.length
+          }),
+      );
+    const counted = pairs.length
       ? await this.database.query<StatusCountRow>(pairs.join('\nUNION ALL\n'), params, READ)
       : [];
+    const activeCounts = new Map<string, number>();
+    for (const row of counted) {
+      const key = `${logicalQueueName(row.queue_name)}\u0000${row.status}`;
+      activeCounts.set(key, (activeCounts.get(key) ?? 0) + row.count);
+    }
+    const active = [...activeCounts].map(([key, count]) => {
+      const [queue_name, status] = key.split('\u0000');
+      return { queue_name, status: status as WorkflowStatus, count: Math.min(limit + 1, count) };
+    });
     const finished = statuses.filter((status) => HISTORY_STATUSES.includes(status));
     const counts = new Map<string, number>();
     const end = finished.length
@@ -191,7 +212,7 @@ export class DashboardStore {
             READ,
           );
           for (const row of rows) {
-            const key = `${row.queue_name}\u0000${row.status}`;
+            const key = `${logicalQueueName(row.queue_name)}\u0000${row.status}`;
             counts.set(key, (counts.get(key) ?? 0) + row.n);
           }
           const enough = queueNames.every((queue) =>
@@ -212,7 +233,8 @@ export class DashboardStore {
 
   /**
    * The planner's estimate of a queue's rows in a status, from the table's statistics (row count times the most
-   * common values' frequencies of `queue_name` and `status`), as Postgres itself estimates it.
+   * common values' frequencies of `queue_name` and `status`), as Postgres itself estimates it; a queue's frequency
+   * is that of every name it is stored under.
    */
   async estimatedCounts(): Promise<{ rows: number; queues: Map<string, number>; statuses: Map<string, number> }> {
     const stats = await this.database.query<{
@@ -245,12 +267,19 @@ export class DashboardStore {
       }
       return new Map([...counts].map(([value, count]) => [value, rows > 0 ? count / rows : 0]));
     };
-    return { rows, queues: frequencies('queue_name'), statuses: frequencies('status') };
+    const queues = new Map<string, number>();
+    for (const [name, frequency] of frequencies('queue_name')) {
+      queues.set(logicalQueueName(name), (queues.get(logicalQueueName(name)) ?? 0) + frequency);
+    }
+    return { rows, queues, statuses: frequencies('status') };
   }
 
-  /** Per queue, how many workflows finished in the last minute and the last 5 minutes (the completed_at index). */
+  /**
+   * Per queue (its shards' added up), how many workflows finished in the last minute and the last 5 minutes (the
+   * completed_at index).
+   */
   async finishedRecently(): Promise<Array<{ queue_name: string; last_minute: number; last_5_minutes: number }>> {
-    return this.database.query(
+    const rows = await this.database.query<{ queue_name: string; last_minute: number; last_5_minutes: number }>(
       `SELECT queue_name, count(*) FILTER (WHERE completed_at > now() - interval '1 minute')::int AS last_minute,
               count(*)::int AS last_5_minutes
        FROM ${this.tables.history}
@@ -259,6 +288,17 @@ export class DashboardStore {
       [],
       PREPARED_READ,
     );
+    const byQueue = new Map<string, { queue_name: string; last_minute: number; last_5_minutes: number }>();
+    for (const row of rows) {
+      const queue_name = logicalQueueName(row.queue_name);
+      const sum = byQueue.get(queue_name) ?? { queue_name, last_minute: 0, last_5_minutes: 0 };
+      byQueue.set(queue_name, {
+        queue_name,
+        last_minute: sum.last_minute + row.last_minute,
+        last_5_minutes: sum.last_5_minutes + row.last_5_minutes,
+      });
+    }
+    return [...byQueue.values()];
   }
 
   /**
@@ -314,15 +354,15 @@ export class DashboardStore {
   ): Promise<SummaryRow[]> {
     const statuses = activeStatuses(filter, allStatuses);
     if (statuses.length === 0) return [];
-    const { conditions, params } = this.conditions(filter);
-    if (cursor) conditions.push(cursorCondition(cursor, params));
+    const params: unknown[] = [];
+    const branches = await this.branches({ ...filter, statuses }, statuses, params);
+    const after = cursor ? [cursorCondition(cursor, params)] : [];
     params.push(limit);
     const limitParam = `$${params.length}`;
-    const branches = await this.branches({ ...filter, statuses }, statuses, conditions, params);
     const union = branches
       .map(
         (branch) =>
-          `(SELECT ${SUMMARY_COLUMNS} FROM ${this.tables.active} ${whereClause([...branch, ACTIVE_ROWS_SQL])}
+          `(SELECT ${SUMMARY_COLUMNS} FROM ${this.tables.active} ${whereClause([...branch, ...after, ACTIVE_ROWS_SQL])}
             ${NEWEST_FIRST} LIMIT ${limitParam})`,
       )
       .join(' UNION ALL ');
@@ -340,10 +380,10 @@ export class DashboardStore {
   ): Promise<number> {
     const statuses = activeStatuses(filter, allStatuses);
     if (statuses.length === 0) return 0;
-    const { conditions, params } = this.conditions(filter);
+    const params: unknown[] = [];
+    const branches = await this.branches({ ...filter, statuses }, statuses, params);
     params.push(limit + 1);
     const limitParam = `$${params.length}`;
-    const branches = await this.branches({ ...filter, statuses }, statuses, conditions, params);
     const union = branches
       .map(
         (branch) =>
@@ -459,14 +499,15 @@ export class DashboardStore {
   }
 
   /**
-   * The conditions of each branch a read is split into (see `list`). With no queue, name or status, or with a
-   * deduplication ID, partition key, search or parent (few rows to sort), one index walk serves the rows that are not
-   * PENDING, and `workflows_running` the PENDING ones.
+   * The conditions of each branch a read is split into (see `list`), their values appended to `params`. With no
+   * queue, name or status, or with a deduplication ID, partition key, search or parent (few rows to sort), one index
+   * walk serves the rows that are not PENDING, and `workflows_running` the PENDING ones. Otherwise each status is a
+   * branch, and with a queue, or without queue and name, each stored name of the queue (of every queue) one more:
+   * a sharded queue's names are walked one by one, as several queues are.
    */
   private async branches(
     filter: WorkflowListFilter,
     allStatuses: readonly WorkflowStatus[],
-    conditions: string[],
     params: unknown[],
   ): Promise<string[][]> {
     const selective =
@@ -474,12 +515,13 @@ export class DashboardStore {
       filter.partitionKey !== undefined ||
       filter.search !== undefined ||
       filter.parentWorkflowId !== undefined;
-    const keyed = filter.queueName !== undefined || filter.workflowName !== undefined;
+    const keyed = filter.queueNames !== undefined || filter.workflowName !== undefined;
     const param = (value: unknown) => {
       params.push(value);
       return `$${params.length}`;
     };
     if (selective || (!keyed && !filter.statuses)) {
+      const { conditions } = this.conditions(filter, params);
       if (filter.statuses) {
         conditions.push(`(${filter.statuses.map((status) => statusCondition(status, param)).join(' OR ')})`);
       }
@@ -488,14 +530,21 @@ export class DashboardStore {
         [...conditions, `status = ${STATUS_SQL.PENDING}`],
       ];
     }
+    const { conditions } = this.conditions({ ...filter, queueNames: undefined }, params);
     const byStatus = (filter.statuses ?? allStatuses).map((status) => [...conditions, statusCondition(status, param)]);
-    if (keyed) return byStatus;
+    const queueNames = filter.queueNames ?? (filter.workflowName === undefined ? await this.everyStoredName() : []);
+    if (queueNames.length === 0) return byStatus;
+    return byStatus.flatMap((branch) => queueNames.map((queueName) => [...branch, `queue_name = ${param(queueName)}`]));
+  }
+
+  /** Every name a queue's rows may be stored under: those of the queues in the queues table. */
+  private async everyStoredName(): Promise<string[]> {
     const queues = await this.database.query<{ queue_name: string }>(
       `SELECT queue_name FROM ${this.queues}`,
       [],
       PREPARED_READ,
     );
-    return byStatus.flatMap((branch) => queues.map((queue) => [...branch, `queue_name = ${param(queue.queue_name)}`]));
+    return [...new Set(queues.flatMap((queue) => this.storedNames(queue.queue_name)))];
   }
 
   async findDetail(workflowId: string): Promise<DetailRow | undefined> {
@@ -539,15 +588,16 @@ export class DashboardStore {
     );
   }
 
-  private conditions(filter: WorkflowListFilter): { conditions: string[]; params: unknown[] } {
+  private conditions(filter: WorkflowListFilter, params: unknown[] = []): { conditions: string[]; params: unknown[] } {
     const conditions: string[] = [];
-    const params: unknown[] = [];
     const add = (sql: (param: string) => string, value: unknown) => {
       if (value === undefined) return;
       params.push(value);
       conditions.push(sql(`$${params.length}`));
     };
-    add((p) => `queue_name = ${p}`, filter.queueName);
+    const [onlyName, ...moreNames] = filter.queueNames ?? [];
+    if (moreNames.length) add((p) => `queue_name = ANY(${p}::text[])`, filter.queueNames);
+    else add((p) => `queue_name = ${p}`, onlyName);
     add((p) => `workflow_name = ${p}`, filter.workflowName);
     add((p) => `deduplication_id = ${p}`, filter.deduplicationId);
     add((p) => `partition_key = ${p}`, filter.partitionKey);

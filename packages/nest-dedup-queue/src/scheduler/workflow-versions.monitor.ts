@@ -146,24 +146,26 @@ function versionsOf(executors: LiveExecutor[], runs: UnfinishedRunCount[]): Work
   return [...versions.values()].sort((a, b) => a.workflowName.localeCompare(b.workflowName) || a.version - b.version);
 }
 
-/** The queued, delayed or waiting runs that no live executor would claim. */
+/** The queued, delayed or waiting runs that no live executor would claim, a sharded queue's shards added up. */
 function strandedOf(executors: LiveExecutor[], runs: UnfinishedRunCount[]): StrandedRuns[] {
-  return runs
-    .filter(
-      (run) =>
-        run.waiting > 0 &&
-        !executors.some((executor) => claims(executor, run.queueName, run.workflowName, run.version)),
-    )
-    .map((run) => ({
-      queueName: logicalQueueName(run.queueName),
-      workflowName: run.workflowName,
-      version: run.version,
-      count: run.waiting,
-    }))
-    .sort((a, b) => a.queueName.localeCompare(b.queueName) || a.workflowName.localeCompare(b.workflowName));
+  const stranded = new Map<string, StrandedRuns>();
+  for (const run of runs) {
+    if (
+      run.waiting === 0 ||
+      executors.some((executor) => claims(executor, run.queueName, run.workflowName, run.version))
+    ) {
+      continue;
+    }
+    const entry = { queueName: logicalQueueName(run.queueName), workflowName: run.workflowName, version: run.version };
+    const key = strandedKey(entry);
+    stranded.set(key, { ...entry, count: (stranded.get(key)?.count ?? 0) + run.waiting });
+  }
+  return [...stranded.values()].sort(
+    (a, b) => a.queueName.localeCompare(b.queueName) || a.workflowName.localeCompare(b.workflowName),
+  );
 }
 
-function strandedKey(runs: StrandedRuns): string {
+function strandedKey(runs: Omit<StrandedRuns, 'count'>): string {
   return JSON.stringify([runs.queueName, runs.workflowName, runs.version]);
 }
 
