@@ -16,6 +16,7 @@ import {
   writeStream,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
+import { Registry } from 'prom-client';
 import request from 'supertest';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
 import { testPool, uniqueSchema } from './support/database';
@@ -54,6 +55,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
   let tasks: ShardedTasks;
   const finished: string[] = [];
   const delayed: string[] = [];
+  const registry = new Registry();
 
   beforeAll(async () => {
     cluster = await startCitusCluster();
@@ -67,6 +69,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
           queues: [{ name: 'hot', shards: SHARDS, workerConcurrency: 8 }, { name: 'plain' }],
           pollIntervalMs: 200,
           retryAttempts: 0,
+          metrics: { registry },
         }),
         DedupQueueDashboardModule.forRoot({ path: '/queues' }),
       ],
@@ -253,6 +256,28 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
     await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('got hello');
   }, 60_000);
 
+  it('forks a workflow of a shard, and the workflows a filter matches across the shards, into the queue', async () => {
+    const fork = await request(server()).post(`/queues/api/workflows/${finished[1]}/fork`).set(json).send({});
+    expect(fork.status).toBe(201);
+    expect(fork.body).toMatchObject({ forkedFrom: finished[1], created: true });
+    const forked = await queues.retrieve(fork.body.workflowId as string);
+    await expect(forked.getResult({ timeoutMs: 30_000 })).resolves.toBe('done-k-1');
+    await expect(forked.getStatus()).resolves.toMatchObject({ queueName: 'hot', status: 'SUCCESS' });
+
+    const many = await request(server())
+      .post('/queues/api/workflows/fork-matching')
+      .set(json)
+      .send({ queueName: 'hot', status: 'CANCELLED' })
+      .expect(200);
+    const results = many.body.results as Array<{ workflowId: string; outcome: string; forkWorkflowId?: string }>;
+    expect(results.map((result) => result.workflowId).sort()).toEqual([...delayed].sort());
+    expect(results.every((result) => result.outcome === 'forked' && result.forkWorkflowId)).toBe(true);
+    const forks = await Promise.all(results.map((result) => queues.retrieve(result.forkWorkflowId!)));
+    await expect(Promise.all(forks.map((handle) => handle.getResult({ timeoutMs: 30_000 })))).resolves.toEqual(
+      results.map((result) => `done-later-${delayed.indexOf(result.workflowId)}`),
+    );
+  }, 60_000);
+
   it('reports the stranded runs of a version no executor registers once for the queue, its shards added up', async () => {
     const stranded = await Promise.all(
       Array.from({ length: 6 }, (_, n) =>
@@ -271,5 +296,16 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
         JSON.stringify(expected),
       { what: 'the stranded runs reported once, by the queue', timeoutMs: 30_000 },
     );
+
+    const metrics = await registry.metrics();
+    expect(metrics).not.toContain('\u001f');
+    expect(metrics).toMatch(
+      /^dedup_queue_stranded_workflows\{queue="hot",workflow="ShardedTasks.work",version="2"\} 6$/m,
+    );
+    const succeeded = (await hotCounts()).counts.SUCCESS as { value: number };
+    expect(metrics).toMatch(
+      new RegExp(`^dedup_queue_workflows\\{queue="hot",status="SUCCESS"\\} ${succeeded.value}$`, 'm'),
+    );
+    expect(metrics).toMatch(/^dedup_queue_workflows\{queue="hot",status="ENQUEUED"\} 6$/m);
   }, 60_000);
 });
