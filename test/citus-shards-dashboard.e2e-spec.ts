@@ -171,7 +171,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
     expect(byName.workflows.map((workflow) => workflow.workflowId).sort()).toEqual([...finished].sort());
     expect(byName.workflows.every((workflow) => workflow.queueName === 'hot')).toBe(true);
 
-    for (const query of [
+    for (const query of <Array<Record<string, string>>>[
       { deduplicationId: 'k-5' },
       { queue: 'hot', deduplicationId: 'k-5' },
       { search: 'k-5' },
