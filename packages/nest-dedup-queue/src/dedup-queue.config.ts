@@ -13,6 +13,7 @@ import {
   DEFAULT_SHUTDOWN_GRACE_MS,
   DEFAULT_THREAD_IDLE_MS,
   DEFAULT_WORKER_CONCURRENCY,
+  SHARD_SEPARATOR,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
@@ -29,7 +30,6 @@ import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
 import { UnknownQueueError } from './errors/unknown-queue.error';
-import { SHARD_SEPARATOR } from './queues/queue-shards';
 
 /** Queues declared together and where: one `registerQueue()` call (its `QueueRegistration`). */
 export interface QueueDeclarations {

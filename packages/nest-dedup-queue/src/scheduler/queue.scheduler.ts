@@ -15,7 +15,7 @@ import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';
 import { QueueWorkerFactory } from './queue-worker.factory';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName, storedQueueNames } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
