@@ -1,8 +1,8 @@
 /**
  * `queues: [{ name, shards }]` on one PostgreSQL server: the queue behaves as a plain queue (its rows under its own
  * name, deduplication exact, drained whole, its status and counts under its name), and whatever cannot hold across
- * shards is refused at boot (`DedupQueueConfigurationError`) and at run time (`setQueueLimits`), as is the option on
- * Citus, where spreading a queue over nodes is not built yet.
+ * shards is refused at boot (`DedupQueueConfigurationError`) and at run time (`setQueueLimits`). On Citus, see
+ * citus-shards.e2e-spec.ts.
  */
 import { Test } from '@nestjs/testing';
 import {
@@ -96,9 +96,9 @@ describe('the refusals of `shards` at boot', () => {
     ['65 shards', { queues: [{ name: 'q', shards: 65 }] }, /shards` must be an integer from 1 to 64, got 65/],
     ['a fractional count', { queues: [{ name: 'q', shards: 1.5 }] }, /shards` must be an integer from 1 to 64/],
     [
-      'shards on Citus, which does not spread a queue yet',
-      { distribution: 'citus', queues: [{ name: 'q', shards: 8 }] },
-      /queue "q" declares `shards: 8`, which `distribution: 'citus'` does not support yet/,
+      'a queue name with U+001F, which names the shards of a queue on Citus',
+      { queues: [{ name: 'q\u001f0' }] },
+      /queue name "q\\u001f0" \(in DedupQueueModule\.forRoot\(\{ queues \}\)\) contains U\+001F/,
     ],
   ])('refuses %s with a message naming the option', async (_, options, message) => {
     const error = await startQueueApp({ schema, ...options }).catch((caught: unknown) => caught);

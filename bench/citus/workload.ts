@@ -77,9 +77,9 @@ export async function bootModule(database: BenchDatabase, schema: string, worker
 export type DrainSlots = 'split' | 'each';
 
 /** The queues of a drain, with the worker's slots given as `slots` says. */
-function drainQueues(queueNames: readonly string[], slots: DrainSlots = 'split'): QueueOptions[] {
+function drainQueues(queueNames: readonly string[], slots: DrainSlots = 'split', shards?: number): QueueOptions[] {
   const workerConcurrency = slots === 'each' ? WORKER_SLOTS : Math.max(1, Math.floor(WORKER_SLOTS / queueNames.length));
-  return queueNames.map((name) => ({ name, workerConcurrency }));
+  return queueNames.map((name) => ({ name, workerConcurrency, ...(shards && { shards }) }));
 }
 
 /** W1's queue: producers only. */
@@ -119,8 +119,9 @@ export async function prefill(
   schema: string,
   queueNames: readonly string[],
   jobs: number,
+  shards?: number,
 ): Promise<void> {
-  const producer = await bootModule(database, schema, false, drainQueues(queueNames));
+  const producer = await bootModule(database, schema, false, drainQueues(queueNames, 'split', shards));
   try {
     for (const [index, queueName] of queueNames.entries()) {
       const share = Math.floor(jobs / queueNames.length) + (index < jobs % queueNames.length ? 1 : 0);
@@ -150,10 +151,11 @@ export async function drain(
   jobs: number,
   meter: CpuMeter,
   slots: DrainSlots = 'split',
+  shards?: number,
 ): Promise<Measured> {
   const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
   onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
-  const worker = await bootModule(database, schema, true, drainQueues(queueNames, slots));
+  const worker = await bootModule(database, schema, true, drainQueues(queueNames, slots, shards));
   const deadline = Date.now() + DRAIN_TIMEOUT_MS;
   try {
     const succeeded = async (queueName: string) =>

@@ -11,7 +11,6 @@ import type { BulkEnqueueItem, BulkEnqueueOptions, BulkEnqueueResult } from './i
 import type { CancelOptions } from './interfaces/cancel-options.interface';
 import type { EnqueueOptions } from './interfaces/enqueue-options.interface';
 import type { EnqueuedWorkflowHandle } from './interfaces/workflow-handle.interface';
-import type { WorkflowContext } from './interfaces/workflow-context.interface';
 import type { WorkflowFunction } from './interfaces/workflow-function.interface';
 import type { WorkflowStatus } from './interfaces/workflow-status.interface';
 import { characterLength } from './utils/character-length';
@@ -79,7 +78,7 @@ export class ChildWorkflows {
     const derivedId = childWorkflowId(parent.context.workflowId, parent.nextStep);
     // NOTE: nothing may be awaited between reading nextStep and runRecorded taking that position.
     const recorded = await parent.runRecorded(`enqueue ${this.nameOf(workflow)}`, async (transaction) => {
-      await this.refuseParentKey(parent.context, queueName, options.deduplicationId);
+      await this.refuseParentKey(parent, queueName, options.deduplicationId);
       const childId = typeof options.workflowId === 'string' ? options.workflowId : derivedId;
       const handle = await this.enqueuing.enqueue(queueName, workflow, args, {
         ...options,
@@ -111,7 +110,7 @@ export class ChildWorkflows {
           : childWorkflowId(parent.context.workflowId, position, index),
       );
       for (const item of items) {
-        await this.refuseParentKey(parent.context, queueName, item?.options?.deduplicationId);
+        await this.refuseParentKey(parent, queueName, item?.options?.deduplicationId);
       }
       const withIds = items.map((item, index) => ({
         ...item,
@@ -142,10 +141,11 @@ export class ChildWorkflows {
   }
 
   /** A child in the parent's queue with the key the parent holds could never start while the parent runs. */
-  private async refuseParentKey(parent: WorkflowContext, queueName: string, deduplicationId: unknown): Promise<void> {
-    if (queueName !== parent.queueName || typeof deduplicationId !== 'string') return;
-    if ((await this.store.heldKey(parent.queueName, parent.workflowId)) === deduplicationId) {
-      throw new ChildKeyHeldByParentError(parent.workflowId, queueName, deduplicationId);
+  private async refuseParentKey(parent: FramedExecution, queueName: string, deduplicationId: unknown): Promise<void> {
+    const { workflowId } = parent.context;
+    if (queueName !== parent.context.queueName || typeof deduplicationId !== 'string') return;
+    if ((await this.store.heldKey(parent.storedQueueName, workflowId)) === deduplicationId) {
+      throw new ChildKeyHeldByParentError(workflowId, queueName, deduplicationId);
     }
   }
 }

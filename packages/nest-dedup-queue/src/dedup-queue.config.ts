@@ -29,6 +29,7 @@ import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
 import { UnknownQueueError } from './errors/unknown-queue.error';
+import { SHARD_SEPARATOR } from './queues/queue-shards';
 
 /** Queues declared together and where: one `registerQueue()` call (its `QueueRegistration`). */
 export interface QueueDeclarations {
@@ -191,16 +192,6 @@ export function resolveConfig(
     fail("`distribution` must be 'single' (one PostgreSQL server) or 'citus' (the coordinator of a Citus cluster)");
   }
   const queues = resolveQueues(options.queues, registrations, fail);
-  if (options.distribution === 'citus') {
-    const sharded = [...queues.values()].find((queue) => queue.shards !== undefined);
-    if (sharded) {
-      fail(
-        `queue "${sharded.name}" declares \`shards: ${sharded.shards}\`, which \`distribution: 'citus'\` does not ` +
-          'support yet (a queue is held by one worker node); leave `shards` out, or spread the work over several ' +
-          'queues (docs/citus.md, "A hot queue")',
-      );
-    }
-  }
   const worker = options.worker ?? true;
   if (typeof worker === 'object' && !Array.isArray(worker?.queues)) {
     fail('`worker` must be true, false or { queues: [...declared queue names] }');
@@ -284,6 +275,9 @@ function resolveQueues(
     const name = queue?.name;
     if (typeof name !== 'string' || name.length === 0 || exceedsCharacters(name, 100)) {
       fail(`queue name ${JSON.stringify(name)} (in ${place}) must be a string of 1 to 100 characters`);
+    }
+    if (name.includes(SHARD_SEPARATOR)) {
+      fail(`queue name ${JSON.stringify(name)} (in ${place}) contains U+001F, which names a queue's shards`);
     }
     const earlier = declaredAt.get(name);
     if (earlier !== undefined) {

@@ -1,4 +1,5 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
+import { logicalQueueName } from './queues/queue-shards';
 import { DedupQueueConfig, QUEUE_WIDE_LIMIT_KEYS, ResolvedQueue, queueWideLimit } from './dedup-queue.config';
 import { QueueControlStore, QueueOverrides } from './database/queues/queue-control.store';
 import { ModuleLogger } from './utils/module-logger';
@@ -67,10 +68,13 @@ export class QueueSettings implements OnModuleInit {
     return this.refreshing;
   }
 
-  /** The queue's settings now; the same object until the overrides are read again (do not change it). */
+  /**
+   * The queue's settings now (of the queue a shard's stored name belongs to); the same object until the overrides are
+   * read again (do not change it).
+   */
   effective(queueName: string): Readonly<EffectiveQueue> {
     let queue = this.computed.get(queueName);
-    if (!queue) this.computed.set(queueName, (queue = this.compute(queueName)));
+    if (!queue) this.computed.set(queueName, (queue = this.compute(logicalQueueName(queueName))));
     return queue;
   }
 

@@ -56,8 +56,8 @@ export class RunWaits {
     /** Called once the run is suspended. */
     private readonly suspended: () => void,
   ) {
-    const { queueName, workflowId, attempt } = execution.context;
-    this.run = { queueName, workflowId, attempt, executorId: deps.executorId };
+    const { workflowId, attempt } = execution.context;
+    this.run = { queueName: execution.storedQueueName, workflowId, attempt, executorId: deps.executorId };
   }
 
   async sleep(ms: number): Promise<void> {

@@ -3,6 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { WaitingStore } from '../database/waiting/waiting.store';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
+import { logicalQueueName, storedQueueNames } from '../queues/queue-shards';
 
 /** How many waiting workflows one statement makes due at most. */
 const PROMOTE_BATCH = 1000;
@@ -57,11 +58,13 @@ export class WaitingWaker implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   private promoteAll(): void {
-    for (const queueName of this.config.workerQueues) this.promote(queueName);
+    for (const queueName of this.config.workerQueues) {
+      for (const storedQueueName of storedQueueNames(this.config, queueName)) this.promote(storedQueueName);
+    }
   }
 
   private wakeAt(queueName: string, at: number): void {
-    if (!this.started || !this.config.workerQueues.has(queueName)) return;
+    if (!this.started || !this.config.workerQueues.has(logicalQueueName(queueName))) return;
     const current = this.timers.get(queueName);
     if (current && current.at <= at) return;
     clearTimeout(current?.timer);

@@ -33,7 +33,8 @@ export const setEvent = insideWorkflowFunction('setEvent', async (key: string, v
   requiredKey(key, 'key');
   const { execution } = frame;
   const valueJson = storedArgument(value, 'value', execution.database.inputLimits);
-  const { queueName, workflowId } = execution.context;
+  const { workflowId } = execution.context;
+  const queueName = execution.storedQueueName;
   const store = workflowEventStore(execution.database);
   const publish = async () => {
     await store.set(queueName, workflowId, key, valueJson);

@@ -235,7 +235,7 @@ class StreamAppender {
   private async appendWithRetries(append: StreamAppend, manager?: EntityManager): Promise<StreamAppendResult> {
     const { context, database } = this.execution;
     const writer = {
-      queueName: context.queueName,
+      queueName: this.execution.storedQueueName,
       workflowId: context.workflowId,
       attempt: context.attempt,
       flagged: flaggedRuns.has(this.execution),

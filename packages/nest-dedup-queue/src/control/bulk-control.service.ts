@@ -18,6 +18,7 @@ import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowCompletions } from '../workflow-completions';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
+import { everyStoredQueueName, logicalQueueName, storedQueueNames } from '../queues/queue-shards';
 
 /** Workflows per statement of a bulk call. */
 const BATCH = 1000;
@@ -74,7 +75,7 @@ export class BulkControlService {
    * `ChildWorkflows`). Finished children are walked through, for their own children. Returns how many it cancelled.
    */
   async cancelDescendants(rootWorkflowId: string): Promise<number> {
-    const queues = await this.children.queueNames();
+    const queues = (await this.children.queueNames()).flatMap((name) => storedQueueNames(this.config, name));
     const seen = new Set([rootWorkflowId]);
     let cancelled = 0;
     for (let level = [rootWorkflowId]; level.length > 0;) {
@@ -136,12 +137,15 @@ export class BulkControlService {
   ): Promise<Array<R & { queueName: string }>> {
     const valid = validFilter(filter);
     if (filter.queueName !== undefined) assertQueueDeclared(this.config, filter.queueName);
-    const queues = filter.queueName === undefined ? [...this.config.queues.keys()] : [filter.queueName];
+    const queues =
+      filter.queueName === undefined
+        ? everyStoredQueueName(this.config)
+        : storedQueueNames(this.config, filter.queueName);
     const results: Array<R & { queueName: string }> = [];
     for (const queueName of queues) {
       for (let after = '0'; ;) {
         const done = await batch(queueName, valid, after);
-        results.push(...done.results.map((result) => ({ ...result, queueName })));
+        results.push(...done.results.map((result) => ({ ...result, queueName: logicalQueueName(queueName) })));
         if (done.results.length < BATCH || done.lastSeq === undefined) break;
         after = done.lastSeq;
       }

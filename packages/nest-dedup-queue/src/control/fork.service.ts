@@ -15,6 +15,7 @@ import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interfac
 import { optionalKey, optionalVersion } from '../utils/enqueue-options.validation';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
+import { logicalQueueName } from '../queues/queue-shards';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -70,7 +71,7 @@ export class ForkService {
     const valid = validForkOptions(options, FORK_OPTION_KEYS, ['reject', 'return-existing', 'supersede']);
     const source = await this.store.byId(workflowId);
     if (!source) throw new WorkflowNotFoundError(workflowId);
-    assertQueueDeclared(this.config, source.queueName);
+    assertQueueDeclared(this.config, logicalQueueName(source.queueName));
     if (!isForkable(source)) {
       throw new InvalidArgumentError(
         'workflowId',
@@ -79,7 +80,7 @@ export class ForkService {
       );
     }
     const enqueued = await this.forkOne(planFork(source, valid), valid.onDuplicate);
-    return this.handles.handle<R>(enqueued.workflowId, enqueued.created, source.queueName);
+    return this.handles.handle<R>(enqueued.workflowId, enqueued.created, logicalQueueName(source.queueName));
   }
 
   /**

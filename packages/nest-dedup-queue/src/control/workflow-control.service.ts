@@ -15,6 +15,7 @@ import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { validateEnqueueOptions } from '../utils/enqueue-options.validation';
 import { WorkflowCompletions } from '../workflow-completions';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /**
  * Acts on existing workflows: cancel, resume, reschedule, and the bodies a cancel or timeout abandoned in this
@@ -62,7 +63,7 @@ export class WorkflowControlService {
         const queueName = row?.queue_name as string;
         const holder = await this.inserter.findHolder(queueName, key);
         throw new QueueDeduplicatedError(
-          queueName,
+          logicalQueueName(queueName),
           key,
           holder?.workflowId ?? '(finished meanwhile; try again)',
           holder ? await this.inserter.holderState(queueName, holder.workflowId) : {},

@@ -33,6 +33,7 @@ import { RowValues } from '../database/connection/row-values';
 import { HISTORY_STATUSES } from '../database/tables/workflow-status.sql';
 import { nestsDeeperThan } from '../utils/json-depth';
 import { newWorkflowId } from '../utils/workflow-id';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;
@@ -367,7 +368,7 @@ function toSummary(row: SummaryRow, values: RowValues): DashboardWorkflowSummary
   const status = values.status('status', row.status);
   return {
     workflowId: values.requiredText('workflowId', row.workflow_id),
-    queueName: values.requiredText('queueName', row.queue_name),
+    queueName: logicalQueueName(values.requiredText('queueName', row.queue_name)),
     workflowName: values.requiredText('workflowName', row.workflow_name),
     version: values.number('version', row.workflow_version),
     forkedFrom: values.text('forkedFrom', row.forked_from),

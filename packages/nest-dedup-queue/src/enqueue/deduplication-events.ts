@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { DeduplicationEvent } from '../interfaces/deduplication-event.interface';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { ModuleLogger } from '../utils/module-logger';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /**
  * Counts deduplication hits per queue and tells listeners about each one (the `onDeduplicated` listeners, then
@@ -26,7 +27,8 @@ export class DeduplicationEvents {
   }
 
   /** One hit of an enqueue of `workflowName`. */
-  emit(event: DeduplicationEvent, workflowName: string): void {
+  emit(stored: DeduplicationEvent, workflowName: string): void {
+    const event = { ...stored, queueName: logicalQueueName(stored.queueName) };
     this.counts.set(event.queueName, (this.counts.get(event.queueName) ?? 0) + 1);
     for (const listener of this.listeners) {
       try {

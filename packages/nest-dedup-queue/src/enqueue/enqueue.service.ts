@@ -19,6 +19,7 @@ import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { DeduplicationEvents } from './deduplication-events';
 import { WorkflowEnqueuer } from './workflow-enqueuer';
 import { newWorkflowId } from '../utils/workflow-id';
+import { storedQueueName } from '../queues/queue-shards';
 
 const BULK_CHUNK = 1000;
 
@@ -74,7 +75,9 @@ export class EnqueueService {
   ): Promise<EnqueuedWorkflowHandle<unknown>> {
     const { valid, row } = await this.prepare(queueName, workflow, args, options, 'options');
     const enqueued = await this.enqueuer.enqueue(row, valid, valid.transaction);
-    return this.handles.handle(enqueued.workflowId, enqueued.created, queueName);
+    // NOTE: a workflow ID reused with another key may be stored in another shard of the queue: looked up by ID alone.
+    const sameShard = enqueued.created || enqueued.workflowId !== row.workflowId || row.queueName === queueName;
+    return this.handles.handle(enqueued.workflowId, enqueued.created, sameShard ? row.queueName : undefined);
   }
 
   /** The default queue of a workflow, `@Workflow({ queue })`. @throws InvalidArgumentError when it has none */
@@ -188,10 +191,11 @@ export class EnqueueService {
       valid.version ?? this.registry.highestVersion(workflowName) ?? (await this.versionToEnqueue(workflowName));
     const workflowOptions = this.registry.runOptions(workflowName, version);
     const frame = executionFrames.getStore();
+    const workflowId = valid.workflowId ?? newWorkflowId();
     const row: NewWorkflow = {
-      workflowId: valid.workflowId ?? newWorkflowId(),
+      workflowId,
       workflowIdGiven: typeof valid.workflowId === 'string',
-      queueName,
+      queueName: storedQueueName(this.config, queueName, valid.deduplicationId ?? workflowId),
       workflowName,
       version,
       deduplicationId: valid.deduplicationId,

@@ -17,6 +17,7 @@ import { EnqueueBatcher } from './enqueue.batcher';
 import { HolderReports } from './holder-reports';
 import { SupersededRuns } from './superseded-runs';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
+import { logicalQueueName } from '../queues/queue-shards';
 
 export interface EnqueuePolicy {
   onDuplicate: DuplicatePolicy;
@@ -93,10 +94,13 @@ export class WorkflowEnqueuer {
           return { workflowId: workflow.workflowId, created: true };
         case 'duplicate-workflow-id':
           if (
-            result.existing.queueName !== workflow.queueName ||
+            logicalQueueName(result.existing.queueName) !== logicalQueueName(workflow.queueName) ||
             result.existing.workflowName !== workflow.workflowName
           ) {
-            throw new WorkflowIdConflictError(workflow.workflowId, result.existing);
+            throw new WorkflowIdConflictError(workflow.workflowId, {
+              ...result.existing,
+              queueName: logicalQueueName(result.existing.queueName),
+            });
           }
           return { workflowId: workflow.workflowId, created: false };
         case 'deduplicated': {
@@ -159,10 +163,13 @@ export class WorkflowEnqueuer {
           const existing = await inserter.insert(workflow);
           if (existing.outcome === 'duplicate-workflow-id') {
             if (
-              existing.existing.queueName !== workflow.queueName ||
+              logicalQueueName(existing.existing.queueName) !== logicalQueueName(workflow.queueName) ||
               existing.existing.workflowName !== workflow.workflowName
             ) {
-              throw new WorkflowIdConflictError(workflow.workflowId, existing.existing);
+              throw new WorkflowIdConflictError(workflow.workflowId, {
+                ...existing.existing,
+                queueName: logicalQueueName(existing.existing.queueName),
+              });
             }
             return { workflowId: workflow.workflowId, created: false };
           }
@@ -263,10 +270,11 @@ export class WorkflowEnqueuer {
   ): Promise<never> {
     this.hit(workflow, holderId, outcome, undefined);
     const key = workflow.deduplicationId as string;
-    if (outcome === 'mismatched') throw new DeduplicationMismatchError(workflow.queueName, key, holderId);
+    const queueName = logicalQueueName(workflow.queueName);
+    if (outcome === 'mismatched') throw new DeduplicationMismatchError(queueName, key, holderId);
     const report = holderReport ?? (await this.holderReports.read(workflow.queueName, holderId));
     const note = await this.strandedNote(workflow, report?.waitingRun);
-    throw new QueueDeduplicatedError(workflow.queueName, key, holderId, { ...report?.state, note });
+    throw new QueueDeduplicatedError(queueName, key, holderId, { ...report?.state, note });
   }
 
   /**

@@ -8,6 +8,8 @@ import type { RecordedTransaction } from './recorded-transaction';
 /** What the workflow's own code reaches of the run it belongs to: its context and its next step. */
 export interface FramedExecution {
   readonly context: WorkflowContext;
+  /** The name its row is stored under: its queue's, or on Citus its shard's (see `storedQueueNames`). */
+  readonly storedQueueName: string;
   /** The module's database, for what the workflow's code records besides steps (events). */
   readonly database: QueueDatabase;
   /** The position the next `runStep` call takes (a child workflow's ID is derived from it). */

@@ -42,6 +42,8 @@ export class WorkflowExecution implements FramedExecution {
     private readonly interrupt: (reason: 'ownership-lost') => void,
     private readonly trace: RunTrace = { step: (_name, body) => body() },
     readonly deadlineAt: Date | null = null,
+    /** The name its row is stored under: its queue's, or on Citus its shard's (see `storedQueueNames`). */
+    readonly storedQueueName: string = context.queueName,
   ) {}
 
   get database(): QueueDatabase {
@@ -126,7 +128,7 @@ export class WorkflowExecution implements FramedExecution {
       const effects: Array<() => void> = [];
       try {
         const earlier =
-          attempt > 1 ? await this.steps.find(this.context.queueName, this.context.workflowId, index) : undefined;
+          attempt > 1 ? await this.steps.find(this.storedQueueName, this.context.workflowId, index) : undefined;
         if (earlier) return this.replay<T>(index, name, earlier);
         const result = await this.runInTransaction(
           index,
@@ -149,8 +151,8 @@ export class WorkflowExecution implements FramedExecution {
   }
 
   private lockIfOwned(manager: EntityManager): Promise<OwnedRow | undefined> {
-    const { queueName, workflowId, attempt } = this.context;
-    return this.steps.lockIfOwned(manager, queueName, workflowId, this.executorId, attempt);
+    const { workflowId, attempt } = this.context;
+    return this.steps.lockIfOwned(manager, this.storedQueueName, workflowId, this.executorId, attempt);
   }
 
   /** The run called `calledName` at position `index`, where `recordedName` was recorded: see `mismatch`. */
@@ -230,7 +232,7 @@ export class WorkflowExecution implements FramedExecution {
   private checkpoint(index: number, name: string, result: unknown, error: unknown, startedAt: number): StepCheckpoint {
     return {
       workflowId: this.context.workflowId,
-      queueName: this.context.queueName,
+      queueName: this.storedQueueName,
       index,
       name,
       outputJson:

@@ -35,8 +35,11 @@ export interface QueueOptions extends QueueLimits {
    * Declares a hot queue that may be spread over several shards (an integer from 1 to 64; default 1), so that no
    * limit may hold across the whole queue: a queue with `shards` above 1 takes no `concurrency`,
    * `partitionConcurrency` or `rateLimit` (refused at boot, and by `setQueueLimits`); `workerConcurrency` limits
-   * each process as usual. On one PostgreSQL server the queue stays one queue (the option only fixes the rules);
-   * with `distribution: 'citus'` it is refused for now (spreading a queue over worker nodes is not built yet).
+   * each process as usual. On one PostgreSQL server the queue stays one queue (the option only fixes the rules).
+   * With `distribution: 'citus'` its rows are stored under one name per shard, which Citus places on different worker
+   * nodes: a workflow's shard follows from its deduplication ID (or its workflow ID without one), so deduplication
+   * stays exact; workers claim from the shards in turn, and everything by the queue's name (lists, counts, pause,
+   * cancel, reports) covers them all (docs/citus.md, "A hot queue").
    */
   shards?: number;
 }

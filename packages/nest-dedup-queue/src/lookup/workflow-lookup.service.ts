@@ -13,6 +13,7 @@ import type { WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 import type { WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
+import { logicalQueueName, storedQueueName, storedQueueNames } from '../queues/queue-shards';
 
 const MAX_LIST_LIMIT = 10_000;
 
@@ -51,7 +52,10 @@ export class WorkflowLookupService {
     deduplicationId: string,
   ): Promise<WorkflowHandle<R> | undefined> {
     assertQueueDeclared(this.config, queueName);
-    const holder = await this.inserter.findHolder(queueName, deduplicationId);
+    const holder = await this.inserter.findHolder(
+      storedQueueName(this.config, queueName, deduplicationId),
+      deduplicationId,
+    );
     return holder && this.handles.handle<R>(holder.workflowId);
   }
 
@@ -68,15 +72,28 @@ export class WorkflowLookupService {
     if (filter.parentWorkflowId !== undefined && typeof filter.parentWorkflowId !== 'string') {
       throw new InvalidArgumentError('filter.parentWorkflowId', 'must be a workflow ID (a string)');
     }
-    return (await this.store.list({ ...filter, limit, offset })).map(toStatusInfo);
+    const shards = filter.queueName === undefined ? [] : storedQueueNames(this.config, filter.queueName);
+    if (shards.length <= 1) return (await this.store.list({ ...filter, limit, offset })).map(toStatusInfo);
+    const lists = await Promise.all(
+      shards.map((queueName) => this.store.list({ ...filter, queueName, limit: limit + offset, offset: 0 })),
+    );
+    return lists
+      .flat()
+      .sort((a, b) => b.created_at.getTime() - a.created_at.getTime() || (a.workflow_id < b.workflow_id ? 1 : -1))
+      .slice(offset, offset + limit)
+      .map(toStatusInfo);
   }
 
   /** See `QueueService.countByStatus`. */
   async countByStatus(queueName?: string): Promise<Record<string, Partial<Record<WorkflowStatus, number>>>> {
     if (queueName !== undefined) assertQueueDeclared(this.config, queueName);
     const counts: Record<string, Partial<Record<WorkflowStatus, number>>> = {};
-    for (const row of await this.store.countByStatus(queueName)) {
-      (counts[row.queueName] ??= {})[row.status] = row.count;
+    const shards = queueName === undefined ? [undefined] : storedQueueNames(this.config, queueName);
+    for (const rows of await Promise.all(shards.map((shard) => this.store.countByStatus(shard)))) {
+      for (const row of rows) {
+        const byStatus = (counts[logicalQueueName(row.queueName)] ??= {});
+        byStatus[row.status] = (byStatus[row.status] ?? 0) + row.count;
+      }
     }
     return counts;
   }

@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { WorkflowOutcome, WorkflowRef } from '../database/workflows/workflow.store';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
 import { ModuleLogger } from '../utils/module-logger';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /** The changes of state that are not public events: they feed metrics and tracing only. */
 type InternalEvent =
@@ -76,7 +77,10 @@ export class WorkflowLifecycle {
     return false;
   }
 
-  emit(event: LifecycleEvent): void {
+  /** Calls the listeners of `event`, which names the queue of a shard's stored name (see `logicalQueueName`). */
+  emit(stored: LifecycleEvent): void {
+    const queueName = logicalQueueName(stored.queueName);
+    const event = queueName === stored.queueName ? stored : { ...stored, queueName };
     for (const [listener, events] of this.listeners) {
       if (events && !events.has(event.event)) continue;
       try {

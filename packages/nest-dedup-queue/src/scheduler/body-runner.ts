@@ -15,6 +15,7 @@ import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { ModuleLogger } from '../utils/module-logger';
 import { toStoredJson } from '../utils/stored-json';
+import { logicalQueueName } from '../queues/queue-shards';
 
 export { SUSPENDED } from '../composition/workflow-waits';
 
@@ -76,7 +77,7 @@ export class BodyRunner {
         workflowId,
         workflowName,
         version,
-        queueName,
+        queueName: logicalQueueName(queueName),
         attempt,
         get signal() {
           return control.signal;
@@ -90,6 +91,7 @@ export class BodyRunner {
         (reason) => control.interrupt(reason),
         trace,
         claimed.deadlineAt,
+        queueName,
       );
       const result = await this.runBody(workflow, execution, claimed.inputsJson);
       if (execution.mismatch) return this.parked(queueName, claimed, execution.mismatch);

@@ -49,6 +49,14 @@ export class ClaimBuffer {
     return this.entries.map(({ workflow }) => workflow.workflowId);
   }
 
+  /** The held workflows, each with the name its row is stored under. */
+  heldRuns(): { workflowId: string; queueName: string }[] {
+    return this.entries.map(({ workflow }) => ({
+      workflowId: workflow.workflowId,
+      queueName: workflow.storedQueueName,
+    }));
+  }
+
   /** Starts what a claim took in free slots and holds the rest (gives them back at once once stopped). */
   add(workflows: ClaimedWorkflow[]): void {
     const bufferedAt = performance.now();
@@ -101,15 +109,21 @@ export class ClaimBuffer {
   }
 
   private giveBack(entries: BufferedWorkflow[]): void {
-    if (entries.length === 0) return;
-    const runs = entries.map(({ workflow }) => ({ workflowId: workflow.workflowId, attempt: workflow.attempts }));
-    const given = this.deps.store.giveBack(this.deps.executorId, this.queueName, runs).catch((error: unknown) => {
-      this.deps.logger.warn(
-        `Giving back ${runs.length} buffered workflow(s) of queue "${this.queueName}" failed (they stay PENDING ` +
-          `for recovery): ${describeError(error)}`,
-      );
-    });
-    this.givingBack = Promise.all([this.givingBack, given]);
+    const byStoredName = new Map<string, { workflowId: string; attempt: number }[]>();
+    for (const { workflow } of entries) {
+      const runs = byStoredName.get(workflow.storedQueueName) ?? [];
+      runs.push({ workflowId: workflow.workflowId, attempt: workflow.attempts });
+      byStoredName.set(workflow.storedQueueName, runs);
+    }
+    for (const [storedQueueName, runs] of byStoredName) {
+      const given = this.deps.store.giveBack(this.deps.executorId, storedQueueName, runs).catch((error: unknown) => {
+        this.deps.logger.warn(
+          `Giving back ${runs.length} buffered workflow(s) of queue "${this.queueName}" failed (they stay PENDING ` +
+            `for recovery): ${describeError(error)}`,
+        );
+      });
+      this.givingBack = Promise.all([this.givingBack, given]);
+    }
   }
 }
 

@@ -9,6 +9,7 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { ModuleLogger } from '../utils/module-logger';
+import { everyStoredQueueName } from '../queues/queue-shards';
 
 /** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
@@ -53,7 +54,7 @@ export class ExecutorHeartbeat {
     this.onLeaseLost = onLeaseLost;
     await this.executors.register(this.config.executorId, this.runs());
     this.lastRenewedAt = new Date();
-    for (const queueName of this.config.queues.keys()) {
+    for (const queueName of everyStoredQueueName(this.config)) {
       this.report(
         'left by an earlier process with this executor ID',
         await this.executors.recoverOwn(this.config.executorId, queueName),
@@ -113,7 +114,7 @@ export class ExecutorHeartbeat {
    */
   private async sweep(): Promise<void> {
     let failure: { error: unknown } | undefined;
-    for (const queueName of this.config.queues.keys()) {
+    for (const queueName of everyStoredQueueName(this.config)) {
       try {
         await this.sweepQueue(queueName);
       } catch (error) {

@@ -15,6 +15,7 @@ import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';
 import { QueueWorkerFactory } from './queue-worker.factory';
 import { ModuleLogger } from '../utils/module-logger';
+import { logicalQueueName, storedQueueNames } from '../queues/queue-shards';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
@@ -40,7 +41,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   private stopping = false;
   private readonly cancelHints = new CancelHints({
     queuesThatMayHold: (workflowId) =>
-      [...this.workers].filter(([, worker]) => worker.mayHold(workflowId)).map(([queueName]) => queueName),
+      [...this.workers.values()].flatMap((worker) => worker.storedNamesThatMayHold(workflowId)),
     lookUp: (runs) => this.executors.notOwned(this.config.executorId, runs),
     release: (cancelled) => this.cancelled(cancelled),
     endedElsewhere: () => this.workers.forEach((worker) => worker.endedElsewhere()),
@@ -63,7 +64,9 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
-    this.outcomes.attachClaims((queueName, outcomes) => this.workers.get(queueName)?.claimWithOutcomes(outcomes));
+    this.outcomes.attachClaims((storedQueueName, outcomes) =>
+      this.workers.get(logicalQueueName(storedQueueName))?.claimWithOutcomes(outcomes),
+    );
     for (const queueName of queues) {
       this.workers.set(
         queueName,
@@ -152,7 +155,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     if (queueName === undefined) {
       for (const worker of this.workers.values()) worker.wake();
     } else {
-      this.workers.get(queueName)?.wake();
+      this.workers.get(logicalQueueName(queueName))?.wake();
     }
   }
 
@@ -220,7 +223,12 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     for (let attempt = 1; worker && this.started && !this.stopping; attempt++) {
       await worker.claimSettled();
       try {
-        const released = await this.executors.releaseUnknown(this.config.executorId, queueName, this.runningIds());
+        const released: string[] = [];
+        for (const storedQueueName of storedQueueNames(this.config, queueName)) {
+          released.push(
+            ...(await this.executors.releaseUnknown(this.config.executorId, storedQueueName, this.runningIds())),
+          );
+        }
         if (released.length > 0) {
           this.logger.warn(
             `Put back ${released.length} workflow(s) of queue "${queueName}" taken by a claim whose answer was ` +
@@ -242,9 +250,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
 
   /** The workflows the workers know (running, being recorded, buffered), each with its queue. */
   private heldRuns(): HeldRun[] {
-    return [...this.workers].flatMap(([queueName, worker]) =>
-      worker.runningIds().map((workflowId) => ({ workflowId, queueName })),
-    );
+    return [...this.workers.values()].flatMap((worker) => worker.heldRuns());
   }
 
   private interruptAll(reason: InterruptReason): void {

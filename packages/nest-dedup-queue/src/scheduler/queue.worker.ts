@@ -1,5 +1,5 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
-import type { ClaimedWorkflow, WorkflowClaimer } from '../database/workflows/workflow-claimer';
+import type { ClaimRequest, ClaimedWorkflow, WorkflowClaimer } from '../database/workflows/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection/connection-monitor';
@@ -25,6 +25,8 @@ import { ModuleLogger } from '../utils/module-logger';
 
 /** After a failed claim (a lock timeout, a lost connection), back off and try again. */
 const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
+/** How many full claims in a row a shard of a queue with shards gives before the next shard's turn. */
+const SHARD_TURN = 8;
 /** A queue's workflows are quick while their bodies take less than this, on average (see `QueueWorker`). */
 const QUICK_BODY_MS = 10;
 
@@ -37,6 +39,11 @@ export interface QueueWorkerDependencies {
   outcomes: OutcomeWriter;
   completions: WorkflowCompletions;
   executorId: string;
+  /**
+   * The names its rows are stored under: its own, or on Citus those of its shards (see `storedQueueNames`), claimed
+   * in turn.
+   */
+  storedQueueNames: readonly string[];
   /** False while the scheduler reconciles after a claim whose answer was lost. */
   claimsAllowed(): boolean;
   /** A claim failed with the connection: it may have taken workflows this process never heard of. */
@@ -47,6 +54,7 @@ export interface QueueWorkerDependencies {
 /** One run of one workflow in this process: `attempt` is its claim number, which no later run shares. */
 interface RunningWorkflow {
   workflowId: string;
+  storedQueueName: string;
   workflowName: string;
   attempt: number;
   control: RunSignal;
@@ -104,6 +112,12 @@ export class QueueWorker {
   private stopped = false;
   private retryTimer?: NodeJS.Timeout;
   private failedClaims = 0;
+  /** The stored name claims take from (each process starts at a shard of its own)... */
+  private shard: number;
+  /** ...how many full claims it gave in a row (at `SHARD_TURN`, the next shard's turn)... */
+  private fullClaims = 0;
+  /** ...and how many claims in a row came back short: every shard's, and the queue holds no more than they saw. */
+  private shortClaims = 0;
   private readonly claimFailures = new FailureLog(this.logger);
 
   constructor(
@@ -119,6 +133,7 @@ export class QueueWorker {
       start: (workflow) => this.start(workflow),
     });
     this.abandoned = new AbandonedRuns(queueName, this.logger);
+    this.shard = Math.floor(Math.random() * deps.storedQueueNames.length);
   }
 
   /**
@@ -129,6 +144,7 @@ export class QueueWorker {
   wake(): void {
     this.wakeUps += 1;
     this.mayHaveWork = true;
+    this.shortClaims = 0;
     this.buffer.startInFreeSlots();
     this.claimSoon();
   }
@@ -173,6 +189,13 @@ export class QueueWorker {
   /** Whether this worker may hold the workflow: runs it, buffers it, or has a claim in flight that may take it. */
   mayHold(workflowId: string): boolean {
     return this.running.has(workflowId) || this.claims.size > 0 || this.buffer.workflowIds().includes(workflowId);
+  }
+
+  /** The stored names the workflow may be held under here (see `mayHold`): its own when known, else all of them. */
+  storedNamesThatMayHold(workflowId: string): string[] {
+    const known = this.heldRuns().find((run) => run.workflowId === workflowId);
+    if (known) return [known.queueName];
+    return this.claims.size > 0 ? [...this.deps.storedQueueNames] : [];
   }
 
   /** A workflow not held here ended: a queue with global limits looks for work, since it may have held a slot. */
@@ -220,6 +243,16 @@ export class QueueWorker {
     return [...new Set([...this.running.keys(), ...this.recording.keys(), ...this.buffer.workflowIds()])];
   }
 
+  /** `runningIds`, each with the name its row is stored under. */
+  heldRuns(): { workflowId: string; queueName: string }[] {
+    const runs = [...this.running.values(), ...this.recording.values()].map((run) => ({
+      workflowId: run.workflowId,
+      queueName: run.storedQueueName,
+    }));
+    const known = new Set(runs.map((run) => run.workflowId));
+    return [...runs, ...this.buffer.heldRuns().filter((run) => !known.has(run.workflowId))];
+  }
+
   get runningCount(): number {
     return this.running.size;
   }
@@ -249,7 +282,7 @@ export class QueueWorker {
     if (limit <= 0) return undefined;
     const claim = this.claimStarted(limit);
     this.claimAgain = false;
-    const request = { queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() };
+    const request = { ...this.claimRequest(queue), limit };
     const attached = this.deps.claimer.attachable(request);
     return {
       ...attached,
@@ -258,7 +291,10 @@ export class QueueWorker {
         if (claimedJson) {
           const workflows = attached.read(claimedJson);
           this.take(workflows, claim.cancelled);
-          this.claimReturned(claim, workflows.length === limit);
+          const full = workflows.length === limit;
+          const more = this.mayHoldMore(full);
+          this.claimReturned(claim, more);
+          if (more && !full) this.claimAgain = true;
         } else if (error instanceof DatabaseUnavailableError) {
           this.deps.claimMayHaveBeenLost();
         }
@@ -276,7 +312,7 @@ export class QueueWorker {
         if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const claim = this.claimStarted(limit);
         const { workflows, retryInMs } = await this.deps.claimer
-          .claim({ queue, executorId: this.deps.executorId, limit, claimKeys: this.deps.registry.claimKeys() })
+          .claim({ ...this.claimRequest(queue), limit })
           .finally(claim.settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();
@@ -284,8 +320,9 @@ export class QueueWorker {
         if (retryInMs !== undefined) {
           this.wakeLater(retryInMs);
         } else {
-          if (workflows.length === limit) this.claimAgain = true;
-          if (!hasGlobalLimits(queue)) this.claimReturned(claim, workflows.length === limit);
+          const more = this.mayHoldMore(workflows.length === limit);
+          if (more) this.claimAgain = true;
+          if (!hasGlobalLimits(queue)) this.claimReturned(claim, more);
         }
       } while (this.claimAgain && this.mayHaveWork && !this.stopped);
     } catch (error) {
@@ -301,6 +338,28 @@ export class QueueWorker {
     clearTimeout(this.retryTimer);
     this.retryTimer = setTimeout(() => this.wake(), delayMs);
     this.retryTimer.unref();
+  }
+
+  /** A claim of the queue, from the stored name whose turn it is. */
+  private claimRequest(queue: ResolvedQueue): Omit<ClaimRequest, 'limit'> {
+    const storedQueueName = this.deps.storedQueueNames[this.shard];
+    return { queue, storedQueueName, executorId: this.deps.executorId, claimKeys: this.deps.registry.claimKeys() };
+  }
+
+  /**
+   * A claim came back `full`, or short: whether the queue may hold more (a shard not claimed since may). A shard keeps
+   * its turn while its claims come back full, up to `SHARD_TURN` of them (the workflows running at once, and so each
+   * outcome batch, mostly of one shard: one statement on one node), then the next shard's turn comes.
+   */
+  private mayHoldMore(full: boolean): boolean {
+    const shards = this.deps.storedQueueNames.length;
+    this.shortClaims = full ? 0 : this.shortClaims + 1;
+    this.fullClaims = full ? this.fullClaims + 1 : 0;
+    if (!full || this.fullClaims >= SHARD_TURN) {
+      this.shard = (this.shard + 1) % shards;
+      this.fullClaims = 0;
+    }
+    return full || this.shortClaims < shards;
   }
 
   /**
@@ -368,6 +427,7 @@ export class QueueWorker {
     if (earlier) this.abandon(earlier, 'cancelled');
     const run: RunningWorkflow = {
       workflowId: claimed.workflowId,
+      storedQueueName: claimed.storedQueueName,
       workflowName: claimed.workflowName,
       attempt: claimed.attempts,
       control: new RunSignal(claimed.workflowId),
@@ -394,7 +454,7 @@ export class QueueWorker {
     }
     const startedAt = performance.now();
     try {
-      const outcome = await this.deps.runner.run(this.queueName, claimed, run.control);
+      const outcome = await this.deps.runner.run(claimed.storedQueueName, claimed, run.control);
       if (outcome === SUSPENDED) return;
       const durationMs = performance.now() - startedAt;
       this.bodyMs = this.bodyMs === undefined ? durationMs : this.bodyMs + (durationMs - this.bodyMs) / 8;
@@ -412,7 +472,7 @@ export class QueueWorker {
       this.logger.warn(`Workflow ${run.workflowName} (${run.workflowId}) failed: ${outcome.error?.message}`);
     }
     if (this.quick(this.deps.settings.effective(this.queueName))) this.bodyReturned(run);
-    const written = await this.deps.outcomes.write(outcome, this.queueName);
+    const written = await this.deps.outcomes.write(outcome, run.storedQueueName);
     if (written && this.deps.lifecycle.wants(runOutcomeEventName(outcome))) {
       const ref = { workflowId: run.workflowId, queueName: this.queueName, workflowName: run.workflowName };
       this.deps.lifecycle.emit(runOutcomeEvent(ref, run.attempt, outcome, durationMs));

@@ -4,6 +4,7 @@ import { LiveExecutor, UnfinishedRunCount, WorkflowVersionStore } from '../datab
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
+import { logicalQueueName } from '../queues/queue-shards';
 
 /** What the versions of the workflows look like at `at`: per name and version, and the stranded runs. */
 export interface VersionReport {
@@ -109,11 +110,11 @@ export class WorkflowVersionsMonitor implements OnApplicationBootstrap, OnApplic
   }
 }
 
-/** Whether `executor` claims runs of `name` at `version` in `queueName`. */
+/** Whether `executor` claims runs of `name` at `version` in `queueName` (or in the queue of that shard's name). */
 function claims(executor: LiveExecutor, queueName: string, name: string, version: number): boolean {
   if (executor.workflows === null) return true;
   return (
-    (executor.queues?.includes(queueName) ?? false) &&
+    (executor.queues?.includes(logicalQueueName(queueName)) ?? false) &&
     executor.workflows.some((workflow) => workflow.name === name && workflow.version === version)
   );
 }
@@ -154,7 +155,7 @@ function strandedOf(executors: LiveExecutor[], runs: UnfinishedRunCount[]): Stra
         !executors.some((executor) => claims(executor, run.queueName, run.workflowName, run.version)),
     )
     .map((run) => ({
-      queueName: run.queueName,
+      queueName: logicalQueueName(run.queueName),
       workflowName: run.workflowName,
       version: run.version,
       count: run.waiting,

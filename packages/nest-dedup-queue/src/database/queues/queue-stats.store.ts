@@ -4,6 +4,7 @@ import type { QueueDatabase } from '../connection/queue-database';
 import { REPORTED_STATUS_SQL } from '../workflows/workflow-row';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { workflowTables } from '../tables/workflow-tables';
+import { logicalQueueName } from '../../queues/queue-shards';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -50,8 +51,12 @@ export class QueueStatsStore {
       ),
     );
     const oldestWaits: OldestWaits = new Map();
-    for (const row of rows) if (row.oldest_wait !== null) oldestWaits.set(row.queue_name, Math.max(0, row.oldest_wait));
-    return { counts: rows.map(toStatusCount), oldestWaits };
+    for (const row of rows) {
+      if (row.oldest_wait === null) continue;
+      const queueName = logicalQueueName(row.queue_name);
+      oldestWaits.set(queueName, Math.max(oldestWaits.get(queueName) ?? 0, row.oldest_wait));
+    }
+    return { counts: byQueue(rows), oldestWaits };
   }
 
   /** SUCCESS, ERROR, CANCELLED and MAX_RECOVERY_ATTEMPTS_EXCEEDED workflows per queue (a scan of the table). */
@@ -62,7 +67,7 @@ export class QueueStatsStore {
          WHERE status NOT IN ${ACTIVE_STATUSES_SQL} GROUP BY queue_name, status`,
       ),
     );
-    return rows.map(toStatusCount);
+    return byQueue(rows);
   }
 
   /** NOTE: the statement timeout ends the query on the server; the timer also covers waiting for a connection. */
@@ -75,6 +80,15 @@ export class QueueStatsStore {
   }
 }
 
-function toStatusCount(row: { queue_name: string; status: WorkflowStatus; n: number }): StatusCount {
-  return { queueName: row.queue_name, status: row.status, count: row.n };
+/** The counts per queue and status, those of a sharded queue's shards added up (see `logicalQueueName`). */
+function byQueue(rows: { queue_name: string; status: WorkflowStatus; n: number }[]): StatusCount[] {
+  const counts = new Map<string, StatusCount>();
+  for (const row of rows) {
+    const queueName = logicalQueueName(row.queue_name);
+    const key = JSON.stringify([queueName, row.status]);
+    const count = counts.get(key);
+    if (count) count.count += row.n;
+    else counts.set(key, { queueName, status: row.status, count: row.n });
+  }
+  return [...counts.values()];
 }

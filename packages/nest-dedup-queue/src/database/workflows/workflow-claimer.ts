@@ -7,6 +7,8 @@ import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
 
 export interface ClaimedWorkflow {
   workflowId: string;
+  /** The name its row is stored under: its queue's, or on Citus its shard's (see `storedQueueNames`). */
+  storedQueueName: string;
   workflowName: string;
   /** The version it was enqueued with. */
   version: number;
@@ -31,6 +33,8 @@ export interface ClaimedWorkflow {
 export interface ClaimRequest {
   /** The queue, with the limits that apply now. */
   queue: ResolvedQueue;
+  /** The name of the rows to claim: the queue's (when left out), or on Citus a shard's (see `storedQueueNames`). */
+  storedQueueName?: string;
   executorId: string;
   /** This process's free slots. */
   limit: number;
@@ -173,7 +177,7 @@ export class WorkflowClaimer {
     const partitioned = isPartitioned(request.queue);
     if (!hasGlobalLimits(request.queue) && this.database.citus) {
       return this.database.transaction(async (query) => ({
-        workflows: toClaimed(await this.claimOnCitus(query, request, request.limit, false)),
+        workflows: toClaimed(await this.claimOnCitus(query, request, request.limit, false), storedName(request)),
       }));
     }
     if (!hasGlobalLimits(request.queue)) {
@@ -181,6 +185,7 @@ export class WorkflowClaimer {
       return {
         workflows: toClaimed(
           await this.database.query<ClaimedRow>(sql, this.params(request, request.limit), { prepared: true }),
+          storedName(request),
         ),
       };
     }
@@ -197,7 +202,7 @@ export class WorkflowClaimer {
         ? await this.claimOnCitus(query, request, limit, partitioned)
         : await query<ClaimedRow>(this.claimSql(partitioned), this.params(request, limit), { prepared: true });
       if (request.queue.rateLimit && rows.length > 0) await this.recordStarts(query, request, rows);
-      return { workflows: toClaimed(rows), retryInMs };
+      return { workflows: toClaimed(rows, storedName(request)), retryInMs };
     });
   }
 
@@ -210,7 +215,11 @@ export class WorkflowClaimer {
       params: this.params(request, request.limit),
       runInTransaction: async (query) =>
         (await this.claimOnCitus(query, request, request.limit, false)).map((row) => JSON.stringify(row)),
-      read: (rowsJson) => toClaimed(rowsJson.map((json) => JSON.parse(json) as ClaimedRow)),
+      read: (rowsJson) =>
+        toClaimed(
+          rowsJson.map((json) => JSON.parse(json) as ClaimedRow),
+          storedName(request),
+        ),
     };
   }
 
@@ -240,13 +249,13 @@ export class WorkflowClaimer {
       if (queue?.paused) return [];
     }
     const candidates = await query<{ workflow_id: string }>(this.candidatesOnCitusSql, [
-      request.queue.name,
+      storedName(request),
       request.claimKeys,
       limit,
     ]);
     if (candidates.length === 0) return [];
     return query<ClaimedRow>(this.updateOnCitusSql, [
-      request.queue.name,
+      storedName(request),
       request.executorId,
       candidates.map((row) => row.workflow_id),
     ]);
@@ -414,7 +423,7 @@ export class WorkflowClaimer {
 
   private params(request: ClaimRequest, limit: number): unknown[] {
     const { queue } = request;
-    const params: unknown[] = [queue.name, request.executorId, request.claimKeys, limit];
+    const params: unknown[] = [storedName(request), request.executorId, request.claimKeys, limit];
     if (isPartitioned(queue)) {
       const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
       params.push(queue.partitionConcurrency ?? null, perPartitionRate?.limit ?? null, perPartitionRate?.periodMs ?? 0);
@@ -533,11 +542,17 @@ export class WorkflowClaimer {
 }
 
 /** The workflows of an attached claim, from the JSON text of its `claimed` rows. */
-function toClaimed(rows: ClaimedRow[]): ClaimedWorkflow[] {
+/** The name the claimed rows are stored under. */
+function storedName(request: ClaimRequest): string {
+  return request.storedQueueName ?? request.queue.name;
+}
+
+function toClaimed(rows: ClaimedRow[], storedQueueName: string): ClaimedWorkflow[] {
   return rows
     .sort((a, b) => a.priority - b.priority || Number(BigInt(a.seq) - BigInt(b.seq)))
     .map((row) => ({
       workflowId: row.workflow_id,
+      storedQueueName,
       workflowName: row.workflow_name,
       version: row.workflow_version,
       forked: row.forked,

@@ -2,6 +2,7 @@ import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../.
 import { withoutStack } from '../../utils/error-info';
 import { RowValues } from '../connection/row-values';
 import { DELAYED_SQL } from '../tables/workflow-status.sql';
+import { logicalQueueName } from '../../queues/queue-shards';
 
 /** The columns of `workflows` that describe a workflow's state, as the queries select them. */
 export interface WorkflowRow {
@@ -51,7 +52,7 @@ export function toStatusInfo(row: WorkflowRow): Omit<WorkflowStatusInfo, 'result
   return {
     workflowId: values.requiredText('workflowId', row.workflow_id),
     status,
-    queueName: values.requiredText('queueName', row.queue_name),
+    queueName: logicalQueueName(values.requiredText('queueName', row.queue_name)),
     workflowName: values.requiredText('workflowName', row.workflow_name),
     version: values.number('version', row.workflow_version),
     deduplicationId: values.text('deduplicationId', row.deduplication_id),

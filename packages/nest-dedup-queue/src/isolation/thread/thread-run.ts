@@ -44,6 +44,9 @@ export class ThreadRun {
       get deadlineAt(): never {
         throw notInThread("the run's deadline");
       },
+      get storedQueueName(): never {
+        throw notInThread("the run's stored queue name");
+      },
       runStep: (name, fn, options) => this.send({ function: 'runStep' }, [name, fn, options]) as Promise<never>,
       runRecorded: () => {
         throw notInThread('a recorded operation');
