@@ -53,6 +53,11 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     shape: /^DELETE FROM \S+\.workflow_events WHERE workflow_created_at >= \$1/,
   },
   {
+    what: "migration 023's copy of the last hour's starts into queue_starts (once, at the upgrade)",
+    kind: 'across queues',
+    shape: /^INSERT INTO \S+\.queue_starts \(queue_name, started_at, partition_key\)\s+SELECT .* UNION ALL/s,
+  },
+  {
     what: 'counts per queue (countByStatus(), metrics, dashboard totals)',
     kind: 'across queues',
     shape: /count\(\*\).*GROUP BY/s,

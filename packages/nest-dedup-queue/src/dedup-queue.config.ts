@@ -13,6 +13,7 @@ import {
   DEFAULT_SHUTDOWN_GRACE_MS,
   DEFAULT_THREAD_IDLE_MS,
   DEFAULT_WORKER_CONCURRENCY,
+  SHARD_SEPARATOR,
 } from './dedup-queue.constants';
 import { DedupQueueConfigurationError } from './errors/dedup-queue-configuration.error';
 import type { DedupQueueModuleOptions } from './interfaces/dedup-queue-options.interface';
@@ -29,7 +30,6 @@ import { unknownKey } from './utils/known-keys';
 import type { QueueLimits, QueueOptions, RateLimit } from './interfaces/queue-options.interface';
 import { exceedsCharacters } from './utils/character-length';
 import { UnknownQueueError } from './errors/unknown-queue.error';
-import { SHARD_SEPARATOR } from './queues/queue-shards';
 
 /** Queues declared together and where: one `registerQueue()` call (its `QueueRegistration`). */
 export interface QueueDeclarations {
@@ -69,6 +69,12 @@ export interface ResolvedIsolation {
   execArgv?: string[];
 }
 
+/** A node's host and port. */
+export interface NodeAddress {
+  host: string;
+  port: number;
+}
+
 /** The module's options, validated, with defaults applied. */
 export class DedupQueueConfig {
   readonly schema!: string;
@@ -99,6 +105,11 @@ export class DedupQueueConfig {
   readonly listen!: { mode: 'pooled' } | { mode: 'direct'; url: string } | { mode: 'off'; reason: string };
   /** Plain tables on one server, or tables distributed by queue on a Citus cluster. */
   readonly distribution!: 'single' | 'citus';
+  /**
+   * On Citus, where this process reaches each node to LISTEN on it: a node's `name:port` as `pg_dist_node` gives it,
+   * mapped to the address this process connects to (`citus.nodeAddresses`); a node not mapped is reached as named.
+   */
+  readonly citusNodeAddresses!: ReadonlyMap<string, NodeAddress>;
   readonly isolation!: ResolvedIsolation;
   /** What callers may store, with the defaults applied. */
   readonly inputLimits!: Required<InputLimits>;
@@ -137,6 +148,7 @@ const MODULE_OPTION_KEYS: readonly string[] = [
   'metrics',
   'externalWorkflows',
   'distribution',
+  'citus',
   'isolation',
   'inputLimits',
   'isGlobal',
@@ -207,6 +219,7 @@ export function resolveConfig(
   const transactionPooler = options.pooler === 'transaction';
   return new DedupQueueConfig({
     distribution: options.distribution ?? 'single',
+    citusNodeAddresses: resolveCitusNodeAddresses(options, fail),
     isolation: resolveIsolation(options.isolation, fail),
     inputLimits: resolveInputLimits(options.inputLimits, fail),
     schema,
@@ -361,6 +374,44 @@ function resolveIsolation(
       positiveIntegerOrUndefined(isolation.idleTimeoutMs, 'isolation.idleTimeoutMs', fail) ?? DEFAULT_THREAD_IDLE_MS,
     execArgv: execArgv && [...execArgv],
   };
+}
+
+const NODE_ADDRESS = /^(.+):(\d{1,5})$/;
+
+/** `citus.nodeAddresses`, each side a `host:port`; only with `distribution: 'citus'`. */
+function resolveCitusNodeAddresses(
+  options: DedupQueueModuleOptions,
+  fail: (message: string) => never,
+): ReadonlyMap<string, NodeAddress> {
+  const citus = options.citus;
+  if (citus === undefined) return new Map();
+  const form = "`citus` must be { nodeAddresses: { 'name:port': 'host:port', ... } }";
+  if (options.distribution !== 'citus') fail("`citus` needs `distribution: 'citus'`");
+  if (!citus || typeof citus !== 'object' || Array.isArray(citus)) fail(form);
+  const unknown = unknownKey(citus, ['nodeAddresses']);
+  if (unknown) fail(`\`citus.${unknown.key}\` ${unknown.reason}`);
+  const addresses = citus.nodeAddresses ?? {};
+  if (!addresses || typeof addresses !== 'object' || Array.isArray(addresses)) fail(form);
+  const resolved = new Map<string, NodeAddress>();
+  for (const [node, address] of Object.entries(addresses)) {
+    const from = parseNodeAddress(node);
+    const to = typeof address === 'string' ? parseNodeAddress(address) : undefined;
+    if (!from || !to) {
+      fail(
+        `\`citus.nodeAddresses\` maps ${JSON.stringify(node)} to ${JSON.stringify(address)}; both sides must be ` +
+          "'host:port' with a port of 1 to 65535 (the key as pg_dist_node names the node)",
+      );
+    }
+    resolved.set(`${from.host}:${from.port}`, to);
+  }
+  return resolved;
+}
+
+function parseNodeAddress(text: string): NodeAddress | undefined {
+  const match = NODE_ADDRESS.exec(text);
+  const port = Number(match?.[2]);
+  if (!match || port < 1 || port > 65535) return undefined;
+  return { host: match[1], port };
 }
 
 function resolveListen(

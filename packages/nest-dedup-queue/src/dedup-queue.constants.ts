@@ -37,3 +37,10 @@ export const SCHEDULED_METADATA = 'dedup-queue:scheduled';
 
 /** Class metadata: the queue names `@InjectQueue()` was used with on the class (its constructor or properties). */
 export const INJECTED_QUEUES_METADATA = 'dedup-queue:injected-queues';
+
+/**
+ * Separates a sharded queue's name from its shard number in the name its rows are stored under (the unit separator,
+ * U+001F, which a queue name may not contain: see `resolveConfig`), so that a stored name never collides with a
+ * declared queue and always reads back as its queue.
+ */
+export const SHARD_SEPARATOR = '\u001f';

@@ -1,5 +1,5 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
-import { logicalQueueName } from './queues/queue-shards';
+import { logicalQueueName } from './utils/queue-shards';
 import { DedupQueueConfig, QUEUE_WIDE_LIMIT_KEYS, ResolvedQueue, queueWideLimit } from './dedup-queue.config';
 import { QueueControlStore, QueueOverrides } from './database/queues/queue-control.store';
 import { ModuleLogger } from './utils/module-logger';

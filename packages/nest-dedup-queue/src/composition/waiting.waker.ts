@@ -3,7 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { WaitingStore } from '../database/waiting/waiting.store';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName, storedQueueNames } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /** How many waiting workflows one statement makes due at most. */
 const PROMOTE_BATCH = 1000;

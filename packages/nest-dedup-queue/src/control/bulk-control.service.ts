@@ -18,7 +18,7 @@ import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowCompletions } from '../workflow-completions';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
-import { everyStoredQueueName, logicalQueueName, storedQueueNames } from '../queues/queue-shards';
+import { everyStoredQueueName, logicalQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /** Workflows per statement of a bulk call. */
 const BATCH = 1000;

@@ -15,7 +15,7 @@ import { ACTIVE_WORKFLOW_STATUSES } from '../interfaces/workflow-status.interfac
 import { optionalKey, optionalVersion } from '../utils/enqueue-options.validation';
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 

@@ -15,7 +15,7 @@ import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { validateEnqueueOptions } from '../utils/enqueue-options.validation';
 import { WorkflowCompletions } from '../workflow-completions';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 /**
  * Acts on existing workflows: cancel, resume, reschedule, and the bodies a cancel or timeout abandoned in this

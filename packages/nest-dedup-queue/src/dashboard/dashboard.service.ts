@@ -33,7 +33,7 @@ import { RowValues } from '../database/connection/row-values';
 import { HISTORY_STATUSES } from '../database/tables/workflow-status.sql';
 import { nestsDeeperThan } from '../utils/json-depth';
 import { newWorkflowId } from '../utils/workflow-id';
-import { logicalQueueName, storedQueueName, storedQueueNames } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /** A list's total is counted up to this many rows ("10,000+" past it). */
 export const LIST_COUNT_LIMIT = 10_000;

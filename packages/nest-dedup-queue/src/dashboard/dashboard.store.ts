@@ -12,7 +12,7 @@ import {
   STATUS_SQL,
 } from '../database/tables/workflow-status.sql';
 import { HistoryRead, HistoryWindows, hasHistoryDeduplicationIndex } from '../database/workflows/history-windows';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 /** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */
 const HISTORY_READ_BUDGET = 200_000;

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { DeduplicationEvent } from '../interfaces/deduplication-event.interface';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 /**
  * Counts deduplication hits per queue and tells listeners about each one (the `onDeduplicated` listeners, then

@@ -19,7 +19,7 @@ import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { DeduplicationEvents } from './deduplication-events';
 import { WorkflowEnqueuer } from './workflow-enqueuer';
 import { newWorkflowId } from '../utils/workflow-id';
-import { storedQueueName } from '../queues/queue-shards';
+import { storedQueueName } from '../utils/queue-shards';
 
 const BULK_CHUNK = 1000;
 

@@ -17,7 +17,7 @@ import { EnqueueBatcher } from './enqueue.batcher';
 import { HolderReports } from './holder-reports';
 import { SupersededRuns } from './superseded-runs';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 export interface EnqueuePolicy {
   onDuplicate: DuplicatePolicy;

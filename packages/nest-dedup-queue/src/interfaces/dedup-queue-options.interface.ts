@@ -117,6 +117,14 @@ export interface DedupQueueModuleOptions {
    */
   distribution?: 'single' | 'citus';
   /**
+   * Citus settings (only with `distribution: 'citus'`). An instance LISTENs on every node of the cluster (the
+   * coordinator and each active primary worker node of `pg_dist_node`), with its own connection settings and the
+   * node's host and port. `nodeAddresses` maps a node's `'name:port'`, as `pg_dist_node` names it, to the
+   * `'host:port'` this process reaches it at, where the two differ (a container network, a proxy); a node not
+   * listed is reached as named. Default: no mapping.
+   */
+  citus?: { nodeAddresses?: Record<string, string> };
+  /**
    * The worker threads that run the bodies of `@Workflow({ isolate: 'thread' })` in this process: how many, their
    * memory caps, when they are recycled (see `IsolationOptions` and docs/isolation.md). Default: as many threads as
    * `os.availableParallelism()`, no caps, never recycled, ended after a minute idle.

@@ -13,7 +13,7 @@ import type { WorkflowStatus, WorkflowStatusInfo } from '../interfaces/workflow-
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { WorkflowVersionsMonitor } from '../scheduler/workflow-versions.monitor';
 import type { WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
-import { logicalQueueName, storedQueueName, storedQueueNames } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueName, storedQueueNames } from '../utils/queue-shards';
 
 const MAX_LIST_LIMIT = 10_000;
 

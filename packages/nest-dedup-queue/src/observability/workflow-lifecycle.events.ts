@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { WorkflowOutcome, WorkflowRef } from '../database/workflows/workflow.store';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 /** The changes of state that are not public events: they feed metrics and tracing only. */
 type InternalEvent =

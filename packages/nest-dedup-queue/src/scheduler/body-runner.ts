@@ -15,7 +15,7 @@ import { backoffDelayMs } from '../utils/backoff';
 import { toErrorInfo } from '../utils/error-info';
 import { ModuleLogger } from '../utils/module-logger';
 import { toStoredJson } from '../utils/stored-json';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 export { SUSPENDED } from '../composition/workflow-waits';
 

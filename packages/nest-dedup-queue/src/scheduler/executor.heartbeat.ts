@@ -9,7 +9,7 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { ModuleLogger } from '../utils/module-logger';
-import { everyStoredQueueName } from '../queues/queue-shards';
+import { everyStoredQueueName } from '../utils/queue-shards';
 
 /** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;

@@ -4,6 +4,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { ConnectionMonitor } from '../database/connection/connection-monitor';
 import { type DedicatedConnection, type PgNotification, QueueDatabase } from '../database/connection/queue-database';
 import { backoffDelayMs } from '../utils/backoff';
+import { CitusNodeListeners } from './citus-node-listeners';
 import { ModuleLogger } from '../utils/module-logger';
 
 /** What to do with the payloads of one channel; called with undefined after a reconnect (payloads may be lost). */
@@ -19,6 +20,8 @@ const SELF_TEST_TIMEOUT_MS = 3000;
  * recovery"): after a failover it reconnects until it reaches a primary, then calls every handler with undefined,
  * since notifications sent meanwhile are lost; polling covers the gap. At start a NOTIFY sent through the pool
  * must come back on this connection within 3 s, or wake-ups are switched off (a pooler in between) and workers poll.
+ * On Citus it also LISTENs on every other node of the cluster (`CitusNodeListeners`), where hints sent through those
+ * nodes arrive.
  */
 @Injectable()
 export class NotificationListener {
@@ -33,6 +36,8 @@ export class NotificationListener {
   private disabled = false;
   private selfTestArrived?: () => void;
   private readonly handlers = new Map<string, ChannelHandler>();
+  /** On Citus: the LISTEN connections on the cluster's other nodes. */
+  private readonly nodes?: CitusNodeListeners;
   /** Between `start` (or the first `listenTo`) and `stop`. */
   private running = false;
 
@@ -45,11 +50,21 @@ export class NotificationListener {
         `Wake-ups: the LISTEN connection is lost (${reason}); workers poll every ${config.pollIntervalMs} ms until it is back`,
       back: (seconds) => `Wake-ups: LISTEN re-established after ${seconds} s`,
     });
+    if (config.distribution === 'citus') {
+      this.nodes = new CitusNodeListeners(database, config, this.logger, {
+        channels: () => [...this.handlers.keys()],
+        notified: (message) => this.handlers.get(message.channel)?.(message.payload),
+        mayHaveMissed: () => this.handlers.forEach((handle) => handle(undefined)),
+      });
+    }
   }
 
-  /** Whether notifications arrive now; while not, workers rely on polling (and check their running workflows). */
+  /**
+   * Whether notifications arrive now (on Citus, from every node); while not, workers rely on polling (and check
+   * their running workflows).
+   */
   get listening(): boolean {
-    return this.connection !== undefined;
+    return this.connection !== undefined && (this.nodes?.listening ?? true);
   }
 
   /**
@@ -60,7 +75,10 @@ export class NotificationListener {
   async start(handlers: ReadonlyMap<string, ChannelHandler>): Promise<void> {
     const added = [...handlers.keys()].filter((channel) => !this.handlers.has(channel));
     handlers.forEach((handle, channel) => this.handlers.set(channel, handle));
-    if (this.running) return this.listenOnConnection(added);
+    if (this.running) {
+      await Promise.all([this.listenOnConnection(added), this.nodes?.listenOn(added)]);
+      return;
+    }
     this.running = true;
     this.stopped = false;
     const listen = this.config.listen;
@@ -68,7 +86,8 @@ export class NotificationListener {
       this.disable(`${listen.reason}`);
       return;
     }
-    if (await this.connect()) void this.selfTest();
+    const [connected] = await Promise.all([this.connect(), this.nodes?.start()]);
+    if (connected) void this.selfTest();
   }
 
   /**
@@ -97,6 +116,7 @@ export class NotificationListener {
     clearTimeout(this.reconnectTimer);
     const connection = this.connection;
     this.drop();
+    await this.nodes?.stop();
     if (connection) {
       await connection.client.query('UNLISTEN *').then(
         () => connection.release(),
@@ -208,6 +228,7 @@ export class NotificationListener {
   private disable(reason: string): void {
     this.disabled = true;
     clearTimeout(this.reconnectTimer);
+    void this.nodes?.stop();
     const connection = this.connection;
     this.drop();
     connection?.release();

@@ -9,7 +9,7 @@ import { WorkflowCompletions } from '../workflow-completions';
 import { BodyRunner } from './body-runner';
 import { OutcomeWriter } from './outcome.writer';
 import { QueueWorker, QueueWorkerDependencies } from './queue.worker';
-import { storedQueueNames } from '../queues/queue-shards';
+import { storedQueueNames } from '../utils/queue-shards';
 
 /** What the scheduler tells every worker it makes: when claims must wait, and what to do after a lost claim. */
 export type QueueWorkerHooks = Pick<QueueWorkerDependencies, 'claimsAllowed' | 'claimMayHaveBeenLost'>;

@@ -15,7 +15,7 @@ import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';
 import { QueueWorkerFactory } from './queue-worker.factory';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName, storedQueueNames } from '../queues/queue-shards';
+import { logicalQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /**
  * Drains every declared queue while the application runs (unless `worker: false`). At bootstrap it registers this
@@ -137,13 +137,12 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
-   * A polling tick: picks up queue changes and looks for work; without notifications, also learns which running
-   * workflows were cancelled or taken elsewhere. So does an instance on a Citus worker node, which hears only the
-   * cancel hints sent through its own node.
+   * A polling tick: picks up queue changes and looks for work; without notifications (on Citus, while a node's
+   * LISTEN connection is down), also learns which running workflows were cancelled or taken elsewhere.
    */
   private async poll(): Promise<void> {
     await this.refreshSettings();
-    if (!this.listener.listening || this.database.citusWorkerGroup !== undefined) await this.interruptNotOwned();
+    if (!this.listener.listening) await this.interruptNotOwned();
   }
 
   /** Picks up queue changes made anywhere (pause, resume, new limits), then looks for work in every queue. */

@@ -4,7 +4,7 @@ import { LiveExecutor, UnfinishedRunCount, WorkflowVersionStore } from '../datab
 import type { StrandedRuns, WorkflowVersionInfo } from '../interfaces/workflow-version.interface';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
-import { logicalQueueName } from '../queues/queue-shards';
+import { logicalQueueName } from '../utils/queue-shards';
 
 /** What the versions of the workflows look like at `at`: per name and version, and the stranded runs. */
 export interface VersionReport {

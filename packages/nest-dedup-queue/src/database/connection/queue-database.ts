@@ -265,8 +265,30 @@ export class QueueDatabase implements OnApplicationShutdown {
 
   /** Opens a connection of its own to `url`, outside the pool: a direct connection past a pooler, for LISTEN. */
   async connectOutsidePool(url: string): Promise<DedicatedConnection> {
+    return this.openOutsidePool({ connectionString: url });
+  }
+
+  /**
+   * Opens a connection of its own to another node of a Citus cluster, for LISTEN: the settings of `url` (the direct
+   * `listen.url`) or else of the pool (user, password, database, TLS), with the node's host and port.
+   */
+  async connectToNode(node: { host: string; port: number }, url?: string): Promise<DedicatedConnection> {
+    const { connectionString, ...poolSettings } = (url ? { connectionString: url } : this.pool.options) as {
+      connectionString?: string;
+    } & Record<string, unknown>;
+    const settings: Record<string, unknown> = { ...poolSettings, host: node.host, port: node.port };
+    if (connectionString) {
+      const nodeUrl = new URL(connectionString);
+      nodeUrl.hostname = node.host;
+      nodeUrl.port = String(node.port);
+      settings.connectionString = nodeUrl.toString();
+    }
+    return this.openOutsidePool(settings);
+  }
+
+  private async openOutsidePool(settings: Record<string, unknown>): Promise<DedicatedConnection> {
     const client = new Client({
-      connectionString: url,
+      ...settings,
       connectionTimeoutMillis: this.settings.connectTimeoutMs,
       application_name: 'nest-dedup-queue',
     });

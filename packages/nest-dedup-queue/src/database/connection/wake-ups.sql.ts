@@ -3,10 +3,10 @@ import type { QueueDatabase } from './queue-database';
 /**
  * Wake-ups, written once. A wake-up is a NOTIFY on the schema's wake-up channel whose payload is a queue name: the
  * queue's workers claim at once instead of at their next poll. On one server a statement sends its own, from a CTE
- * over the rows it changed. On Citus a statement of one queue runs whole on the queue's worker node, where a NOTIFY
- * reaches nobody (the LISTEN connections are on the coordinator); there the CTE only yields a row per queue it would
- * wake, and the caller sends the wake-ups after the statement with `sendWakeUpsLeftToCaller`, whose statement reads
- * no table and so runs on the coordinator.
+ * over the rows it changed. On Citus a statement of one queue runs whole on the queue's worker node, inside Citus's
+ * own transaction there; the CTE only yields a row per queue it would wake, and the caller sends the wake-ups after
+ * the statement with `sendWakeUpsLeftToCaller`, whose statement reads no table and so runs on the node the caller
+ * connects to (every instance LISTENs on every node: `CitusNodeListeners`).
  */
 
 /**
@@ -20,8 +20,8 @@ export function wakeUpCteSql(citus: boolean, name: string, channelParam: string,
 }
 
 /**
- * Sends each of `$2` (text[]) on channel `$1`. It reads no table, so on Citus it runs on the coordinator, where the
- * LISTEN connections are (a statement routed to a worker would notify there); sent on commit, as any NOTIFY.
+ * Sends each of `$2` (text[]) on channel `$1`. It reads no table, so on Citus it runs on the node the caller
+ * connects to, where every instance LISTENs; sent on commit, as any NOTIFY.
  */
 export const NOTIFY_SQL = 'SELECT pg_notify($1, payload)::text FROM unnest($2::text[]) AS payload';
 

@@ -4,7 +4,7 @@ import type { QueueDatabase } from '../connection/queue-database';
 import { REPORTED_STATUS_SQL } from '../workflows/workflow-row';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { workflowTables } from '../tables/workflow-tables';
-import { logicalQueueName } from '../../queues/queue-shards';
+import { logicalQueueName } from '../../utils/queue-shards';
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 

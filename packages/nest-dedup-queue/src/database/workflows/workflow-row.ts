@@ -2,7 +2,7 @@ import type { WorkflowErrorInfo, WorkflowStatus, WorkflowStatusInfo } from '../.
 import { withoutStack } from '../../utils/error-info';
 import { RowValues } from '../connection/row-values';
 import { DELAYED_SQL } from '../tables/workflow-status.sql';
-import { logicalQueueName } from '../../queues/queue-shards';
+import { logicalQueueName } from '../../utils/queue-shards';
 
 /** The columns of `workflows` that describe a workflow's state, as the queries select them. */
 export interface WorkflowRow {

@@ -1,12 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DedupQueueConfig } from '../dedup-queue.config';
-
-/**
- * Separates a sharded queue's name from its shard number in the name its rows are stored under (the unit separator,
- * U+001F, which a queue name may not contain: see `resolveConfig`), so that a stored name never collides with a
- * declared queue and always reads back as its queue.
- */
-export const SHARD_SEPARATOR = '\u001f';
+import { SHARD_SEPARATOR } from '../dedup-queue.constants';
 
 /** The name shard `shard` of queue `queueName` is stored under (with `distribution: 'citus'` and `shards` above 1). */
 export function shardQueueName(queueName: string, shard: number): string {
