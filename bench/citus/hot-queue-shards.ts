@@ -3,7 +3,8 @@
  * coordinator and HOT_SHARDS_WORKERS worker nodes (default 2; test/support/citus-cluster.ts, no CPU quotas), with and
  * without `shards: HOT_SHARDS_SHARDS` (default 8; issue 36 item 3). W2 (no-op jobs without keys, drained by one worker
  * of 32 slots), interleaved; medians of HOT_SHARDS_REPS (default 2) drains of HOT_SHARDS_JOBS (default 3,000), with
- * the CPU per job of the coordinator and of each worker node from /proc.
+ * the CPU per job of the coordinator and of each worker node from /proc, and the transactions per job that committed
+ * in two phases over several nodes (the rows each adds to `pg_dist_transaction`, whose recovery is turned off here).
  */
 import { startCitusCluster } from '../../test/support/citus-cluster';
 import { procCpuMeter } from './server-processes';
@@ -17,37 +18,45 @@ async function main(): Promise<void> {
   const jobs = count('HOT_SHARDS_JOBS', 3000);
   const cluster = await startCitusCluster({ workers: count('HOT_SHARDS_WORKERS', 2) });
   const database: BenchDatabase = { url: cluster.url, distribution: 'citus' };
+  await cluster.coordinator.query('ALTER SYSTEM SET citus.recover_2pc_interval = -1');
+  await cluster.coordinator.query('SELECT pg_reload_conf()');
+  const twoPhaseCommits = async () =>
+    Number((await cluster.coordinator.query<{ n: string }>('SELECT count(*) AS n FROM pg_dist_transaction'))[0].n);
   const meter = procCpuMeter([cluster.coordinator.dataDir, ...cluster.workers.map((worker) => worker.dataDir)]);
   const shapes = [
     { label: 'one queue', shards: undefined },
     { label: `one queue, shards: ${shards}`, shards },
   ];
-  const results = new Map(shapes.map((shape) => [shape.label, [] as Array<{ rate: number; cpu: number[] }>]));
+  const results = new Map(shapes.map((shape) => [shape.label, [] as Array<{ rate: number; cpu: number[]; twoPhase: number }>]));
   try {
     for (let rep = 0; rep < reps; rep++) {
       for (const shape of rep % 2 === 0 ? shapes : [...shapes].reverse()) {
         const schema = `hot_shards_${rep}_${shape.shards ?? 1}`;
         await prefill(database, schema, ['hot'], jobs, shape.shards);
+        const before = await twoPhaseCommits();
         const run = await drain(database, schema, ['hot'], jobs, meter, 'split', shape.shards);
+        const twoPhase = ((await twoPhaseCommits()) - before) / run.count;
         await dropSchema(database, schema);
-        const measured = { rate: run.count / run.seconds, cpu: run.serverCpuSeconds.map((s) => (s * 1e6) / run.count) };
+        const cpu = run.serverCpuSeconds.map((s) => (s * 1e6) / run.count);
+        const measured = { rate: run.count / run.seconds, cpu, twoPhase };
         results.get(shape.label)?.push(measured);
         process.stderr.write(
-          `${shape.label}: ${measured.rate.toFixed(0)} jobs/s, µs/job ${measured.cpu.map((c) => c.toFixed(0)).join(' / ')}\n`,
+          `${shape.label}: ${measured.rate.toFixed(0)} jobs/s, µs/job ${measured.cpu.map((c) => c.toFixed(0)).join(' / ')}, ` +
+            `2PC/job ${twoPhase.toFixed(3)}\n`,
         );
       }
     }
   } finally {
     await cluster.stop();
   }
-  console.log(`| W2, ${jobs} no-op jobs, one worker of 32 slots | jobs/s | CPU per job: coordinator / nodes |`);
-  console.log('|---|---:|---:|');
+  console.log(`| W2, ${jobs} no-op jobs, one worker of 32 slots | jobs/s | CPU per job: coordinator / nodes | 2PC per job |`);
+  console.log('|---|---:|---:|---:|');
   for (const [label, runs] of results) {
     const rates = runs.map((run) => run.rate);
     const cpu = runs[0].cpu.map((_, i) => median(runs.map((run) => run.cpu[i])).toFixed(0));
     console.log(
       `| ${label} | ${median(rates).toFixed(0)} (${Math.min(...rates).toFixed(0)}-${Math.max(...rates).toFixed(0)}) | ` +
-        `${cpu.join(' / ')} µs |`,
+        `${cpu.join(' / ')} µs | ${median(runs.map((run) => run.twoPhase)).toFixed(3)} |`,
     );
   }
 }
