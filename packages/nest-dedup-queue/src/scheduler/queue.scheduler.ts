@@ -65,7 +65,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     if (!this.config.worker) return;
     const queues = [...this.config.workerQueues];
     this.outcomes.attachClaims((storedQueueName, outcomes) =>
-      this.workers.get(logicalQueueName(storedQueueName))?.claimWithOutcomes(storedQueueName, outcomes),
+      this.workers.get(logicalQueueName(storedQueueName))?.claimWithOutcomes(outcomes),
     );
     for (const queueName of queues) {
       this.workers.set(

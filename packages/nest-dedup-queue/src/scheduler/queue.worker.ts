@@ -269,15 +269,12 @@ export class QueueWorker {
   }
 
   /**
-   * The claim to make in the statement that records `outcomes` of this queue, stored under `storedQueueName`: as many
-   * as `claimRoom`, counting the slots that recording them frees, and claiming ahead while the queue is quick. None
-   * while claims are held or the queue has global limits or is paused, nor when another shard has the turn: the
-   * outcomes' transaction stays on their shard's node (a claim on another would make it a two-phase commit over two
-   * nodes), and the turn's shard is claimed by a statement of its own.
+   * The claim to make in the statement that records `outcomes` of this queue: as many as `claimRoom`, counting the
+   * slots that recording them frees, and claiming ahead while the queue is quick. None while claims are held or the
+   * queue has global limits or is paused.
    */
-  claimWithOutcomes(storedQueueName: string, outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
+  claimWithOutcomes(outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
     if (this.stopped || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
-    if (storedQueueName !== this.deps.storedQueueNames[this.shard]) return undefined;
     const queue = this.deps.settings.effective(this.queueName);
     if (queue.paused || hasGlobalLimits(queue)) return undefined;
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
