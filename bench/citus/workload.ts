@@ -171,19 +171,24 @@ export async function drain(
   const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
   onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
   const workers: Array<Awaited<ReturnType<typeof bootModule>>> = [];
+  /** The worker that declares each queue, which asks for its count. */
+  const counters = new Map<string, Awaited<ReturnType<typeof bootModule>>>();
   try {
     if (!entries) workers.push(await bootModule(database, schema, true, drainQueues(queueNames, slots, shards)));
+    for (const name of entries ? [] : queueNames) counters.set(name, workers[0]);
     for (const entry of entries ?? []) {
       const queues = entry.queueIndexes.map((index) => ({
         name: queueNames[index],
         workerConcurrency: entry.slotsPerQueue,
         ...(shards && { shards }),
       }));
-      workers.push(await bootModule({ ...database, url: entry.url }, schema, true, queues));
+      const worker = await bootModule({ ...database, url: entry.url }, schema, true, queues);
+      workers.push(worker);
+      for (const queue of queues) counters.set(queue.name, worker);
     }
     const deadline = Date.now() + DRAIN_TIMEOUT_MS;
     const succeeded = async (queueName: string) =>
-      (await workers[0].queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
+      (await counters.get(queueName)!.queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
     for (;;) {
       const finished = (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
       const { started } = clock;
