@@ -50,7 +50,7 @@ interface Target extends BenchDatabase {
 async function w1(target: Target, rep: number): Promise<number> {
   const producer = await bootModule(target, `bench_w1_${rep}`, false, [{ name: W1_QUEUE }]);
   try {
-    const storm = await enqueueStorm(producer, W1_CALLS, target.meter);
+    const storm = await enqueueStorm([producer], W1_CALLS, target.meter);
     return storm.count / storm.seconds;
   } finally {
     await producer.app.close();

@@ -31,6 +31,7 @@ import {
   BenchDatabase,
   bootModule,
   drain,
+  DrainEntry,
   dropSchema,
   enqueueStorm,
   Measured,
@@ -39,6 +40,7 @@ import {
   queuesSpreadOver,
   SINGLE_SERVER_SETTINGS,
   W1_QUEUE,
+  WORKER_SLOTS,
 } from './workload';
 
 const RESULTS_DIR = join(__dirname, '..', 'results');
@@ -69,6 +71,13 @@ function readSettings() {
     reps: setting('CITUS_SCALE_REPS', 6, positiveInteger(1), 'an integer of at least 1'),
     jobs: setting('CITUS_SCALE_JOBS', 5000, positiveInteger(4), 'an integer of at least 4'),
     calls: setting('CITUS_SCALE_CALLS', 4000, positiveInteger(16), 'an integer of at least 16'),
+    /** Where a cluster's application instances connect: its coordinator, its worker nodes, or both in turn. */
+    entries: (process.env.CITUS_SCALE_ENTRY || 'coordinator,nodes').split(',').map((raw) => {
+      if (raw !== 'coordinator' && raw !== 'nodes') {
+        throw new Error(`CITUS_SCALE_ENTRY=${process.env.CITUS_SCALE_ENTRY}: expected coordinator, nodes or both`);
+      }
+      return raw;
+    }),
     nodes: (process.env.CITUS_SCALE_NODES || '2,4').split(',').map((raw) => {
       if (!positiveInteger(1)(Number(raw))) {
         throw new Error(`CITUS_SCALE_NODES=${process.env.CITUS_SCALE_NODES}: expected worker-node counts, e.g. 2,4`);
@@ -94,11 +103,7 @@ interface Workload {
   short: string;
   /** W2's queues; 0 for W1. */
   queues: number;
-  /**
-   * One hot workload: on a cluster spread over `queues` queue names with the worker's 32 slots for each (as
-   * docs/citus.md's "A hot queue" says to, while `shards` is refused there), on one server in one queue (where
-   * `shards` leaves a queue whole).
-   */
+  /** One hot queue declared with `shards: queues` (on one server the option leaves it whole). */
   hot?: boolean;
 }
 
@@ -107,7 +112,7 @@ const WORKLOADS: Workload[] = [
   { id: 'w2x1', row: 'W2 one queue, jobs/s', short: 'one queue', queues: 1 },
   { id: 'w2x2', row: 'W2 two queues', short: 'two queues', queues: 2 },
   { id: 'w2x4', row: 'W2 four queues', short: 'four queues', queues: 4 },
-  { id: 'w2hot', row: 'W2 one hot queue in 8 × 32 slots (one server: 1)', short: 'hot queue', queues: 8, hot: true },
+  { id: 'w2hot', row: 'W2 one hot queue, `shards: 8`', short: 'hot queue', queues: 8, hot: true },
 ];
 
 interface Server {
@@ -122,6 +127,8 @@ interface Target extends BenchDatabase {
   servers: Server[];
   /** Eight queue names, the i-th on worker node i modulo the nodes. */
   queues: string[];
+  /** On a cluster whose instances connect to its worker nodes: their URLs, node i's at i. */
+  nodeUrls?: readonly string[];
 }
 
 /** The CPU of the target's servers: from their cgroups, or (without cgroups) from /proc. */
@@ -206,28 +213,65 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
   limit([target], false);
   try {
     if (workload.queues === 0) {
-      const producer = await bootModule(target, schema, false, [{ name: W1_QUEUE }]);
+      const migrating = await bootModule(target, schema, false, [{ name: W1_QUEUE }]);
+      const producers = target.nodeUrls ? [] : [migrating];
       try {
+        if (target.nodeUrls) await migrating.app.close();
+        for (const url of target.nodeUrls ?? []) {
+          producers.push(await bootModule({ ...target, url }, schema, false, [{ name: W1_QUEUE }]));
+        }
         limit([target], true);
         const before = throttling();
-        const run = await enqueueStorm(producer, settings.calls, meterOf(target));
+        const run = await enqueueStorm(producers, settings.calls, meterOf(target));
         return sample(target, run, capacity, before);
       } finally {
         limit([target], false);
-        await producer.app.close();
+        for (const producer of producers) await producer.app.close();
       }
     }
-    const queues = target.queues.slice(0, workload.hot && target.distribution === 'single' ? 1 : workload.queues);
-    await prefill(target, schema, queues, settings.jobs);
+    const queues = target.queues.slice(0, workload.hot ? 1 : workload.queues);
+    const shards = workload.hot ? workload.queues : undefined;
+    await prefill(target, schema, queues, settings.jobs, shards);
     limit([target], true);
     const before = throttling();
-    const run = await drain(target, schema, queues, settings.jobs, meterOf(target), workload.hot ? 'each' : 'split');
+    const run = await drain(
+      target,
+      schema,
+      queues,
+      settings.jobs,
+      meterOf(target),
+      'split',
+      shards,
+      entriesOf(target, queues, !!workload.hot),
+    );
     return sample(target, run, capacity, before);
   } finally {
     limit([target], false);
     await dropSchema(target, schema);
     limit([target], true);
   }
+}
+
+/**
+ * A drain's workers on a cluster whose instances connect to its worker nodes: node i's instance drains the queues it
+ * holds (the i-th of `target.queues` is on node i modulo the nodes), or, for a hot queue spread over shards, every
+ * node's instance drains it; the worker's 32 slots are shared as one worker would share them.
+ */
+function entriesOf(target: Target, queues: readonly string[], hot: boolean): DrainEntry[] | undefined {
+  const urls = target.nodeUrls;
+  if (!urls) return undefined;
+  if (hot) {
+    const slotsPerQueue = Math.max(1, Math.floor(WORKER_SLOTS / urls.length));
+    return urls.map((url) => ({ url, queueIndexes: [0], slotsPerQueue }));
+  }
+  const slotsPerQueue = Math.max(1, Math.floor(WORKER_SLOTS / queues.length));
+  return urls
+    .map((url, node) => ({
+      url,
+      queueIndexes: queues.flatMap((_, i) => (i % urls.length === node ? [i] : [])),
+      slotsPerQueue,
+    }))
+    .filter((entry) => entry.queueIndexes.length > 0);
 }
 
 const wholeNumber = (value: number) => Math.round(value).toLocaleString('en-US');
@@ -348,36 +392,46 @@ async function main(): Promise<void> {
       servers: [{ label: 'server', dataDir: single.dataDir }],
       queues: Array.from({ length: 8 }, (_, i) => `q${i}`),
     },
-    ...clusters.map((cluster): Target => ({
-      id: `citus${cluster.workers.length}`,
-      column: `Citus 1 + ${cluster.workers.length} nodes, ${eachLabel}`,
-      url: cluster.url,
-      distribution: 'citus',
-      servers: [
-        { label: 'coordinator', dataDir: cluster.coordinator.dataDir },
-        ...cluster.workers.map((worker, i) => ({ label: `node ${i + 1}`, dataDir: worker.dataDir })),
-      ],
-      queues: [],
-    })),
+    ...clusters.flatMap((cluster) =>
+      settings.entries.map((entry): Target => ({
+        id: `citus${cluster.workers.length}-${entry}`,
+        column: `Citus 1 + ${cluster.workers.length} nodes, ${eachLabel}, apps on the ${entry === 'nodes' ? 'worker nodes' : 'coordinator'}`,
+        url: cluster.url,
+        distribution: 'citus',
+        servers: [
+          { label: 'coordinator', dataDir: cluster.coordinator.dataDir },
+          ...cluster.workers.map((worker, i) => ({ label: `node ${i + 1}`, dataDir: worker.dataDir })),
+        ],
+        queues: [],
+        ...(entry === 'nodes' && { nodeUrls: cluster.workerUrls }),
+      })),
+    ),
   ];
 
   // Every server into its group before anything is measured: the postmaster, then each child it has.
+  // (A cluster measured with its apps on the coordinator and on the nodes is two targets of one group per server.)
+  const groups = new Map<string, CpuGroup>();
   for (const target of unavailable ? [] : targets) {
     for (const server of target.servers) {
-      const group = new CpuGroup(`${target.id}-${server.label.replace(' ', '')}`, settings.quota);
-      undo.unshift(() => group.remove()); // after the servers are stopped
+      let group = groups.get(server.dataDir);
+      if (!group) {
+        const made = new CpuGroup(`${target.id.split('-')[0]}-${server.label.replace(' ', '')}`, settings.quota);
+        undo.unshift(() => made.remove()); // after the servers are stopped
+        const placed = made.place(postmasterPid(server.dataDir));
+        log(`${target.column}, ${server.label}: ${placed} processes placed in ${made.name}`);
+        groups.set(server.dataDir, (group = made));
+      }
       server.group = group;
-      const placed = group.place(postmasterPid(server.dataDir));
-      log(`${target.column}, ${server.label}: ${placed} processes placed in ${group.name}`);
     }
   }
-  for (const [index, cluster] of clusters.entries()) {
-    const target = targets[index + 1];
-    limit([target], false);
-    target.queues = await queuesSpreadOver(cluster, 8);
-    limit([target], true);
+  for (const cluster of clusters) {
+    const onCluster = targets.filter((target) => target.url === cluster.url);
+    limit(onCluster, false);
+    const queues = await queuesSpreadOver(cluster, 8);
+    limit(onCluster, true);
+    for (const target of onCluster) target.queues = queues;
     log(
-      `${target.column}: queues ${target.queues.join(', ')} (node ${target.queues.map((_, i) => (i % cluster.workers.length) + 1).join(', ')})`,
+      `Citus 1 + ${cluster.workers.length}: queues ${queues.join(', ')} (node ${queues.map((_, i) => (i % cluster.workers.length) + 1).join(', ')})`,
     );
   }
 

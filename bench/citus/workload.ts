@@ -31,19 +31,22 @@ export interface Measured {
 export const SINGLE_SERVER_SETTINGS = { shared_buffers: '16MB', max_connections: '100' };
 
 /** The slots of the draining worker process, shared equally by the queues of a drain. */
-const WORKER_SLOTS = 32;
+export const WORKER_SLOTS = 32;
 const PREFILL_BATCH = 1000;
 const W1_CALLERS = 16;
 /** A drain not done by then failed (its jobs are not all recorded as succeeded). */
 const DRAIN_TIMEOUT_MS = 600_000;
 
 let onFirstJob: (() => void) | undefined;
+/** The bodies run in this process: a drain reads the database's counts only once they reach its jobs. */
+let bodiesRun = 0;
 
 @Injectable()
 export class BenchTasks {
   /** A no-op workflow; the first run of a drain starts its clock. */
   @Workflow()
   run(): Promise<void> {
+    bodiesRun += 1;
     const first = onFirstJob;
     onFirstJob = undefined;
     first?.();
@@ -86,11 +89,12 @@ function drainQueues(queueNames: readonly string[], slots: DrainSlots = 'split',
 export const W1_QUEUE = 'w1';
 
 /**
- * W1 on a booted producer (`bootModule(…, false, [{ name: W1_QUEUE }])`): `calls` enqueue calls from 16 concurrent
- * callers over a tenth as many deduplication keys (each key accepted once, the other calls refused as duplicates).
+ * W1 on booted producers (`bootModule(…, false, [{ name: W1_QUEUE }])`, one per entry node, the callers dealt among
+ * them): `calls` enqueue calls from 16 concurrent callers over a tenth as many deduplication keys (each key accepted
+ * once, the other calls refused as duplicates).
  */
 export async function enqueueStorm(
-  producer: Awaited<ReturnType<typeof bootModule>>,
+  producers: ReadonlyArray<Awaited<ReturnType<typeof bootModule>>>,
   calls: number,
   meter: CpuMeter,
 ): Promise<Measured> {
@@ -100,7 +104,8 @@ export async function enqueueStorm(
   const workerBefore = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
-    Array.from({ length: W1_CALLERS }, async () => {
+    Array.from({ length: W1_CALLERS }, async (_, caller) => {
+      const producer = producers[caller % producers.length];
       while (next < calls) {
         const call = next++;
         await producer.queues
@@ -140,9 +145,21 @@ export async function prefill(
 }
 
 /**
- * W2's drain of a prefilled schema: one worker (32 slots shared by the queues, or 32 for each) boots and runs the jobs; measured from
- * the first job's start until every queue's own count shows them all succeeded (a count across queues would ask
- * every shard on Citus, and its connections would be charged to the jobs).
+ * Where a drain's workers connect (each a module instance in this process): `url`, draining `queueNames` (indexes
+ * into the drain's queues) with `slotsPerQueue` slots each. Without them, one worker on the database's URL drains
+ * every queue, its slots as `slots` says.
+ */
+export interface DrainEntry {
+  url: string;
+  queueIndexes: readonly number[];
+  slotsPerQueue: number;
+}
+
+/**
+ * W2's drain of a prefilled schema: one worker (32 slots shared by the queues, or 32 for each), or one per entry
+ * (`entries`), boots and runs the jobs; measured from the first job's start until every queue's own count shows them
+ * all succeeded (a count across queues would ask every shard on Citus, and its connections would be charged to the
+ * jobs).
  */
 export async function drain(
   database: BenchDatabase,
@@ -152,16 +169,35 @@ export async function drain(
   meter: CpuMeter,
   slots: DrainSlots = 'split',
   shards?: number,
+  entries?: readonly DrainEntry[],
 ): Promise<Measured> {
   const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
+  bodiesRun = 0;
   onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
-  const worker = await bootModule(database, schema, true, drainQueues(queueNames, slots, shards));
-  const deadline = Date.now() + DRAIN_TIMEOUT_MS;
+  const workers: Array<Awaited<ReturnType<typeof bootModule>>> = [];
+  /** The worker that declares each queue, which asks for its count. */
+  const counters = new Map<string, Awaited<ReturnType<typeof bootModule>>>();
   try {
+    if (!entries) workers.push(await bootModule(database, schema, true, drainQueues(queueNames, slots, shards)));
+    for (const name of entries ? [] : queueNames) counters.set(name, workers[0]);
+    for (const entry of entries ?? []) {
+      const queues = entry.queueIndexes.map((index) => ({
+        name: queueNames[index],
+        workerConcurrency: entry.slotsPerQueue,
+        ...(shards && { shards }),
+      }));
+      const worker = await bootModule({ ...database, url: entry.url }, schema, true, queues);
+      workers.push(worker);
+      for (const queue of queues) counters.set(queue.name, worker);
+    }
+    const deadline = Date.now() + DRAIN_TIMEOUT_MS;
     const succeeded = async (queueName: string) =>
-      (await worker.queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
+      (await counters.get(queueName)!.queues.countByStatus(queueName))[queueName]?.SUCCESS ?? 0;
     for (;;) {
-      const finished = (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
+      // NOTE: counting in the database only once every body ran here keeps the count's statements (with shards, one
+      // per stored name on every node) out of the measured CPU.
+      const finished =
+        bodiesRun < jobs ? 0 : (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
       const { started } = clock;
       if (finished >= jobs && started) {
         return {
@@ -171,12 +207,16 @@ export async function drain(
           serverCpuSeconds: started.stop(),
         };
       }
-      if (Date.now() > deadline) throw new Error(`drain of ${schema}: ${finished} of ${jobs} jobs after 10 minutes`);
+      if (Date.now() > deadline) {
+        throw new Error(
+          `drain of ${schema}: ${bodiesRun} bodies run, ${finished} of ${jobs} jobs recorded after 10 minutes`,
+        );
+      }
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   } finally {
     onFirstJob = undefined;
-    await worker.app.close();
+    for (const worker of workers) await worker.app.close();
   }
 }
 

@@ -25,6 +25,8 @@ export interface CitusCluster {
 export interface CitusClusterOptions {
   /** How many worker nodes (default 2). */
   workers?: number;
+  /** Libraries every node preloads besides Citus (e.g. `pg_stat_statements`, for a benchmark's statement counts). */
+  preload?: string[];
 }
 
 const WORKERS = 2;
@@ -44,7 +46,13 @@ const NODE_SETTINGS: Record<string, string> = {
 export async function startCitusCluster(options: CitusClusterOptions = {}): Promise<CitusCluster> {
   const started = await Promise.allSettled(
     Array.from({ length: 1 + (options.workers ?? WORKERS) }, () =>
-      startPostgresServer({ binaries: 'debian', settings: NODE_SETTINGS }),
+      startPostgresServer({
+        binaries: 'debian',
+        settings: {
+          ...NODE_SETTINGS,
+          shared_preload_libraries: `'${['citus', ...(options.preload ?? [])].join(',')}'`,
+        },
+      }),
     ),
   );
   const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
