@@ -8,8 +8,12 @@
  *
  * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys;
  * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (32 slots shared by the queues), in
- *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot workload
- *   (in one queue on one server; spread over 8 queues of 32 slots each on a cluster, docs/citus.md's "A hot queue");
+ *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot queue
+ *   declared with `shards: 8`;
+ *
+ * each cluster with its application instances on the coordinator and on its worker nodes (CITUS_SCALE_ENTRY,
+ * `coordinator,nodes`): on the nodes, one producer per node shares W1's callers, and W2's queues are drained by an
+ * instance on the node that holds each (the hot queue by one on every node);
  *
  * with each server's CPU per call or job (`cpuacct.usage` of its group) and its share of the quota, which says which
  * server is saturated. Each measurement has a schema of its own, created and filled (W2's prefill) with the quotas of
