@@ -22,5 +22,6 @@ module.exports = {
     '/node_modules/',
     '<rootDir>/test/packed-package.e2e-spec.ts',
     '<rootDir>/test/upgrade-from-previous-release.e2e-spec.ts',
+    '<rootDir>/test/citus-upgrade-from-1-1.e2e-spec.ts',
   ],
 };

@@ -11,7 +11,6 @@ import {
 import { Client, Pool } from 'pg';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
-import { RELEASE_1_1, buildPreviousRelease } from './support/previous-release';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
 import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
@@ -34,9 +33,8 @@ const COORDINATOR_TABLES = ['executors', 'registered_workflows', 'schedules', 's
  * on a worker node boots once an instance on the coordinator migrated and distributed the schema (and waits for it
  * meanwhile, then fails with a typed error), writes no DDL, enqueues and drains with wake-ups sent through its node
  * (polling at 60 s, so only a NOTIFY can wake it), shares a queue with instances on other nodes (one winner per
- * deduplication key), and its workflow is recovered elsewhere when its process dies. A schema made by release 1.1
- * (built from git; its coordinator tables plain) converts in place at a coordinator instance's boot, keeping every
- * row, then read from a worker node. Then the
+ * deduplication key), and its workflow is recovered elsewhere when its process dies (the upgrade of a 1.1 cluster is
+ * in citus-upgrade-from-1-1.e2e-spec.ts). Then the
  * behaviours of Citus 13 the docs cite, so that a Citus release that changes one shows here.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () => {
@@ -206,49 +204,6 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
     );
     expect(rows).toEqual([{ status: 'SUCCESS', recovery_attempts: 1 }]);
   });
-
-  it("converts a 1.1 cluster's plain coordinator tables in place at the coordinator instance's boot", async () => {
-    const schema = uniqueSchema('anynode');
-    const release = buildPreviousRelease(RELEASE_1_1.commit);
-    const old = spawnFixture('child-previous-release.ts', 'release-1.1', {
-      PREVIOUS_RELEASE_DIR: release,
-      DATABASE_URL: cluster.url,
-      DISTRIBUTION: 'citus',
-      SCHEMA: schema,
-      EXECUTOR: 'release-1.1',
-      MODE: 'boot',
-    });
-    await old.message('booted');
-    await old.ended;
-    await coordinator.query(`INSERT INTO "${schema}".executors (executor_id, hostname, pid) VALUES ('old', 'h', 1)`);
-    await coordinator.query(
-      `INSERT INTO "${schema}".schedules (name, source, cron, workflow_name, queue_name, catch_up, catch_up_limit)
-       VALUES ('kept', 'runtime', '0 0 1 1 *', 'UpgradeTasks.record', 'parked', 'none', 1)`,
-    );
-    expect(await localTables(schema)).toEqual([]);
-    await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
-    const rows = async (pool: Pool) => {
-      const all: { table_name: string; row: unknown }[] = [];
-      for (const table of COORDINATOR_TABLES) {
-        const { rows: found } = await pool.query<{ row: unknown }>(
-          `SELECT to_jsonb(t) AS row FROM "${schema}".${table} AS t ORDER BY 1`,
-        );
-        all.push(...found.map(({ row }) => ({ table_name: table, row })));
-      }
-      return all;
-    };
-    const before = await rows(coordinator);
-    expect(before.filter((row) => row.table_name === 'registered_workflows').length).toBeGreaterThan(0);
-    await boot(cluster.url, { schema, distribution: 'citus', worker: false }, []);
-    expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
-    const after = await rows(worker);
-    const migrations = (list: typeof before) => list.filter((row) => row.table_name === 'schema_migrations');
-    expect(after.filter((row) => row.table_name !== 'schema_migrations')).toEqual(
-      before.filter((row) => row.table_name !== 'schema_migrations'),
-    );
-    expect(migrations(after)).toEqual(expect.arrayContaining(migrations(before)));
-    expect(migrations(after).length).toBeGreaterThan(migrations(before).length);
-  }, 300_000);
 
   describe('what Citus 13 does on a worker node', () => {
     it('sends a NOTIFY to its own listeners only', async () => {

@@ -1,0 +1,117 @@
+import { Test, TestingModule } from '@nestjs/testing';
+import { DedupQueueModule } from 'nest-dedup-queue';
+import { Pool } from 'pg';
+import { spawnFixture, killFixtures } from './fixtures/child-harness';
+import { RELEASE_1_1, buildPreviousRelease, describeWithPreviousRelease } from './support/previous-release';
+import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { testPool, uniqueSchema } from './support/database';
+import { describeWithTools } from './support/system-tools';
+
+/** The tables the coordinator keeps the rows of, Citus local tables from 1.2 on (docs/citus.md, "Worker nodes"). */
+const COORDINATOR_TABLES = ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'];
+
+/**
+ * A Citus cluster of release 1.1 (built from git; its coordinator tables plain tables) upgraded in place: a
+ * coordinator instance's boot makes them Citus local tables, keeping every row, which a worker node then reads.
+ * Apart from citus-any-node because it needs the release from git history (the NestJS 12 pass's copy has none).
+ */
+describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster', () => {
+  describeWithPreviousRelease(
+    'the coordinator tables of 1.1 made Citus local tables',
+    () => {
+      let cluster: CitusCluster;
+      let coordinator: Pool;
+      let worker: Pool;
+      const modules: TestingModule[] = [];
+
+      beforeAll(async () => {
+        cluster = await startCitusCluster();
+        coordinator = testPool(cluster.url);
+        worker = testPool(cluster.workerUrls[0]);
+      });
+
+      afterAll(async () => {
+        await killFixtures();
+        for (const module of modules) await module.close().catch(() => undefined);
+        await coordinator?.end();
+        await worker?.end();
+        await cluster?.stop();
+      });
+
+      async function boot(url: string, schema: string) {
+        const module = await Test.createTestingModule({
+          imports: [
+            DedupQueueModule.forRoot({
+              connection: { url },
+              queues: [{ name: 'tasks' }],
+              retryAttempts: 0,
+              pollIntervalMs: 60_000,
+              schema,
+              distribution: 'citus',
+              worker: false,
+            }),
+          ],
+        }).compile();
+        modules.push(module);
+        await module.init();
+        return module;
+      }
+
+      /** The coordinator tables of `schema` that are Citus local tables (in `pg_dist_partition`, method `n`). */
+      async function localTables(schema: string): Promise<string[]> {
+        const { rows } = await coordinator.query<{ name: string }>(
+          `SELECT c.relname AS name FROM pg_dist_partition AS p JOIN pg_class AS c ON c.oid = p.logicalrelid
+           WHERE c.relnamespace = $1::regnamespace AND p.partmethod = 'n' AND c.relname = ANY($2) ORDER BY 1`,
+          [schema, COORDINATOR_TABLES],
+        );
+        return rows.map((row) => row.name);
+      }
+
+      it("converts a 1.1 cluster's plain coordinator tables in place at the coordinator instance's boot", async () => {
+        const schema = uniqueSchema('anynode');
+        const release = buildPreviousRelease(RELEASE_1_1.commit);
+        const old = spawnFixture('child-previous-release.ts', 'release-1.1', {
+          PREVIOUS_RELEASE_DIR: release,
+          DATABASE_URL: cluster.url,
+          DISTRIBUTION: 'citus',
+          SCHEMA: schema,
+          EXECUTOR: 'release-1.1',
+          MODE: 'boot',
+        });
+        await old.message('booted');
+        await old.ended;
+        await coordinator.query(
+          `INSERT INTO "${schema}".executors (executor_id, hostname, pid) VALUES ('old', 'h', 1)`,
+        );
+        await coordinator.query(
+          `INSERT INTO "${schema}".schedules (name, source, cron, workflow_name, queue_name, catch_up, catch_up_limit)
+       VALUES ('kept', 'runtime', '0 0 1 1 *', 'UpgradeTasks.record', 'parked', 'none', 1)`,
+        );
+        expect(await localTables(schema)).toEqual([]);
+        await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
+        const rows = async (pool: Pool) => {
+          const all: { table_name: string; row: unknown }[] = [];
+          for (const table of COORDINATOR_TABLES) {
+            const { rows: found } = await pool.query<{ row: unknown }>(
+              `SELECT to_jsonb(t) AS row FROM "${schema}".${table} AS t ORDER BY 1`,
+            );
+            all.push(...found.map(({ row }) => ({ table_name: table, row })));
+          }
+          return all;
+        };
+        const before = await rows(coordinator);
+        expect(before.filter((row) => row.table_name === 'registered_workflows').length).toBeGreaterThan(0);
+        await boot(cluster.url, schema);
+        expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
+        const after = await rows(worker);
+        const migrations = (list: typeof before) => list.filter((row) => row.table_name === 'schema_migrations');
+        expect(after.filter((row) => row.table_name !== 'schema_migrations')).toEqual(
+          before.filter((row) => row.table_name !== 'schema_migrations'),
+        );
+        expect(migrations(after)).toEqual(expect.arrayContaining(migrations(before)));
+        expect(migrations(after).length).toBeGreaterThan(migrations(before).length);
+      }, 300_000);
+    },
+    RELEASE_1_1,
+  );
+});
