@@ -59,8 +59,7 @@ pg.Client.prototype.query = function query(configOrText, values, callback) {
     s.ns += end - start;
     if (error) s.errors++;
     else if (result && typeof result.rowCount === 'number') s.rows += result.rowCount;
-    if (/status = 'PENDING', executor_id/.test(text || ''))
-      timeline.claims.push({ start, end, rows: result ? result.rowCount : 0 });
+    if (!error && /status = 'PENDING', executor_id/.test(text || '')) claimed(text, start, end, result);
   };
   if (typeof values === 'function') return originalQuery.call(this, configOrText, (e, r) => (done(e, r), values(e, r)));
   if (typeof callback === 'function')
@@ -83,6 +82,17 @@ pg.Client.prototype.emit = function emit(event, ...args) {
   if (event === 'notification') timeline.notifications.push(nowNs());
   return originalEmit.call(this, event, ...args);
 };
+
+/**
+ * W3's per-job timeline: the claim statement that took job `i` (its payload, in the rows as sent back: a claim's
+ * `inputs`, or the claimed rows' JSON of an outcome write that carried the claim), with when it was sent and answered.
+ */
+function claimed(text, start, end, result) {
+  if (!result || !result.rowCount) return;
+  const withOutcomes = /archived AS|ended AS/.test(text);
+  for (const match of JSON.stringify(result.rows).matchAll(/\\*"i\\*":(\d+)/g))
+    timeline.claims.push({ i: Number(match[1]), start, end, withOutcomes });
+}
 
 function resetCounters() {
   statements.clear();
@@ -348,20 +358,28 @@ async function w3(ctx) {
   }
   await Promise.all(inFlight);
   await sleep(500);
-  const phases = { insert: [], notify: [], claimIssued: [], claim: [], dispatch: [], total: [] };
+  const phases = { insert: [], notify: [], claimIssued: [], claim: [], dispatch: [], total: [], totalRiding: [] };
   const ms = (a, b) => Number(b - a) / 1e6;
+  const claimOf = new Map(timeline.claims.map((claim) => [claim.i, claim]));
+  let withOutcomes = 0;
   for (let i = 0; i < jobs; i++) {
     const t0 = sent[i];
     const body = starts.get(i);
     if (!body) continue;
-    const notified = timeline.notifications.find((t) => t >= t0 && t <= body);
-    const claim = timeline.claims.filter((c) => c.end <= body && c.rows > 0).pop();
     phases.total.push(ms(t0, body));
     phases.insert.push(ms(t0, returned[i]));
+    const claim = claimOf.get(i);
+    if (!claim) continue;
+    if (claim.withOutcomes) {
+      withOutcomes++;
+      phases.totalRiding.push(ms(t0, body));
+    }
+    // The wake-up that led to this job's claim: the last notification after the enqueue began and before the claim.
+    const notified = timeline.notifications.filter((t) => t >= t0 && t <= claim.start).pop();
     if (notified) phases.notify.push(ms(t0, notified));
-    if (claim && notified) phases.claimIssued.push(ms(notified, claim.start));
-    if (claim) phases.claim.push(ms(claim.start, claim.end));
-    if (claim) phases.dispatch.push(ms(claim.end, body));
+    if (notified) phases.claimIssued.push(ms(notified, claim.start));
+    phases.claim.push(ms(claim.start, claim.end));
+    phases.dispatch.push(ms(claim.end, body));
   }
   console.log(`\nW3: ${jobs} enqueues at ${ratePerSecond}/s, producer and worker in one process`);
   const line = (name, xs, what) =>
@@ -371,9 +389,14 @@ async function w3(ctx) {
   line('enqueue call (insert round trip)', phases.insert, 'enqueue() called -> resolved');
   line('NOTIFY delivered to the listener', phases.notify, 'enqueue() called -> notification event');
   line('notification -> claim sent', phases.claimIssued, '');
-  line('claim round trip', phases.claim, 'claim UPDATE sent -> rows back');
+  line('claim round trip', phases.claim, 'the claim that took the job: sent -> rows back');
   line('claim back -> body starts', phases.dispatch, '');
   line('total enqueue -> start', phases.total, '');
+  line('  of which taken by an outcome write', phases.totalRiding, 'a claim riding in a durable outcome write');
+  console.log(
+    `  claims matched to their job: ${phases.claim.length} of ${phases.total.length}; taken by a claim riding in an ` +
+      `outcome write: ${withOutcomes}; a claim sent before the job's NOTIFY arrived: ${phases.claim.length - phases.notify.length}`,
+  );
   printStatements(jobs, 'job');
   await producer.close();
   await worker.close();

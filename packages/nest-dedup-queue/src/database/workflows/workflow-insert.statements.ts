@@ -38,6 +38,12 @@ export interface InsertStatements {
   many: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   /** `many` for a batch whose workflow IDs are all generated (new by construction): no look-up by ID. */
   manyGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  /**
+   * `many` and `manyGenerated` for a batch of one row (a lone enqueue call): the same statement and results, its
+   * inputs as scalar parameters instead of one array each, so neither side builds or parses an array.
+   */
+  lone: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  loneGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   /** On Citus, in place of `many`: `rows` (1 to `MAX_ROWS_PER_ROUTER_INSERT`) rows of one queue, a router insert. */
   rowsOfOneQueue(rows: number): Statement<NewWorkflow[]>;
   followUp: Statement<NewWorkflow>;
@@ -63,8 +69,10 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
   const byRows = new Map<number, Statement<NewWorkflow[]>>();
   return {
     one: insertOneStatement(tables, citus),
-    many: insertManyStatement(tables, true),
-    manyGenerated: insertManyStatement(tables, false),
+    many: insertManyStatement(tables, true, batchInputs()),
+    manyGenerated: insertManyStatement(tables, false, batchInputs()),
+    lone: insertManyStatement(tables, true, loneInputs()),
+    loneGenerated: insertManyStatement(tables, false, loneInputs()),
     rowsOfOneQueue(rows) {
       let statement = byRows.get(rows);
       if (!statement) byRows.set(rows, (statement = rowsOfOneQueueStatement(tables, rows)));
@@ -176,8 +184,15 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
   return { sql, params };
 }
 
-/** The parameters of a batch: one array per input (`arrays`, for `unnest`), the columns over them, the channel. */
-function batchInputs() {
+/** What a batch statement reads its rows from: the `input` CTE's query (with `ord`), its parameters, the channel. */
+interface BatchInputs {
+  params: SqlParameters<{ workflows: NewWorkflow[]; channel: string }>;
+  inputSql: string;
+  channel: string;
+}
+
+/** The rows of a batch: one array parameter per input, `unnest`ed with their order. */
+function batchInputs(): BatchInputs {
   const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
   const arrays = NEW_WORKFLOW_INPUT_NAMES.map((name) => {
     const { type, value } = NEW_WORKFLOW_INPUTS[name];
@@ -187,9 +202,21 @@ function batchInputs() {
         : arrayParameter(context.workflows, value as (workflow: NewWorkflow) => string | number | boolean | null),
     );
   });
-  const columns = newWorkflowColumns((name) => name);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  return { params, arrays, columns, channel };
+  const inputSql = `SELECT * FROM unnest(${arrays.join(', ')})
+         WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)`;
+  return { params, inputSql, channel };
+}
+
+/** The row of a batch of one: a scalar parameter per input, under the names and types `batchInputs` gives. */
+function loneInputs(): BatchInputs {
+  const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
+  const selected = NEW_WORKFLOW_INPUT_NAMES.map((name) => {
+    const { type, value } = NEW_WORKFLOW_INPUTS[name];
+    return `${params.ref(name, type, (context) => value(context.workflows[0]))} AS ${name}`;
+  });
+  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  return { params, inputSql: `SELECT ${selected.join(', ')}, 1::bigint AS ord`, channel };
 }
 
 /**
@@ -205,11 +232,14 @@ function batchInputs() {
  * sees. NOTE: a holder that committed after the snapshot (ON CONFLICT waited for it and saw it) is invisible to the
  * statement's reads: its row comes back with no holder, and the caller looks it up afresh (`findHolder`).
  */
-function insertManyStatement(tables: WorkflowTables, givenIds: boolean): InsertStatements['many'] {
-  const { params, arrays, columns, channel } = batchInputs();
+function insertManyStatement(
+  tables: WorkflowTables,
+  givenIds: boolean,
+  { params, inputSql, channel }: BatchInputs,
+): InsertStatements['many'] {
+  const columns = newWorkflowColumns((name) => name);
   const sql = `WITH input AS (
-       SELECT * FROM unnest(${arrays.join(', ')})
-         WITH ORDINALITY AS i(${NEW_WORKFLOW_INPUT_NAMES.join(', ')}, ord)
+       ${inputSql}
      ),
      inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})

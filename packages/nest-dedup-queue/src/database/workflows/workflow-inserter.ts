@@ -260,7 +260,8 @@ export class WorkflowInserter {
   private async insertManyWith(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const given = workflows.some((workflow) => workflow.workflowIdGiven);
-    const { sql, params } = given ? this.statements.many : this.statements.manyGenerated;
+    const { lone, loneGenerated, many, manyGenerated } = this.statements;
+    const { sql, params } = workflows.length === 1 ? (given ? lone : loneGenerated) : given ? many : manyGenerated;
     const rows = await query<
       {
         inserted: boolean;
