@@ -392,7 +392,8 @@ async function w3(ctx) {
   line('claim round trip', phases.claim, 'the claim that took the job: sent -> rows back');
   line('claim back -> body starts', phases.dispatch, '');
   line('total enqueue -> start', phases.total, '');
-  line('  of which taken by an outcome write', phases.totalRiding, 'a claim riding in a durable outcome write');
+  if (phases.totalRiding.length > 0)
+    line('  of which taken by an outcome write', phases.totalRiding, 'a claim riding in a durable outcome write');
   console.log(
     `  claims matched to their job: ${phases.claim.length} of ${phases.total.length}; taken by a claim riding in an ` +
       `outcome write: ${withOutcomes}; a claim sent before the job's NOTIFY arrived: ${phases.claim.length - phases.notify.length}`,

@@ -107,6 +107,12 @@ export class QueueWorker {
   private claimAgain = false;
   /** False once an unconstrained claim came back short and nothing announced new work since it was made. */
   private mayHaveWork = true;
+  /**
+   * Whether the last unconstrained claim came back full (or left a shard unclaimed): a backlog, drained by claims
+   * riding in outcome writes. Otherwise new work is claimed by a claim of its own, which commits without waiting for
+   * the disk, instead of waiting for an outcome write's durable commit.
+   */
+  private backlogged = true;
   /** Counts the wake-ups, so that a claim knows whether one arrived while it was in flight (see `claimStarted`). */
   private wakeUps = 0;
   private stopped = false;
@@ -270,11 +276,12 @@ export class QueueWorker {
 
   /**
    * The claim to make in the statement that records `outcomes` of this queue: as many as `claimRoom`, counting the
-   * slots that recording them frees, and claiming ahead while the queue is quick. None while claims are held or the
-   * queue has global limits or is paused.
+   * slots that recording them frees, and claiming ahead while the queue is quick. None while claims are held, the
+   * queue has global limits or is paused, or the last claim came back short: work announced since is claimed by a
+   * claim of its own (sent on its wake-up), not held until the outcome write's durable commit.
    */
   claimWithOutcomes(outcomes: WorkflowOutcome[]): ClaimWithOutcomes | undefined {
-    if (this.stopped || !this.mayHaveWork || !this.deps.claimsAllowed()) return undefined;
+    if (this.stopped || !this.mayHaveWork || !this.backlogged || !this.deps.claimsAllowed()) return undefined;
     const queue = this.deps.settings.effective(this.queueName);
     if (queue.paused || hasGlobalLimits(queue)) return undefined;
     const freeing = outcomes.filter((outcome) => this.running.get(outcome.workflowId)?.attempt === outcome.attempt);
@@ -382,6 +389,7 @@ export class QueueWorker {
    * enqueue that announced it, so the work stays to be claimed.
    */
   private claimReturned(claim: InFlightClaim, full: boolean): void {
+    this.backlogged = full;
     if (full) this.mayHaveWork = true;
     else if (!claim.wokenSince()) this.mayHaveWork = false;
   }
