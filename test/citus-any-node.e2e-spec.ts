@@ -12,6 +12,7 @@ import { Client, Pool } from 'pg';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { COORDINATOR_TABLES, citusLocalTables } from './support/citus-coordinator-tables';
 import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
@@ -24,9 +25,6 @@ class HoldingTasks {
     return `recovered ${key}`;
   }
 }
-
-/** The tables the coordinator keeps the rows of, Citus local tables from this release on (docs/citus.md). */
-const COORDINATOR_TABLES = ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'];
 
 /**
  * Application instances on any node of a Citus cluster (issue 36, item 2; docs/citus.md, "Worker nodes"). An instance
@@ -84,20 +82,10 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
     return rows.length > 0;
   }
 
-  /** The coordinator tables of `schema` that are Citus local tables (in `pg_dist_partition`, method `n`). */
-  async function localTables(schema: string): Promise<string[]> {
-    const { rows } = await coordinator.query<{ name: string }>(
-      `SELECT c.relname AS name FROM pg_dist_partition AS p JOIN pg_class AS c ON c.oid = p.logicalrelid
-       WHERE c.relnamespace = $1::regnamespace AND p.partmethod = 'n' AND c.relname = ANY($2) ORDER BY 1`,
-      [schema, COORDINATOR_TABLES],
-    );
-    return rows.map((row) => row.name);
-  }
-
   it('makes the coordinator tables Citus local tables, readable from a worker node', async () => {
     const schema = uniqueSchema('anynode');
     await boot(cluster.url, { schema, distribution: 'citus' });
-    expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
+    expect(await citusLocalTables(coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
     const { rows } = await worker.query(`SELECT count(*)::int AS n FROM "${schema}".executors`);
     expect(rows).toEqual([{ n: 1 }]);
   });

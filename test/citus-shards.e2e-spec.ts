@@ -5,6 +5,7 @@
  * instances drain every shard, each workflow once; lists, counts, pause and cancel by the queue's own name, and every
  * value reported back (status, errors, events, counts) names the queue, never a shard. What is stored under the
  * queue's own name (by `enqueue_workflow` in SQL, or before it declared shards) is drained as one more shard.
+ * A stored name a worker found empty (which its turns then pass by) is claimed again as soon as a wake-up names it.
  */
 import { Injectable } from '@nestjs/common';
 import { Test, TestingModule } from '@nestjs/testing';
@@ -239,6 +240,50 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
     const listed = await queuesOf(0).list({ queueName: 'hot', deduplicationId: 'sql-key' });
     expect(listed.map((info) => info.workflowId)).toEqual([rows[0].workflow_id]);
   }, 60_000);
+
+  it('claims a stored name found empty again once a wake-up names it, without a poll', async () => {
+    const idleSchema = uniqueSchema('citus_shards_idle');
+    const module = await Test.createTestingModule({
+      imports: [
+        DedupQueueModule.forRoot({
+          connection: { url: cluster.url },
+          distribution: 'citus',
+          schema: idleSchema,
+          executorId: 'idle',
+          queues: [{ name: 'hot', shards: SHARDS, workerConcurrency: 4 }],
+          pollIntervalMs: 600_000,
+          retryAttempts: 0,
+        }),
+      ],
+      providers: [CountedTasks],
+    }).compile();
+    await module.init();
+    try {
+      const queues = module.get(QueueService);
+      const tasks = module.get(CountedTasks);
+      const first = await Promise.all(
+        Array.from({ length: 24 }, (_, n) => queues.enqueue('hot', tasks.work, [`idle-${n}`])),
+      );
+      await expect(Promise.all(first.map((handle) => handle.getResult({ timeoutMs: 30_000 })))).resolves.toHaveLength(
+        24,
+      );
+      const { rows } = await pool.query<{ workflow_id: string }>(
+        `SELECT * FROM "${idleSchema}".enqueue_workflow(queue_name => 'hot', workflow_name => 'CountedTasks.work',
+           args => '["idle-sql"]'::json)`,
+      );
+      const fromSql = await queues.retrieve(rows[0].workflow_id);
+      await expect(fromSql.getResult({ timeoutMs: 20_000 })).resolves.toBe('done-idle-sql');
+      const later = await Promise.all(
+        Array.from({ length: 8 }, (_, n) => queues.enqueue('hot', tasks.work, [`idle-later-${n}`])),
+      );
+      const results = await Promise.all(later.map((handle) => handle.getResult({ timeoutMs: 20_000 })));
+      expect(results.sort()).toEqual(Array.from({ length: 8 }, (_, n) => `done-idle-later-${n}`).sort());
+      expect([...tasks.runs.entries()].filter(([key]) => key.startsWith('idle')).every(([, n]) => n === 1)).toBe(true);
+      expect(tasks.runs.get('idle-sql')).toBe(1);
+    } finally {
+      await module.close();
+    }
+  }, 120_000);
 
   it.each<[string, { name: string; shards?: number; concurrency?: number }, RegExp]>([
     ['a global concurrency', { name: 'q', shards: 4, concurrency: 10 }, /cannot hold across the 4 shards of queue "q"/],

@@ -4,11 +4,9 @@ import { Pool } from 'pg';
 import { spawnFixture, killFixtures } from './fixtures/child-harness';
 import { RELEASE_1_1, buildPreviousRelease, describeWithPreviousRelease } from './support/previous-release';
 import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { COORDINATOR_TABLES, citusLocalTables } from './support/citus-coordinator-tables';
 import { testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
-
-/** The tables the coordinator keeps the rows of, Citus local tables from 1.2 on (docs/citus.md, "Worker nodes"). */
-const COORDINATOR_TABLES = ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'];
 
 /**
  * A Citus cluster of release 1.1 (built from git; its coordinator tables plain tables) upgraded in place: a
@@ -57,16 +55,6 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
         return module;
       }
 
-      /** The coordinator tables of `schema` that are Citus local tables (in `pg_dist_partition`, method `n`). */
-      async function localTables(schema: string): Promise<string[]> {
-        const { rows } = await coordinator.query<{ name: string }>(
-          `SELECT c.relname AS name FROM pg_dist_partition AS p JOIN pg_class AS c ON c.oid = p.logicalrelid
-           WHERE c.relnamespace = $1::regnamespace AND p.partmethod = 'n' AND c.relname = ANY($2) ORDER BY 1`,
-          [schema, COORDINATOR_TABLES],
-        );
-        return rows.map((row) => row.name);
-      }
-
       it("converts a 1.1 cluster's plain coordinator tables in place at the coordinator instance's boot", async () => {
         const schema = uniqueSchema('anynode');
         const release = buildPreviousRelease(RELEASE_1_1.commit);
@@ -87,7 +75,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
           `INSERT INTO "${schema}".schedules (name, source, cron, workflow_name, queue_name, catch_up, catch_up_limit)
        VALUES ('kept', 'runtime', '0 0 1 1 *', 'UpgradeTasks.record', 'parked', 'none', 1)`,
         );
-        expect(await localTables(schema)).toEqual([]);
+        expect(await citusLocalTables(coordinator, schema)).toEqual([]);
         await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
         const rows = async (pool: Pool) => {
           const all: { table_name: string; row: unknown }[] = [];
@@ -102,7 +90,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
         const before = await rows(coordinator);
         expect(before.filter((row) => row.table_name === 'registered_workflows').length).toBeGreaterThan(0);
         await boot(cluster.url, schema);
-        expect(await localTables(schema)).toEqual([...COORDINATOR_TABLES].sort());
+        expect(await citusLocalTables(coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
         const after = await rows(worker);
         const migrations = (list: typeof before) => list.filter((row) => row.table_name === 'schema_migrations');
         expect(after.filter((row) => row.table_name !== 'schema_migrations')).toEqual(

@@ -7,11 +7,14 @@
  * in two phases over several nodes (the rows each adds to `pg_dist_transaction`, whose recovery is turned off here).
  * With HOT_SHARDS_STATEMENTS=1 every node also preloads `pg_stat_statements`, and each drain prints, per node, the
  * statements and transactions per job and the statements called most often (a diagnosis: it costs CPU itself).
+ * HOT_SHARDS_ENTRY=nodes drains with one instance on every worker node instead (the 32 slots shared), as
+ * bench/citus/scale.ts does with CITUS_SCALE_ENTRY; the two-phase commits are counted on every node (each node
+ * records those it coordinated).
  */
 import { startCitusCluster } from '../../test/support/citus-cluster';
 import type { TestPostgresServer } from '../../test/support/postgres-server';
 import { procCpuMeter } from './server-processes';
-import { BenchDatabase, drain, dropSchema, median, prefill } from './workload';
+import { BenchDatabase, DrainEntry, drain, dropSchema, median, prefill } from './workload';
 
 const count = (name: string, fallback: number) => Number(process.env[name] || fallback);
 
@@ -20,6 +23,7 @@ async function main(): Promise<void> {
   const reps = count('HOT_SHARDS_REPS', 2);
   const jobs = count('HOT_SHARDS_JOBS', 3000);
   const statements = process.env.HOT_SHARDS_STATEMENTS === '1';
+  const onNodes = process.env.HOT_SHARDS_ENTRY === 'nodes';
   const cluster = await startCitusCluster({
     workers: count('HOT_SHARDS_WORKERS', 2),
     preload: statements ? ['pg_stat_statements'] : [],
@@ -27,10 +31,24 @@ async function main(): Promise<void> {
   const nodes = [cluster.coordinator, ...cluster.workers];
   if (statements) await cluster.coordinator.query('CREATE EXTENSION pg_stat_statements'); // Citus creates it on the nodes
   const database: BenchDatabase = { url: cluster.url, distribution: 'citus' };
-  await cluster.coordinator.query('ALTER SYSTEM SET citus.recover_2pc_interval = -1');
-  await cluster.coordinator.query('SELECT pg_reload_conf()');
-  const twoPhaseCommits = async () =>
-    Number((await cluster.coordinator.query<{ n: string }>('SELECT count(*) AS n FROM pg_dist_transaction'))[0].n);
+  for (const node of nodes) {
+    await node.query('ALTER SYSTEM SET citus.recover_2pc_interval = -1');
+    await node.query('SELECT pg_reload_conf()');
+  }
+  const twoPhaseCommits = async () => {
+    let total = 0;
+    for (const node of nodes) {
+      total += Number((await node.query<{ n: string }>('SELECT count(*) AS n FROM pg_dist_transaction'))[0].n);
+    }
+    return total;
+  };
+  const entries: DrainEntry[] | undefined = onNodes
+    ? cluster.workers.map((worker) => ({
+        url: worker.url,
+        queueIndexes: [0],
+        slotsPerQueue: Math.floor(32 / cluster.workers.length),
+      }))
+    : undefined;
   const meter = procCpuMeter([cluster.coordinator.dataDir, ...cluster.workers.map((worker) => worker.dataDir)]);
   const shapes = [
     { label: 'one queue', shards: undefined },
@@ -46,7 +64,7 @@ async function main(): Promise<void> {
         await prefill(database, schema, ['hot'], jobs, shape.shards);
         if (statements) await Promise.all(nodes.map(resetStatements));
         const before = await twoPhaseCommits();
-        const run = await drain(database, schema, ['hot'], jobs, meter, 'split', shape.shards);
+        const run = await drain(database, schema, ['hot'], jobs, meter, 'split', shape.shards, entries);
         const twoPhase = ((await twoPhaseCommits()) - before) / run.count;
         if (statements) {
           for (const [i, node] of nodes.entries())
@@ -66,7 +84,7 @@ async function main(): Promise<void> {
     await cluster.stop();
   }
   console.log(
-    `| W2, ${jobs} no-op jobs, one worker of 32 slots | jobs/s | CPU per job: coordinator / nodes | 2PC per job |`,
+    `| W2, ${jobs} no-op jobs, ${onNodes ? 'an instance on every worker node, 32 slots in all' : 'one worker of 32 slots'} | jobs/s | CPU per job: coordinator / nodes | 2PC per job |`,
   );
   console.log('|---|---:|---:|---:|');
   for (const [label, runs] of results) {
@@ -95,7 +113,7 @@ async function reportStatements(label: string, node: TestPostgresServer, jobs: n
     `SELECT calls, total_exec_time AS ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
      FROM pg_stat_statements ORDER BY calls DESC LIMIT 12`,
   );
-  const perJob = (n: string | number) => (Number(n) / jobs).toFixed(2);
+  const perJob = (n: string | number) => (Number(n) / jobs).toFixed(3);
   process.stderr.write(
     `  ${label}: ${perJob(totals.calls)} statements/job, ${perJob(totals.commits)} commits/job, ` +
       `${((totals.ms * 1000) / jobs).toFixed(0)} µs executing/job\n` +

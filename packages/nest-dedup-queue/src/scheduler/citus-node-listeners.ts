@@ -1,10 +1,8 @@
 import type { DedupQueueConfig, NodeAddress } from '../dedup-queue.config';
 import { ConnectionMonitor } from '../database/connection/connection-monitor';
-import type { DedicatedConnection, PgNotification, QueueDatabase } from '../database/connection/queue-database';
-import { backoffDelayMs } from '../utils/backoff';
+import type { PgNotification, QueueDatabase } from '../database/connection/queue-database';
 import type { ModuleLogger } from '../utils/module-logger';
-
-const RECONNECT_BACKOFF = { initialDelayMs: 250, maxDelayMs: 5000 };
+import { ListeningConnection } from './listening-connection';
 
 /** The other nodes of the cluster, seen from the node this process connects to: active primaries and the coordinator. */
 const OTHER_NODES_SQL = `
@@ -26,16 +24,16 @@ export interface NodeListenersOwner {
  * node of the cluster (the module's own listener covers the node this process connects to). The node list is read
  * from `pg_dist_node` at start, on every heartbeat interval and when a node's connection fails; a node added is
  * listened on, a node removed dropped. Each node's connection reconnects with backoff and logs each change of state
- * once (`ConnectionMonitor`). `citus.nodeAddresses` maps a node's name to the address this process reaches it at.
+ * once (`ListeningConnection`). `citus.nodeAddresses` maps a node's name to the address this process reaches it at.
  */
 export class CitusNodeListeners {
-  private readonly nodes = new Map<string, NodeListener>();
+  private readonly nodes = new Map<string, ListeningConnection>();
   private readonly listMonitor: ConnectionMonitor;
   private refreshTimer?: NodeJS.Timeout;
   private refreshing?: Promise<void>;
   private listRead = false;
   private stopped = true;
-  /** After the first read: a node listened on later may have missed hints. */
+  /** After the first read: a node (re)connected later may have missed hints. */
   private running = false;
 
   constructor(
@@ -63,7 +61,6 @@ export class CitusNodeListeners {
     this.running = false;
     await this.refresh();
     this.running = true;
-    for (const node of this.nodes.values()) node.started = true;
     this.refreshTimer = setInterval(() => void this.refresh(), this.config.heartbeatIntervalMs);
     this.refreshTimer.unref();
   }
@@ -73,6 +70,7 @@ export class CitusNodeListeners {
     await Promise.all([...this.nodes.values()].map((node) => node.listenOn(channels)));
   }
 
+  /** Stops reading the node list and UNLISTENs on every node. */
   async stop(): Promise<void> {
     this.stopped = true;
     this.listRead = false;
@@ -105,147 +103,46 @@ export class CitusNodeListeners {
       this.logger.log(`Wake-ups: Citus node ${name} left the cluster (pg_dist_node); no longer listening on it`);
       void node.stop();
     }
-    const added: NodeListener[] = [];
+    const added: ListeningConnection[] = [];
     for (const [name, address] of addresses) {
       if (this.nodes.has(name)) continue;
-      const node = new NodeListener(
-        name,
-        address,
-        this.database,
-        this.config,
-        this.logger,
-        this.owner,
-        () => void this.refresh(),
-      );
-      node.started = this.running;
+      const node = this.nodeListener(name, address);
       this.nodes.set(name, node);
       added.push(node);
     }
-    await Promise.all(added.map((node) => node.connect()));
+    await Promise.all(
+      added.map(async (node) => {
+        if (await node.connect()) this.nodeConnected();
+      }),
+    );
     this.listRead = true;
+  }
+
+  /** The LISTEN connection on one node, reconnected with backoff until stopped. */
+  private nodeListener(name: string, address: NodeAddress): ListeningConnection {
+    const reachedAt = `${address.host}:${address.port}` === name ? '' : ` (reached at ${address.host}:${address.port})`;
+    const listen = this.config.listen;
+    return new ListeningConnection(this.logger, {
+      open: () => this.database.connectToNode(address, listen.mode === 'direct' ? listen.url : undefined),
+      channels: () => this.owner.channels(),
+      notified: (message) => this.owner.notified(message),
+      messages: {
+        lost: (reason) =>
+          `Wake-ups: the LISTEN connection to Citus node ${name}${reachedAt} is lost (${reason}); what is sent ` +
+          `through that node is heard at the next poll (every ${this.config.pollIntervalMs} ms) until it is back`,
+        back: (seconds) => `Wake-ups: LISTEN on Citus node ${name} re-established after ${seconds} s`,
+      },
+      lost: () => void this.refresh(),
+      reconnected: () => this.nodeConnected(),
+    });
+  }
+
+  /** A node's connection is in place: once the listeners started, what was sent through it before was not heard. */
+  private nodeConnected(): void {
+    if (this.running) this.owner.mayHaveMissed();
   }
 
   private addressOf(name: string, port: number): NodeAddress {
     return this.config.citusNodeAddresses.get(`${name}:${port}`) ?? { host: name, port };
-  }
-}
-
-/** The LISTEN connection on one node, reconnected with backoff until stopped. */
-class NodeListener {
-  private readonly monitor: ConnectionMonitor;
-  private connection?: DedicatedConnection;
-  private detach?: () => void;
-  private reconnectTimer?: NodeJS.Timeout;
-  private failedConnects = 0;
-  private stopped = false;
-  /** Set once the module's listener started: a later connect may have missed hints. */
-  started = false;
-
-  constructor(
-    private readonly name: string,
-    private readonly address: NodeAddress,
-    private readonly database: QueueDatabase,
-    private readonly config: DedupQueueConfig,
-    logger: ModuleLogger,
-    private readonly owner: NodeListenersOwner,
-    private readonly failed: () => void,
-  ) {
-    const reachedAt = `${address.host}:${address.port}` === name ? '' : ` (reached at ${address.host}:${address.port})`;
-    this.monitor = new ConnectionMonitor(logger, {
-      lost: (reason) =>
-        `Wake-ups: the LISTEN connection to Citus node ${name}${reachedAt} is lost (${reason}); what is sent ` +
-        `through that node is heard at the next poll (every ${config.pollIntervalMs} ms) until it is back`,
-      back: (seconds) => `Wake-ups: LISTEN on Citus node ${name} re-established after ${seconds} s`,
-    });
-  }
-
-  get listening(): boolean {
-    return this.connection !== undefined;
-  }
-
-  async connect(): Promise<void> {
-    let connection: DedicatedConnection | undefined;
-    try {
-      connection = await this.database.connectToNode(
-        this.address,
-        this.config.listen.mode === 'direct' ? this.config.listen.url : undefined,
-      );
-      this.attach(connection);
-      for (const channel of this.owner.channels()) await connection.client.query(`LISTEN "${channel}"`);
-    } catch (error) {
-      if (connection) {
-        if (this.connection === connection) this.drop();
-        connection.release(error as Error);
-      }
-      this.lost(error);
-      return;
-    }
-    if (this.stopped) {
-      this.drop();
-      connection.release();
-      return;
-    }
-    this.failedConnects = 0;
-    this.monitor.succeeded();
-    if (this.started) this.owner.mayHaveMissed();
-  }
-
-  async listenOn(channels: string[]): Promise<void> {
-    const connection = this.connection;
-    if (!connection) return;
-    try {
-      for (const channel of channels) await connection.client.query(`LISTEN "${channel}"`);
-    } catch {
-      // NOTE: the connection broke: its 'error' or 'end' listener reconnects, and LISTENs on every channel again.
-    }
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.reconnectTimer);
-    const connection = this.connection;
-    this.drop();
-    if (connection) {
-      await connection.client.query('UNLISTEN *').then(
-        () => connection.release(),
-        (error: Error) => connection.release(error),
-      );
-    }
-  }
-
-  private attach(connection: DedicatedConnection): void {
-    const onNotification = (message: PgNotification) => this.owner.notified(message);
-    const onBroken = (error?: Error) => {
-      if (this.connection !== connection) return;
-      this.drop();
-      connection.release(error ?? new Error('the LISTEN connection ended'));
-      this.lost(error ?? new Error('connection ended'));
-    };
-    const onEnd = () => onBroken();
-    connection.client.on('notification', onNotification);
-    connection.client.on('error', onBroken);
-    connection.client.on('end', onEnd);
-    this.connection = connection;
-    this.detach = () => {
-      connection.client.off('notification', onNotification);
-      connection.client.off('end', onEnd);
-      connection.client.off('error', onBroken);
-    };
-  }
-
-  private drop(): void {
-    this.detach?.();
-    this.detach = undefined;
-    this.connection = undefined;
-  }
-
-  private lost(error: unknown): void {
-    if (this.stopped) return;
-    this.monitor.failed(error);
-    this.failedConnects += 1;
-    this.failed();
-    clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = setTimeout(() => void this.connect(), backoffDelayMs(this.failedConnects, RECONNECT_BACKOFF));
-    this.reconnectTimer.unref();
   }
 }

@@ -155,7 +155,7 @@ export class QueueScheduler implements OnApplicationBootstrap, BeforeApplication
     if (queueName === undefined) {
       for (const worker of this.workers.values()) worker.wake();
     } else {
-      this.workers.get(logicalQueueName(queueName))?.wake();
+      this.workers.get(logicalQueueName(queueName))?.wake(queueName);
     }
   }
 

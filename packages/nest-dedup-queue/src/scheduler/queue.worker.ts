@@ -116,8 +116,12 @@ export class QueueWorker {
   private shard: number;
   /** ...how many full claims it gave in a row (at `SHARD_TURN`, the next shard's turn)... */
   private fullClaims = 0;
-  /** ...and how many claims in a row came back short: every shard's, and the queue holds no more than they saw. */
-  private shortClaims = 0;
+  /**
+   * ...and the stored names known empty: a claim of theirs came back short with no wake-up since it was made. The
+   * turn passes them by until a wake-up names them (or names none: a poll, a timer); once every name is known empty,
+   * the queue holds no more than those claims saw.
+   */
+  private readonly emptyNames = new Set<string>();
   private readonly claimFailures = new FailureLog(this.logger);
 
   constructor(
@@ -139,12 +143,17 @@ export class QueueWorker {
   /**
    * Asks the worker to look for work now (new work was announced, or a timer fired). Cheap to call often:
    * concurrent wake-ups fold into one claim. One that arrives while claims are in flight leads to a claim made after
-   * it (when a slot is free), since theirs may not hold the new work.
+   * it (when a slot is free), since theirs may not hold the new work. `storedQueueName`: the stored name the work was
+   * announced under (a wake-up's payload); without it, or with a name not of this queue, every name may hold work.
    */
-  wake(): void {
+  wake(storedQueueName?: string): void {
     this.wakeUps += 1;
     this.mayHaveWork = true;
-    this.shortClaims = 0;
+    if (storedQueueName !== undefined && this.deps.storedQueueNames.includes(storedQueueName)) {
+      this.emptyNames.delete(storedQueueName);
+    } else {
+      this.emptyNames.clear();
+    }
     this.buffer.startInFreeSlots();
     this.claimSoon();
   }
@@ -292,7 +301,7 @@ export class QueueWorker {
           const workflows = attached.read(claimedJson);
           this.take(workflows, claim.cancelled);
           const full = workflows.length === limit;
-          const more = this.mayHoldMore(full);
+          const more = this.mayHoldMore(request.storedQueueName, full, claim.wokenSince());
           this.claimReturned(claim, more);
           if (more && !full) this.claimAgain = true;
         } else if (error instanceof DatabaseUnavailableError) {
@@ -311,16 +320,15 @@ export class QueueWorker {
         const limit = this.claimRoom(queue);
         if (limit <= 0 || queue.paused || !this.deps.claimsAllowed()) break;
         const claim = this.claimStarted(limit);
-        const { workflows, retryInMs } = await this.deps.claimer
-          .claim({ ...this.claimRequest(queue), limit })
-          .finally(claim.settle);
+        const request = { ...this.claimRequest(queue), limit };
+        const { workflows, retryInMs } = await this.deps.claimer.claim(request).finally(claim.settle);
         this.failedClaims = 0;
         this.claimFailures.succeeded();
         this.take(workflows, claim.cancelled);
         if (retryInMs !== undefined) {
           this.wakeLater(retryInMs);
         } else {
-          const more = this.mayHoldMore(workflows.length === limit);
+          const more = this.mayHoldMore(request.storedQueueName, workflows.length === limit, claim.wokenSince());
           if (more) this.claimAgain = true;
           if (!hasGlobalLimits(queue)) this.claimReturned(claim, more);
         }
@@ -341,25 +349,37 @@ export class QueueWorker {
   }
 
   /** A claim of the queue, from the stored name whose turn it is. */
-  private claimRequest(queue: ResolvedQueue): Omit<ClaimRequest, 'limit'> {
+  private claimRequest(queue: ResolvedQueue): Omit<ClaimRequest, 'limit'> & { storedQueueName: string } {
+    if (this.emptyNames.has(this.deps.storedQueueNames[this.shard])) this.passTurn();
     const storedQueueName = this.deps.storedQueueNames[this.shard];
     return { queue, storedQueueName, executorId: this.deps.executorId, claimKeys: this.deps.registry.claimKeys() };
   }
 
   /**
-   * A claim came back `full`, or short: whether the queue may hold more (a shard not claimed since may). A shard keeps
-   * its turn while its claims come back full, up to `SHARD_TURN` of them (the workflows running at once, and so each
-   * outcome batch, mostly of one shard: one statement on one node), then the next shard's turn comes.
+   * A claim of `storedQueueName` came back `full`, or short: whether the queue may hold more (a name not known empty
+   * may). A short claim with no wake-up since it was made (`wokenSince`) marks its name empty (`emptyNames`). A shard
+   * keeps its turn while its claims come back full, up to `SHARD_TURN` of them (the workflows running at once, and so
+   * each outcome batch, mostly of one shard: one statement on one node), then the next shard's turn comes.
    */
-  private mayHoldMore(full: boolean): boolean {
-    const shards = this.deps.storedQueueNames.length;
-    this.shortClaims = full ? 0 : this.shortClaims + 1;
+  private mayHoldMore(storedQueueName: string, full: boolean, wokenSince: boolean): boolean {
+    const names = this.deps.storedQueueNames;
+    if (!full && !wokenSince) this.emptyNames.add(storedQueueName);
     this.fullClaims = full ? this.fullClaims + 1 : 0;
-    if (!full || this.fullClaims >= SHARD_TURN) {
-      this.shard = (this.shard + 1) % shards;
-      this.fullClaims = 0;
+    if (!full || this.fullClaims >= SHARD_TURN) this.passTurn();
+    return full || (names.length > 1 && this.emptyNames.size < names.length);
+  }
+
+  /** Gives the turn to the next stored name not known empty (to the next name when all are). */
+  private passTurn(): void {
+    const names = this.deps.storedQueueNames;
+    this.fullClaims = 0;
+    for (let step = 1; step <= names.length; step++) {
+      const next = (this.shard + step) % names.length;
+      if (!this.emptyNames.has(names[next]) || step === names.length) {
+        this.shard = next;
+        return;
+      }
     }
-    return full || this.shortClaims < shards;
   }
 
   /**
