@@ -6,7 +6,8 @@
  * anything is measured, the worker process (this one, running the module) unlimited. Interleaved, medians of
  * CITUS_SCALE_REPS (default 6):
  *
- * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys;
+ * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys, after
+ *   200 unmeasured calls that open every connection it uses (`warmUp`);
  * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (32 slots shared by the queues), in
  *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot queue
  *   declared with `shards: 8`;
@@ -22,6 +23,8 @@
  * CITUS_SCALE_QUOTA=none, the groups are made without a quota and only count. Prints the tables and
  * writes bench/results/citus-scale-<time>.json and citus-scale-latest.md. The cgroups and servers are removed at the
  * end, on an error and on SIGINT or SIGTERM; a later run removes the groups of a run that was killed.
+ * CITUS_SCALE_WORKLOADS (e.g. `w1`, or `w2x1,w2x4`) measures only those workloads (default all:
+ * w1,w2x1,w2x2,w2x4,w2hot).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -44,15 +47,38 @@ import {
   queuesSpreadOver,
   SINGLE_SERVER_SETTINGS,
   W1_QUEUE,
+  warmUp,
   WORKER_SLOTS,
 } from './workload';
 
 const RESULTS_DIR = join(__dirname, '..', 'results');
+/** W1's unmeasured calls first, with the quotas lifted: every connection open when it starts (`warmUp`). */
+const W1_WARM_UP_CALLS = 200;
 /** A server whose CPU reaches this share of its quota during a measurement is what limits it. */
 const SATURATED = 0.9;
 
 const log = (message: string) =>
   process.stderr.write(`[citus-scale ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+
+interface Workload {
+  id: string;
+  /** The row of the table. */
+  row: string;
+  /** Its name in the saturation row. */
+  short: string;
+  /** W2's queues; 0 for W1. */
+  queues: number;
+  /** One hot queue declared with `shards: queues` (on one server the option leaves it whole). */
+  hot?: boolean;
+}
+
+const WORKLOADS: Workload[] = [
+  { id: 'w1', row: 'W1 enqueue calls/s', short: 'W1', queues: 0 },
+  { id: 'w2x1', row: 'W2 one queue, jobs/s', short: 'one queue', queues: 1 },
+  { id: 'w2x2', row: 'W2 two queues', short: 'two queues', queues: 2 },
+  { id: 'w2x4', row: 'W2 four queues', short: 'four queues', queues: 4 },
+  { id: 'w2hot', row: 'W2 one hot queue, `shards: 8`', short: 'hot queue', queues: 8, hot: true },
+];
 
 /** An environment setting: a number within bounds, or the default; anything else stops the run before it starts. */
 function setting(name: string, fallback: number, valid: (value: number) => boolean, what: string): number {
@@ -82,6 +108,18 @@ function readSettings() {
       }
       return raw;
     }),
+    /** The workloads to measure, by ID (`w1,w2x1,w2x2,w2x4,w2hot`); all by default. */
+    workloads: (process.env.CITUS_SCALE_WORKLOADS || WORKLOADS.map((workload) => workload.id).join(','))
+      .split(',')
+      .map((raw) => {
+        const workload = WORKLOADS.find((candidate) => candidate.id === raw);
+        if (!workload) {
+          throw new Error(
+            `CITUS_SCALE_WORKLOADS=${process.env.CITUS_SCALE_WORKLOADS}: expected some of ${WORKLOADS.map((w) => w.id).join(', ')}`,
+          );
+        }
+        return workload;
+      }),
     nodes: (process.env.CITUS_SCALE_NODES || '2,4').split(',').map((raw) => {
       if (!positiveInteger(1)(Number(raw))) {
         throw new Error(`CITUS_SCALE_NODES=${process.env.CITUS_SCALE_NODES}: expected worker-node counts, e.g. 2,4`);
@@ -98,26 +136,6 @@ try {
   console.error((error as Error).message);
   process.exit(2);
 }
-
-interface Workload {
-  id: string;
-  /** The row of the table. */
-  row: string;
-  /** Its name in the saturation row. */
-  short: string;
-  /** W2's queues; 0 for W1. */
-  queues: number;
-  /** One hot queue declared with `shards: queues` (on one server the option leaves it whole). */
-  hot?: boolean;
-}
-
-const WORKLOADS: Workload[] = [
-  { id: 'w1', row: 'W1 enqueue calls/s', short: 'W1', queues: 0 },
-  { id: 'w2x1', row: 'W2 one queue, jobs/s', short: 'one queue', queues: 1 },
-  { id: 'w2x2', row: 'W2 two queues', short: 'two queues', queues: 2 },
-  { id: 'w2x4', row: 'W2 four queues', short: 'four queues', queues: 4 },
-  { id: 'w2hot', row: 'W2 one hot queue, `shards: 8`', short: 'hot queue', queues: 8, hot: true },
-];
 
 interface Server {
   label: string;
@@ -224,6 +242,7 @@ async function measure(target: Target, workload: Workload, rep: number, capacity
         for (const url of target.nodeUrls ?? []) {
           producers.push(await bootModule({ ...target, url }, schema, false, [{ name: W1_QUEUE }]));
         }
+        await warmUp(producers, W1_WARM_UP_CALLS);
         limit([target], true);
         const before = throttling();
         const run = await enqueueStorm(producers, settings.calls, meterOf(target));
@@ -282,15 +301,17 @@ const wholeNumber = (value: number) => Math.round(value).toLocaleString('en-US')
 const percent = (share: number) => `${Math.round(share * 100)}%`;
 
 function saturation(target: Target, samples: Record<string, Sample[]>): string {
-  return WORKLOADS.map((workload) => {
-    const shares = target.servers.map((_, i) => median(samples[workload.id].map((s) => s.share[i])));
-    const at = target.servers.flatMap((server, i) =>
-      shares[i] >= SATURATED ? [`${server.label} (${percent(shares[i])})`] : [],
-    );
-    if (at.length) return `${workload.short}: ${at.join(', ')}`;
-    const top = shares.indexOf(Math.max(...shares));
-    return `${workload.short}: none (highest ${target.servers[top].label}, ${percent(shares[top])})`;
-  }).join('; ');
+  return settings.workloads
+    .map((workload) => {
+      const shares = target.servers.map((_, i) => median(samples[workload.id].map((s) => s.share[i])));
+      const at = target.servers.flatMap((server, i) =>
+        shares[i] >= SATURATED ? [`${server.label} (${percent(shares[i])})`] : [],
+      );
+      if (at.length) return `${workload.short}: ${at.join(', ')}`;
+      const top = shares.indexOf(Math.max(...shares));
+      return `${workload.short}: none (highest ${target.servers[top].label}, ${percent(shares[top])})`;
+    })
+    .join('; ');
 }
 
 function report(
@@ -304,7 +325,7 @@ function report(
     '',
     `| | ${targets.map((t) => t.column).join(' | ')} |`,
     `|---|${targets.map(() => '---:').join('|')}|`,
-    ...WORKLOADS.map(
+    ...settings.workloads.map(
       (workload) =>
         `| ${workload.row} | ${targets
           .map((t) => wholeNumber(median(results[t.id][workload.id].map((s) => s.perSecond))))
@@ -321,7 +342,7 @@ function report(
       '',
       `| | per second | worker process | ${target.servers.map((s) => s.label).join(' | ')} |`,
       `|---|---:|---:|${target.servers.map(() => '---:').join('|')}|`,
-      ...WORKLOADS.map((workload) => {
+      ...settings.workloads.map((workload) => {
         const samples = results[target.id][workload.id];
         const servers = target.servers.map((_, i) => {
           const us = median(samples.map((s) => s.serverUs[i]));
@@ -440,11 +461,11 @@ async function main(): Promise<void> {
   }
 
   const results: Record<string, Record<string, Sample[]>> = Object.fromEntries(
-    targets.map((target) => [target.id, Object.fromEntries(WORKLOADS.map((w) => [w.id, [] as Sample[]]))]),
+    targets.map((target) => [target.id, Object.fromEntries(settings.workloads.map((w) => [w.id, [] as Sample[]]))]),
   );
   const loadAtStart = loadavg()[0];
   for (let rep = 1; rep <= settings.reps; rep++) {
-    for (const workload of WORKLOADS) {
+    for (const workload of settings.workloads) {
       // Each repetition rotates the order, so that no target always runs first.
       for (const [i] of targets.entries()) {
         const target = targets[(i + rep - 1) % targets.length];

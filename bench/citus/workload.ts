@@ -118,6 +118,28 @@ export async function enqueueStorm(
   return { count: calls, seconds, workerCpuSeconds: cpuSeconds(workerBefore), serverCpuSeconds: stop() };
 }
 
+/**
+ * Before W1 is measured: `calls` enqueue calls of keys of their own (`warm-<n>`, each accepted) from the 16 callers,
+ * so that every connection W1 uses is open when it starts, as in a running application: each producer's pool
+ * connections and, on Citus, each node's connections to the queue's node. A cold start cost the queue's node about
+ * 1.5 times the CPU per call of a warm one in a 2,000-call run (docs/citus.md, "W1 on Citus").
+ */
+export async function warmUp(
+  producers: ReadonlyArray<Awaited<ReturnType<typeof bootModule>>>,
+  calls: number,
+): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: W1_CALLERS }, async (_, caller) => {
+      const producer = producers[caller % producers.length];
+      while (next < calls) {
+        const call = next++;
+        await producer.queues.enqueue(W1_QUEUE, producer.tasks.run, [], { deduplicationId: `warm-${call}` });
+      }
+    }),
+  );
+}
+
 /** W2's prefill: `jobs` no-op workflows enqueued in batches, spread equally over `queueNames`. Not measured. */
 export async function prefill(
   database: BenchDatabase,

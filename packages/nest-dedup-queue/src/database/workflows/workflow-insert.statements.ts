@@ -145,6 +145,16 @@ export function holdersOnOneQueueSql(tables: WorkflowTables): string {
 }
 
 /**
+ * `holdersOnOneQueueSql` for a batch whose workflow IDs are all generated (new by construction, as for
+ * `manyGenerated`): the holders of the keys $2 in queue $1 only, read through the key's unique index alone (the `OR`
+ * form plans both indexes; docs/citus.md, "W1 on Citus").
+ */
+export function keyHoldersOnOneQueueSql(tables: WorkflowTables): string {
+  return `SELECT workflow_id, active_deduplication_id, ${HOLDER_REPORT_COLUMNS_SQL} FROM ${tables.active}
+    WHERE queue_name = $1 AND active_deduplication_id = ANY($2::text[]) AND ${windowOpenSql()}`;
+}
+
+/**
  * Whether a workflow ID given by the caller names a workflow already, other than an active one of the same queue
  * (which ON CONFLICT finds): a finished one, or one of another queue. Generated IDs are new by construction.
  */

@@ -7,6 +7,7 @@ import {
   MAX_ROWS_PER_ROUTER_INSERT,
   SupersededHolderRow,
   holdersOnOneQueueSql,
+  keyHoldersOnOneQueueSql,
   insertStatements,
   supersedeEndSpec,
 } from './workflow-insert.statements';
@@ -320,17 +321,7 @@ export class WorkflowInserter {
       }
       if (inserted.size > 0) woken.push(queueName);
       const others = batch.filter((workflow) => !inserted.has(workflow.workflowId));
-      const found =
-        others.length === 0
-          ? []
-          : await query<{ workflow_id: string; active_deduplication_id: string | null } & HolderReportRow>(
-              holdersOnOneQueueSql(this.tables),
-              [
-                queueName,
-                others.map((workflow) => workflow.workflowId),
-                others.flatMap((workflow) => (workflow.deduplicationId === null ? [] : [workflow.deduplicationId])),
-              ],
-            );
+      const found = others.length === 0 ? [] : await this.holdersOnOneQueue(query, queueName, others);
       positions.forEach((at, index) => {
         const workflow = batch[index];
         if (inserted.has(workflow.workflowId)) {
@@ -357,6 +348,22 @@ export class WorkflowInserter {
     }
     await sendWakeUpsLeftToCaller(this.database, woken, query);
     return results;
+  }
+
+  /**
+   * On Citus, what holds the keys (or, for IDs given by the caller, the IDs) of `refused`, rows of `queueName` that a
+   * router insert did not insert.
+   */
+  private holdersOnOneQueue(
+    query: Query,
+    queueName: string,
+    refused: NewWorkflow[],
+  ): Promise<Array<{ workflow_id: string; active_deduplication_id: string | null } & HolderReportRow>> {
+    const keys = refused.flatMap((workflow) => (workflow.deduplicationId === null ? [] : [workflow.deduplicationId]));
+    if (!refused.some((workflow) => workflow.workflowIdGiven)) {
+      return query(keyHoldersOnOneQueueSql(this.tables), [queueName, keys]);
+    }
+    return query(holdersOnOneQueueSql(this.tables), [queueName, refused.map((workflow) => workflow.workflowId), keys]);
   }
 
   /**
