@@ -32,22 +32,26 @@ const WARM = Number(process.env.W1P_WARM ?? 200);
 const log = (message: string) =>
   process.stderr.write(`[w1-profile ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 
-/** `./workload` bound to the library at `packageDir` (its own copy of every library module), or to the installed one. */
+/**
+ * `./workload` bound to the library at `packageDir` (its own copy of every library module), or to the installed one.
+ * NOTE: Node answers a request it resolved before from the same folder from its own cache, before
+ * `Module._resolveFilename`; so `Module._load` is wrapped, and the request for the library becomes `packageDir`.
+ */
 function loadWorkload(packageDir?: string): Workload {
   const path = require.resolve('./workload');
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded per build, after the resolver is set
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded per build, after the loader is set
   if (!packageDir) return require('./workload') as Workload;
-  const resolver = Module as unknown as { _resolveFilename: (request: string, ...rest: unknown[]) => string };
-  const resolve = resolver._resolveFilename;
-  resolver._resolveFilename = function (request: string, ...rest: unknown[]) {
-    return resolve.call(this, request === 'nest-dedup-queue' ? packageDir : request, ...rest);
+  const loader = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
+  const load = loader._load;
+  loader._load = function (request: string, ...rest: unknown[]) {
+    return load.call(this, request === 'nest-dedup-queue' ? packageDir : request, ...rest);
   };
   delete require.cache[path];
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a second copy, bound to the other build
     return require('./workload') as Workload;
   } finally {
-    resolver._resolveFilename = resolve;
+    loader._load = load;
     delete require.cache[path];
   }
 }
