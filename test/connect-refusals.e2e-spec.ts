@@ -75,13 +75,17 @@ async function bootOn(
   return module;
 }
 
-/** Ends the sessions of `database`, so that the application's pool must open new ones, and waits until all are gone. */
+/**
+ * Ends the sessions of `database`, so that the application's pool must open new ones, and waits until all are gone.
+ * Each look terminates what it finds: a session whose login began before the refusal was set up may still come in.
+ */
 async function endSessions(admin: Pool, database: string): Promise<void> {
   const sessions = `FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`;
-  await admin.query(`SELECT pg_terminate_backend(pid) ${sessions}`, [database]);
-  await waitFor(async () => (await admin.query(`SELECT count(*)::int AS n ${sessions}`, [database])).rows[0].n === 0, {
-    what: `the sessions of ${database} to end`,
-  });
+  await waitFor(
+    async () =>
+      (await admin.query(`SELECT count(pg_terminate_backend(pid))::int AS n ${sessions}`, [database])).rows[0].n === 0,
+    { what: `the sessions of ${database} to end` },
+  );
 }
 
 /** What `call` rejected with (an Error saying so if it resolved). */
