@@ -135,7 +135,7 @@ interface Sample {
 
 interface InvariantReport {
   samples: number;
-  /** Samples taken entirely between the release of the storm and its last answer. */
+  /** Samples sent between the release of the storm and its last answer. */
   duringStorm: number;
   max: Sample;
   last: Sample;
@@ -207,7 +207,7 @@ class InvariantMonitor {
     );
     const sample = rows[0] as Sample;
     this.samples += 1;
-    if (began >= this.stormStart && Date.now() <= this.stormEnd) this.duringStorm += 1;
+    if (began >= this.stormStart && began <= this.stormEnd) this.duringStorm += 1;
     for (const field of Object.keys(this.max) as Array<keyof Sample>)
       this.max[field] = Math.max(this.max[field], sample[field]);
     this.last = sample;
