@@ -29,7 +29,8 @@ async function main() {
       await adapter.install(ctx);
       return finish({ type: 'result' });
     case 'storm':
-      return finish({ type: 'result', ...(await storm(spec.args)) });
+      // A system that is its own load generator (pgbench) runs the storm itself.
+      return finish({ type: 'result', ...(await (adapter.storm ? adapter.storm(ctx, spec.args) : storm(spec.args))) });
     case 'enqueue-many':
       return finish({ type: 'result', ...(await enqueueMany(spec.args)) });
     case 'latency-producer':

@@ -156,6 +156,7 @@ async function main() {
           },
         ]
       : []),
+    { id: 'pgbench', module: 'pgbench', db: 'pgbench', workloads: ['w1'] },
     { id: 'dbos', module: 'dbos', db: 'dbos', workloads: ['w1', 'w2', 'w3'] },
     { id: 'pg-boss', module: 'pg-boss', db: 'pg_boss', workloads: ['w1', 'w2', 'w3', 'w5'] },
     { id: 'graphile-worker', module: 'graphile-worker', db: 'graphile_worker', workloads: ['w1', 'w2', 'w3', 'w5'] },
@@ -180,8 +181,14 @@ async function main() {
   const systems = catalog
     .filter((s) => !config.systems || config.systems.includes(s.id) || config.systems.includes(s.module))
     .filter((s) => !(s.redis && !redisVersion))
+    .map((s) => ({ ...s, adapter: require(`./systems/${s.module}`) }))
+    .filter((s) => {
+      if (!s.adapter.available || s.adapter.available()) return true;
+      notes.push(`${s.adapter.label} skipped: its program is not installed.`);
+      return false;
+    })
     .map((s) => {
-      const adapter = require(`./systems/${s.module}`);
+      const adapter = s.adapter;
       const workloads = s.workloads.filter((w) => !config.workloads || config.workloads.includes(w));
       return { ...s, adapter, label: s.label || adapter.label, settings: s.settings || adapter.settings, workloads };
     });

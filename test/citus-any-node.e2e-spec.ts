@@ -1,4 +1,4 @@
-import { Test, TestingModule } from '@nestjs/testing';
+import { Test } from '@nestjs/testing';
 import { Injectable } from '@nestjs/common';
 import {
   DedupQueueConfigurationError,
@@ -11,9 +11,9 @@ import {
 import { Client, Pool } from 'pg';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { useCitusCluster } from './support/citus-suite';
 import { COORDINATOR_TABLES, citusLocalTables } from './support/citus-coordinator-tables';
-import { testPool, uniqueSchema } from './support/database';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -36,24 +36,7 @@ class HoldingTasks {
  * behaviours of Citus 13 the docs cite, so that a Citus release that changes one shows here.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () => {
-  let cluster: CitusCluster;
-  let coordinator: Pool;
-  let worker: Pool;
-  const modules: TestingModule[] = [];
-
-  beforeAll(async () => {
-    cluster = await startCitusCluster();
-    coordinator = testPool(cluster.url);
-    worker = testPool(cluster.workerUrls[0]);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    for (const module of modules) await module.close().catch(() => undefined);
-    await coordinator?.end();
-    await worker?.end();
-    await cluster?.stop();
-  });
+  const citus = useCitusCluster({ beforeClose: killFixtures });
 
   async function boot(
     url: string,
@@ -72,7 +55,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
       ],
       providers: providers as never[],
     }).compile();
-    modules.push(module);
+    citus.closeAfter(module);
     await module.init();
     return module;
   }
@@ -84,39 +67,45 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
 
   it('makes the coordinator tables Citus local tables, readable from a worker node', async () => {
     const schema = uniqueSchema('anynode');
-    await boot(cluster.url, { schema, distribution: 'citus' });
-    expect(await citusLocalTables(coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
-    const { rows } = await worker.query(`SELECT count(*)::int AS n FROM "${schema}".executors`);
+    await boot(citus.cluster.url, { schema, distribution: 'citus' });
+    expect(await citusLocalTables(citus.coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
+    const { rows } = await citus.worker(0).query(`SELECT count(*)::int AS n FROM "${schema}".executors`);
     expect(rows).toEqual([{ n: 1 }]);
   });
 
   it('refuses a worker node without distribution citus, and one whose schema no coordinator instance made', async () => {
     const schema = uniqueSchema('anynode');
-    const [{ groupid }] = (await worker.query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group')).rows;
+    const [{ groupid }] = (await citus.worker(0).query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group'))
+      .rows;
     expect(groupid).toBeGreaterThan(0);
-    const withoutCitus = boot(cluster.workerUrls[0], { schema });
+    const withoutCitus = boot(citus.cluster.workerUrls[0], { schema });
     await expect(withoutCitus).rejects.toThrow(DedupQueueConfigurationError);
     await expect(withoutCitus).rejects.toThrow(
       new RegExp(`is a worker node of a Citus cluster \\(group ${groupid}\\): set \`distribution: 'citus'\``),
     );
-    const unmigrated = boot(cluster.workerUrls[0], { schema, distribution: 'citus', retryAttempts: 1, retryDelay: 50 });
+    const unmigrated = boot(citus.cluster.workerUrls[0], {
+      schema,
+      distribution: 'citus',
+      retryAttempts: 1,
+      retryDelay: 50,
+    });
     await expect(unmigrated).rejects.toThrow(DedupQueueConfigurationError);
     await expect(unmigrated).rejects.toThrow(/lacks its migrations .* and none did after 2 attempt\(s\)/);
-    expect(await schemaExists(worker, schema)).toBe(false);
-    expect(await schemaExists(coordinator, schema)).toBe(false);
+    expect(await schemaExists(citus.worker(0), schema)).toBe(false);
+    expect(await schemaExists(citus.coordinator, schema)).toBe(false);
   });
 
   it('boots on a worker node while the coordinator instance migrates, then enqueues and drains, woken by NOTIFY', async () => {
     const schema = uniqueSchema('anynode');
     const waiting = boot(
-      cluster.workerUrls[0],
+      citus.cluster.workerUrls[0],
       { schema, distribution: 'citus', retryAttempts: 200, retryDelay: 100 },
       [DoublingTasks],
     );
-    await boot(cluster.url, { schema, distribution: 'citus', worker: false });
+    await boot(citus.cluster.url, { schema, distribution: 'citus', worker: false });
     const app = await waiting;
     const versions = async () =>
-      (await coordinator.query(`SELECT count(*)::int AS n FROM "${schema}".schema_migrations`)).rows[0].n;
+      (await citus.coordinator.query(`SELECT count(*)::int AS n FROM "${schema}".schema_migrations`)).rows[0].n;
     const before = await versions();
     const queues = app.get(QueueService);
     const started = Date.now();
@@ -131,9 +120,9 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
   it('shares a queue between instances on different nodes: one winner per deduplication key', async () => {
     const schema = uniqueSchema('anynode');
     // NOTE: no workers, so that every key stays held during the race (a finished run frees its key).
-    const onCoordinator = await boot(cluster.url, { schema, distribution: 'citus', worker: false });
+    const onCoordinator = await boot(citus.cluster.url, { schema, distribution: 'citus', worker: false });
     const onWorkers = await Promise.all(
-      cluster.workerUrls.map((url) => boot(url, { schema, distribution: 'citus', worker: false })),
+      citus.cluster.workerUrls.map((url) => boot(url, { schema, distribution: 'citus', worker: false })),
     );
     const instances = [onCoordinator, ...onWorkers].map((module) => module.get(QueueService));
     const keys = ['k1', 'k2', 'k3', 'k4'];
@@ -149,7 +138,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
     expect(won).toHaveLength(keys.length);
     expect(lost).toHaveLength(keys.length * (instances.length - 1));
     for (const attempt of lost) expect(attempt.reason).toBeInstanceOf(QueueDeduplicatedError);
-    const { rows } = await coordinator.query(
+    const { rows } = await citus.coordinator.query(
       `SELECT deduplication_id, count(*)::int AS n FROM "${schema}".workflows GROUP BY 1 ORDER BY 1`,
     );
     expect(rows).toEqual(keys.map((key) => ({ deduplication_id: key, n: 1 })));
@@ -158,16 +147,16 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
   it('recovers the workflow of an instance on a worker node SIGKILLed mid-run, from another node, once', async () => {
     const schema = uniqueSchema('anynode');
     const app = await boot(
-      cluster.url,
+      citus.cluster.url,
       { schema, distribution: 'citus', queues: [{ name: 'sigterm' }], worker: false },
       [HoldingTasks],
     );
     for (const table of ['events (seq bigserial, kind text NOT NULL, key text NOT NULL)', 'release (key text)']) {
-      await coordinator.query(`CREATE TABLE "${schema}".${table}`);
-      await coordinator.query(`SELECT create_reference_table($1)`, [`"${schema}".${table.split(' ')[0]}`]);
+      await citus.coordinator.query(`CREATE TABLE "${schema}".${table}`);
+      await citus.coordinator.query(`SELECT create_reference_table($1)`, [`"${schema}".${table.split(' ')[0]}`]);
     }
     const child: FixtureProcess = spawnFixture('child-worker.ts', 'worker-node-instance', {
-      DATABASE_URL: cluster.workerUrls[0],
+      DATABASE_URL: citus.cluster.workerUrls[0],
       SCHEMA: schema,
       DISTRIBUTION: 'citus',
       APPLICATION_NAME: 'worker-node-crash',
@@ -175,18 +164,19 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
     await child.message('ready');
     const handle = await app.get(QueueService).enqueue('sigterm', app.get(HoldingTasks).hold, ['k1']);
     await waitFor(
-      async () => (await coordinator.query(`SELECT 1 FROM "${schema}".events WHERE kind = 'started'`)).rowCount === 1,
+      async () =>
+        (await citus.coordinator.query(`SELECT 1 FROM "${schema}".events WHERE kind = 'started'`)).rowCount === 1,
       { what: 'the instance on the worker node to start the workflow', timeoutMs: 60_000 },
     );
     child.child.kill('SIGKILL');
     await child.ended;
     await boot(
-      cluster.workerUrls[1],
+      citus.cluster.workerUrls[1],
       { schema, distribution: 'citus', queues: [{ name: 'sigterm' }], leaseMs: 2000, heartbeatIntervalMs: 300 },
       [HoldingTasks],
     );
     await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('recovered k1');
-    const { rows } = await coordinator.query(
+    const { rows } = await citus.coordinator.query(
       `SELECT status, recovery_attempts FROM "${schema}".workflows WHERE workflow_id = $1`,
       [handle.workflowId],
     );
@@ -195,14 +185,14 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
 
   describe('what Citus 13 does on a worker node', () => {
     it('sends a NOTIFY to its own listeners only', async () => {
-      const listener = new Client({ connectionString: cluster.url });
+      const listener = new Client({ connectionString: citus.cluster.url });
       await listener.connect();
       try {
         const heard: string[] = [];
         listener.on('notification', (message) => heard.push(message.payload ?? ''));
         await listener.query('LISTEN any_node_test');
-        await worker.query(`SELECT pg_notify('any_node_test', 'from the worker node')`);
-        await coordinator.query(`SELECT pg_notify('any_node_test', 'from the coordinator')`);
+        await citus.worker(0).query(`SELECT pg_notify('any_node_test', 'from the worker node')`);
+        await citus.coordinator.query(`SELECT pg_notify('any_node_test', 'from the coordinator')`);
         await waitFor(() => heard.length > 0);
         await new Promise((resolve) => setTimeout(resolve, 300));
         expect(heard).toEqual(['from the coordinator']);
@@ -213,70 +203,78 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
 
     it('numbers an identity column from its own range, after the rows numbered on the coordinator', async () => {
       const table = `${uniqueSchema('seq')}_t`;
-      await coordinator.query(
+      await citus.coordinator.query(
         `CREATE TABLE public.${table} (queue_name text NOT NULL, name text NOT NULL,
            seq bigint GENERATED BY DEFAULT AS IDENTITY)`,
       );
-      await coordinator.query(`SELECT create_distributed_table('public.${table}', 'queue_name')`);
-      await coordinator.query(`INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'first, coordinator')`);
-      await worker.query(`INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'second, worker node')`);
-      await coordinator.query(`INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'third, coordinator')`);
-      const { rows } = await coordinator.query<{ name: string; seq: string }>(
+      await citus.coordinator.query(`SELECT create_distributed_table('public.${table}', 'queue_name')`);
+      await citus.coordinator.query(
+        `INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'first, coordinator')`,
+      );
+      await citus.worker(0).query(`INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'second, worker node')`);
+      await citus.coordinator.query(
+        `INSERT INTO public.${table} (queue_name, name) VALUES ('q', 'third, coordinator')`,
+      );
+      const { rows } = await citus.coordinator.query<{ name: string; seq: string }>(
         `SELECT name, seq::text FROM public.${table} ORDER BY seq`,
       );
-      const [{ groupid }] = (await worker.query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group')).rows;
+      const [{ groupid }] = (
+        await citus.worker(0).query<{ groupid: number }>('SELECT groupid FROM pg_dist_local_group')
+      ).rows;
       expect(rows.map((row) => row.name)).toEqual(['first, coordinator', 'third, coordinator', 'second, worker node']);
       expect(BigInt(rows[2].seq) >> 48n).toBe(BigInt(groupid));
-      await coordinator.query(`DROP TABLE public.${table}`);
+      await citus.coordinator.query(`DROP TABLE public.${table}`);
     });
 
     it('refuses now() in the DO UPDATE SET of an upsert into a Citus local table; accepts EXCLUDED', async () => {
       const table = `${uniqueSchema('local')}_t`;
-      await coordinator.query(`CREATE TABLE public.${table} (k text PRIMARY KEY, at timestamptz DEFAULT now())`);
-      await coordinator.query(`SELECT citus_add_local_table_to_metadata('public.${table}')`);
+      await citus.coordinator.query(`CREATE TABLE public.${table} (k text PRIMARY KEY, at timestamptz DEFAULT now())`);
+      await citus.coordinator.query(`SELECT citus_add_local_table_to_metadata('public.${table}')`);
       try {
         const upsert = (set: string) =>
-          worker.query(`INSERT INTO public.${table} (k) VALUES ('a') ON CONFLICT (k) DO UPDATE SET at = ${set}`);
+          citus
+            .worker(0)
+            .query(`INSERT INTO public.${table} (k) VALUES ('a') ON CONFLICT (k) DO UPDATE SET at = ${set}`);
         await upsert('excluded.at');
         await expect(upsert('now()')).rejects.toMatchObject({ code: '0A000' });
         await upsert('excluded.at');
-        expect((await coordinator.query(`SELECT k FROM public.${table}`)).rows).toEqual([{ k: 'a' }]);
+        expect((await citus.coordinator.query(`SELECT k FROM public.${table}`)).rows).toEqual([{ k: 'a' }]);
       } finally {
-        await coordinator.query(`DROP TABLE public.${table}`);
+        await citus.coordinator.query(`DROP TABLE public.${table}`);
       }
     });
 
     it('refuses DDL on a distributed table and distributing a table', async () => {
       const table = `${uniqueSchema('ddl')}_t`;
-      await coordinator.query(`CREATE TABLE public.${table} (queue_name text NOT NULL)`);
-      await coordinator.query(`SELECT create_distributed_table('public.${table}', 'queue_name')`);
+      await citus.coordinator.query(`CREATE TABLE public.${table} (queue_name text NOT NULL)`);
+      await citus.coordinator.query(`SELECT create_distributed_table('public.${table}', 'queue_name')`);
       try {
-        await expect(worker.query(`ALTER TABLE public.${table} ADD COLUMN x int`)).rejects.toThrow(
+        await expect(citus.worker(0).query(`ALTER TABLE public.${table} ADD COLUMN x int`)).rejects.toThrow(
           /operation is not allowed on this node/,
         );
-        await worker.query(`CREATE TABLE public.${table}_here (queue_name text NOT NULL)`);
+        await citus.worker(0).query(`CREATE TABLE public.${table}_here (queue_name text NOT NULL)`);
         await expect(
-          worker.query(`SELECT create_distributed_table('public.${table}_here', 'queue_name')`),
+          citus.worker(0).query(`SELECT create_distributed_table('public.${table}_here', 'queue_name')`),
         ).rejects.toThrow(/operation is not allowed on this node/);
       } finally {
-        await worker.query(`DROP TABLE IF EXISTS public.${table}_here`);
-        await coordinator.query(`DROP TABLE public.${table}`);
+        await citus.worker(0).query(`DROP TABLE IF EXISTS public.${table}_here`);
+        await citus.coordinator.query(`DROP TABLE public.${table}`);
       }
     });
 
     it('keeps advisory locks per node; a reference table row lock excludes across nodes', async () => {
       const key = 36_002;
-      const holder = new Client({ connectionString: cluster.workerUrls[0] });
-      const other = new Client({ connectionString: cluster.url });
+      const holder = new Client({ connectionString: citus.cluster.workerUrls[0] });
+      const other = new Client({ connectionString: citus.cluster.url });
       await holder.connect();
       await other.connect();
       const table = `${uniqueSchema('ref')}_t`;
       try {
         await holder.query('SELECT pg_advisory_lock($1)', [key]);
         expect((await other.query('SELECT pg_try_advisory_lock($1) AS got', [key])).rows[0].got).toBe(true);
-        await coordinator.query(`CREATE TABLE public.${table} (name text PRIMARY KEY)`);
-        await coordinator.query(`SELECT create_reference_table('public.${table}')`);
-        await coordinator.query(`INSERT INTO public.${table} VALUES ('tasks')`);
+        await citus.coordinator.query(`CREATE TABLE public.${table} (name text PRIMARY KEY)`);
+        await citus.coordinator.query(`SELECT create_reference_table('public.${table}')`);
+        await citus.coordinator.query(`INSERT INTO public.${table} VALUES ('tasks')`);
         await holder.query('BEGIN');
         await holder.query(`SELECT 1 FROM public.${table} WHERE name = 'tasks' FOR UPDATE`);
         await other.query('BEGIN');
@@ -293,7 +291,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: instances on any node', () =
       } finally {
         await holder.end();
         await other.end();
-        await coordinator.query(`DROP TABLE IF EXISTS public.${table}`);
+        await citus.coordinator.query(`DROP TABLE IF EXISTS public.${table}`);
       }
     });
   });

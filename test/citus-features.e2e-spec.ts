@@ -16,11 +16,10 @@ import {
   Workflow,
   recv,
 } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
 import request from 'supertest';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -72,19 +71,16 @@ class HoldingTasks {
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster', () => {
   const schema = uniqueSchema('citus_features');
-  let cluster: CitusCluster;
-  let pool: Pool;
+  const citus = useCitusCluster({ beforeClose: killFixtures });
   let app: INestApplication;
   let queues: QueueService;
   let tasks: CountingTasks;
 
   beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema,
           queues: [
@@ -101,17 +97,10 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
       ],
       providers: [CountingTasks, HoldingTasks],
     }).compile();
-    app = module.createNestApplication({ logger: ['error'] });
+    app = citus.closeAfter(module.createNestApplication({ logger: ['error'] }));
     await app.init();
     queues = app.get(QueueService);
     tasks = app.get(CountingTasks);
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await app?.close();
-    await pool?.end();
-    await cluster?.stop();
   });
 
   it('starts an enqueued workflow by NOTIFY from the coordinator, well before the minute-long poll', async () => {
@@ -148,7 +137,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
       Array.from({ length: 9 }, (_, n) => queues.enqueue('rated', tasks.overlap, [`rated-${n}`])),
     );
     await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 30_000 })));
-    const { rows } = await pool.query<{ started: number }>(
+    const { rows } = await citus.coordinator.query<{ started: number }>(
       `SELECT extract(epoch FROM started_at) * 1000 AS started FROM "${schema}".workflows
        WHERE queue_name = 'rated' ORDER BY started_at`,
     );
@@ -196,7 +185,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
 
     await queues.setQueueLimits('tasks', { workerConcurrency: 2 });
     expect(await queues.getQueueSettings('tasks')).toMatchObject({ paused: true, workerConcurrency: 2 });
-    const { rows } = await pool.query<{ paused: boolean; worker_concurrency: number }>(
+    const { rows } = await citus.coordinator.query<{ paused: boolean; worker_concurrency: number }>(
       `SELECT paused, worker_concurrency FROM "${schema}".queues WHERE queue_name = 'tasks'`,
     );
     expect(rows).toEqual([{ paused: true, worker_concurrency: 2 }]);
@@ -244,7 +233,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     );
     await Promise.all(handles.map((handle) => handle.getResult({ timeoutMs: 20_000 })));
     const expected = (
-      await pool.query<{ workflow_id: string }>(
+      await citus.coordinator.query<{ workflow_id: string }>(
         `SELECT workflow_id FROM "${schema}".workflows WHERE queue_name = 'tasks' AND status = 'SUCCESS'
          ORDER BY created_at DESC, seq DESC`,
       )
@@ -258,10 +247,12 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
   });
 
   it('recovers the workflow of a worker process SIGKILLed mid-run, in another process, once', async () => {
-    await pool.query(`CREATE TABLE "${schema}".events (seq bigserial, kind text NOT NULL, key text NOT NULL)`);
-    await pool.query(`CREATE TABLE "${schema}".release (key text PRIMARY KEY)`);
+    await citus.coordinator.query(
+      `CREATE TABLE "${schema}".events (seq bigserial, kind text NOT NULL, key text NOT NULL)`,
+    );
+    await citus.coordinator.query(`CREATE TABLE "${schema}".release (key text PRIMARY KEY)`);
     const child: FixtureProcess = spawnFixture('child-worker.ts', 'citus-worker', {
-      DATABASE_URL: cluster.url,
+      DATABASE_URL: citus.cluster.url,
       SCHEMA: schema,
       DISTRIBUTION: 'citus',
       APPLICATION_NAME: 'citus-crash-worker',
@@ -269,7 +260,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     await child.message('ready');
     const handle = await queues.enqueue('sigterm', app.get(HoldingTasks).hold, ['k1']);
     await waitFor(
-      async () => (await pool.query(`SELECT 1 FROM "${schema}".events WHERE kind = 'started'`)).rowCount === 1,
+      async () =>
+        (await citus.coordinator.query(`SELECT 1 FROM "${schema}".events WHERE kind = 'started'`)).rowCount === 1,
       { what: 'the child to start the workflow', timeoutMs: 30_000 },
     );
     child.child.kill('SIGKILL');
@@ -278,7 +270,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     const recovering = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema,
           queues: [{ name: 'sigterm' }],
@@ -291,7 +283,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the features on the cluster'
     await recovering.init();
     try {
       await expect(handle.getResult({ timeoutMs: 30_000 })).resolves.toBe('recovered k1');
-      const { rows } = await pool.query(
+      const { rows } = await citus.coordinator.query(
         `SELECT status, recovery_attempts FROM "${schema}".workflows WHERE workflow_id = $1`,
         [handle.workflowId],
       );

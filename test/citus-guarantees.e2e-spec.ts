@@ -1,11 +1,10 @@
 import { Test, TestingModule } from '@nestjs/testing';
 import { DatabaseUnavailableError, DedupQueueModule, QueueDeduplicatedError, QueueService } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
 import type { EnqueueResult } from './fixtures/child-enqueuer';
 import { FixtureProcess, killFixtures, spawnFixture } from './fixtures/child-harness';
 import { DoublingTasks } from './fixtures/doubling-tasks';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -18,34 +17,24 @@ const PER_PROCESS = 50;
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', () => {
   const schema = uniqueSchema('citus_guarantees');
-  let cluster: CitusCluster;
-  let pool: Pool;
+  const citus = useCitusCluster({ beforeClose: killFixtures });
   let module: TestingModule;
   let queues: QueueService;
-  /** `queueOn[i]`: a queue whose shard lives on `cluster.workers[i]`. */
+  /** `queueOn[i]`: a queue whose shard lives on `citus.cluster.workers[i]`. */
   let queueOn: [string, string];
 
   beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
     // A first boot creates the tables, so that the queues' placement can be read.
     const names = Array.from({ length: 12 }, (_, n) => `queue-${n}`);
-    module = await boot(names.map((name) => ({ name })));
+    module = citus.closeAfter(await boot(names.map((name) => ({ name }))));
     queueOn = [await queueOnWorker(names, 0), await queueOnWorker(names, 1)];
-  });
-
-  afterAll(async () => {
-    await killFixtures();
-    await module?.close();
-    await pool?.end();
-    await cluster?.stop();
   });
 
   async function boot(declared: Array<{ name: string }>): Promise<TestingModule> {
     const booted = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema,
           queues: [{ name: 'tasks' }, ...declared],
@@ -62,14 +51,14 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
 
   async function queueOnWorker(names: string[], index: number): Promise<string> {
     for (const name of names) {
-      if ((await cluster.workerIndexFor(`"${schema}".workflow_queue`, name)) === index) return name;
+      if ((await citus.cluster.workerIndexFor(`"${schema}".workflow_queue`, name)) === index) return name;
     }
     throw new Error(`no queue of ${names.join(', ')} lives on worker ${index}`);
   }
 
   const rowsOf = async (queue: string) =>
     (
-      await pool.query<{ workflow_id: string; status: string; output: unknown }>(
+      await citus.coordinator.query<{ workflow_id: string; status: string; output: unknown }>(
         `SELECT workflow_id, status, output FROM "${schema}".workflows WHERE queue_name = $1 ORDER BY workflow_id`,
         [queue],
       )
@@ -80,7 +69,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
       spawnFixture('child-enqueuer.ts', name, {
         SCHEMA: schema,
         CHILD_NAME: name,
-        DATABASE_URL: cluster.url,
+        DATABASE_URL: citus.cluster.url,
         DISTRIBUTION: 'citus',
       }),
     );
@@ -96,7 +85,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
     const deduplicated = results.filter((result) => result.deduplicated !== undefined);
     expect(deduplicated).toHaveLength(2 * PER_PROCESS - 1);
     expect(new Set(deduplicated.map((result) => result.deduplicated))).toEqual(new Set([created[0].created]));
-    const { rows } = await pool.query(
+    const { rows } = await citus.coordinator.query(
       `SELECT count(*)::int AS n FROM "${schema}".workflows WHERE deduplication_id = 'race'`,
     );
     expect(rows[0].n).toBe(1);
@@ -109,7 +98,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
     await expect(before.getResult({ timeoutMs: 20_000 })).resolves.toBe(2);
 
     const during: Array<Awaited<ReturnType<QueueService['enqueue']>>> = [];
-    await cluster.stopWorker(0);
+    await citus.cluster.stopWorker(0);
     try {
       const error = await queues.enqueue(down, tasks.double, [2], { deduplicationId: 'during' }).catch((e) => e);
       expect(error).toBeInstanceOf(DatabaseUnavailableError);
@@ -134,7 +123,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: guarantees on the cluster', 
       const stillDown = await queues.enqueue(down, tasks.double, [2], { deduplicationId: 'during' }).catch((e) => e);
       expect(stillDown).toBeInstanceOf(DatabaseUnavailableError);
     } finally {
-      await cluster.startWorker(0);
+      await citus.cluster.startWorker(0);
     }
 
     const after = await waitFor(

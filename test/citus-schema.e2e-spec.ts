@@ -1,4 +1,4 @@
-import { Test, TestingModule } from '@nestjs/testing';
+import { Test } from '@nestjs/testing';
 import {
   DedupQueueConfigurationError,
   DedupQueueModule,
@@ -6,10 +6,9 @@ import {
   QueueService,
 } from 'nest-dedup-queue';
 import { HistoryPartitions, QueueDatabase } from 'nest-dedup-queue/testing';
-import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { DoublingTasks } from './fixtures/doubling-tasks';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { useCitusCluster } from './support/citus-suite';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
@@ -21,22 +20,9 @@ import { waitFor } from './support/wait-for';
  * in place, its rows kept; the daily partitions made later come out distributed.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () => {
-  let cluster: CitusCluster;
-  let pool: Pool;
-  const modules: TestingModule[] = [];
+  const citus = useCitusCluster();
 
-  beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
-  });
-
-  afterAll(async () => {
-    for (const module of modules) await module.close().catch(() => undefined);
-    await pool?.end();
-    await cluster?.stop();
-  });
-
-  async function boot(options: Partial<DedupQueueModuleOptions> & { schema: string }, url = cluster.url) {
+  async function boot(options: Partial<DedupQueueModuleOptions> & { schema: string }, url = citus.cluster.url) {
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
@@ -48,13 +34,18 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       ],
       providers: [DoublingTasks],
     }).compile();
-    modules.push(module);
+    citus.closeAfter(module);
     await module.init();
     return module;
   }
 
   async function placement(schema: string): Promise<Record<string, string>> {
-    const { rows } = await pool.query<{ table: string; kind: string; replication: string; colocated: boolean }>(
+    const { rows } = await citus.coordinator.query<{
+      table: string;
+      kind: string;
+      replication: string;
+      colocated: boolean;
+    }>(
       `SELECT c.relname AS table, p.partmethod AS kind, p.repmodel AS replication,
               p.colocationid = (SELECT colocationid FROM pg_dist_partition
                                 WHERE logicalrelid = $2::regclass) AS colocated
@@ -124,7 +115,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       schema_migrations: 'coordinator, Citus local',
       input_limits: 'coordinator, Citus local',
     });
-    const { rows: columns } = await pool.query(
+    const { rows: columns } = await citus.coordinator.query(
       `SELECT DISTINCT column_to_column_name(logicalrelid, partkey) AS column FROM pg_dist_partition
        WHERE logicalrelid::text LIKE $1 AND partmethod = 'h'`,
       [`${schema}.%`],
@@ -132,9 +123,9 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
     expect(columns).toEqual([{ column: 'queue_name' }]);
 
     const checkpoint = `"${schema}".record_checkpoint(text, text, text, integer, integer, text, json, json, double precision)`;
-    const workerPool = testPool(cluster.workerUrls[0]);
+    const workerPool = testPool(citus.cluster.workerUrls[0]);
     try {
-      for (const node of [pool, workerPool]) {
+      for (const node of [citus.coordinator, workerPool]) {
         const { rows: functions } = await node.query(
           `SELECT p.proconfig, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_call,
                   d.distribution_argument_index IS NOT NULL AS distributed
@@ -158,13 +149,15 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
   it('does nothing on a second boot', async () => {
     const schema = uniqueSchema('again');
     await (await boot({ schema, distribution: 'citus', worker: false })).close();
-    const before = await pool.query(`SELECT logicalrelid::text, colocationid FROM pg_dist_partition ORDER BY 1`);
-    const shards = await pool.query(`SELECT count(*)::int AS n FROM pg_dist_shard`);
+    const before = await citus.coordinator.query(
+      `SELECT logicalrelid::text, colocationid FROM pg_dist_partition ORDER BY 1`,
+    );
+    const shards = await citus.coordinator.query(`SELECT count(*)::int AS n FROM pg_dist_shard`);
     await (await boot({ schema, distribution: 'citus', worker: false })).close();
     expect(
-      (await pool.query(`SELECT logicalrelid::text, colocationid FROM pg_dist_partition ORDER BY 1`)).rows,
+      (await citus.coordinator.query(`SELECT logicalrelid::text, colocationid FROM pg_dist_partition ORDER BY 1`)).rows,
     ).toEqual(before.rows);
-    expect((await pool.query(`SELECT count(*)::int AS n FROM pg_dist_shard`)).rows).toEqual(shards.rows);
+    expect((await citus.coordinator.query(`SELECT count(*)::int AS n FROM pg_dist_shard`)).rows).toEqual(shards.rows);
   });
 
   it('distributes in place a schema that ran on one node, keeping its workflows, history and steps', async () => {
@@ -184,7 +177,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
     });
     await worker.close();
     const count = async () =>
-      (await pool.query(`SELECT workflow_id, status FROM "${schema}".workflows ORDER BY workflow_id`)).rows;
+      (await citus.coordinator.query(`SELECT workflow_id, status FROM "${schema}".workflows ORDER BY workflow_id`))
+        .rows;
     const before = await count();
     expect(before).toHaveLength(2);
 
@@ -194,25 +188,27 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
     const service = distributed.get(QueueService);
     await expect((await service.retrieve(finished.workflowId)).getResult()).resolves.toBe(2);
     expect(await (await service.retrieve(waiting.workflowId)).getStatus()).toMatchObject({ status: 'DELAYED' });
-    const steps = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".steps`);
+    const steps = await citus.coordinator.query(`SELECT count(*)::int AS n FROM "${schema}".steps`);
     expect(steps.rows[0].n).toBe(0);
     // The key is still held on the cluster: a duplicate is told its holder.
     await expect(
       service.enqueue('other', 'DoublingTasks.double', [4], { deduplicationId: 'held' }),
     ).rejects.toMatchObject({ name: 'QueueDeduplicatedError' });
     // The coordinator's local copies were emptied once the rows were on the shards.
-    const { rows } = await pool.query(`SELECT pg_relation_size($1)::int AS bytes`, [`"${schema}".workflow_queue`]);
+    const { rows } = await citus.coordinator.query(`SELECT pg_relation_size($1)::int AS bytes`, [
+      `"${schema}".workflow_queue`,
+    ]);
     expect(rows[0].bytes).toBe(0);
   });
 
   it('creates daily partitions that come out distributed', async () => {
     const schema = uniqueSchema('parts');
     await (await boot({ schema, distribution: 'citus', worker: false })).close();
-    const dataSource = await new DataSource({ type: 'postgres', url: cluster.url }).initialize();
+    const dataSource = await new DataSource({ type: 'postgres', url: citus.cluster.url }).initialize();
     try {
       const created = await new HistoryPartitions(new QueueDatabase(dataSource, schema, false)).extend(10);
       expect(created.length).toBeGreaterThan(0);
-      const { rows } = await pool.query<{ n: number }>(
+      const { rows } = await citus.coordinator.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM pg_class AS c JOIN pg_namespace AS s ON s.oid = c.relnamespace
          WHERE s.nspname = $1 AND c.relname ~ '_p[0-9]{8}$'
            AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = c.oid)`,

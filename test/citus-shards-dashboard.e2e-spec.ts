@@ -15,11 +15,10 @@ import {
   recv,
   writeStream,
 } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
 import { Registry } from 'prom-client';
 import request from 'supertest';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -48,8 +47,7 @@ class ShardedTasks {
 
 describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a queue with shards", () => {
   const schema = uniqueSchema('citus_shards_dashboard');
-  let cluster: CitusCluster;
-  let pool: Pool;
+  const citus = useCitusCluster();
   let app: INestApplication;
   let queues: QueueService;
   let tasks: ShardedTasks;
@@ -58,12 +56,10 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
   const registry = new Registry();
 
   beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema,
           queues: [{ name: 'hot', shards: SHARDS, workerConcurrency: 8 }, { name: 'plain' }],
@@ -75,7 +71,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
       ],
       providers: [ShardedTasks],
     }).compile();
-    app = module.createNestApplication({ logger: ['error'] });
+    app = citus.closeAfter(module.createNestApplication({ logger: ['error'] }));
     await app.init();
     queues = app.get(QueueService);
     tasks = app.get(ShardedTasks);
@@ -96,12 +92,6 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
     await queues.enqueue('plain', tasks.work, ['plain-1'], { delayMs: 600_000 });
   }, 180_000);
 
-  afterAll(async () => {
-    await app?.close();
-    await pool?.end();
-    await cluster?.stop();
-  });
-
   const server = () => app.getHttpServer();
   const list = async (query: Record<string, string | number>) =>
     (await request(server()).get('/queues/api/workflows').query(query).expect(200)).body as {
@@ -118,7 +108,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
   };
 
   it('stores the workflows under several shards (the premise of the tests below)', async () => {
-    const { rows } = await pool.query<{ n: number }>(
+    const { rows } = await citus.coordinator.query<{ n: number }>(
       `SELECT count(DISTINCT queue_name)::int AS n FROM "${schema}".workflows WHERE workflow_id = ANY($1::text[])`,
       [[...finished, ...delayed]],
     );
@@ -284,7 +274,7 @@ describeWithTools(['postgres-15', 'citus'], "Citus: the dashboard's API over a q
         queues.enqueue('hot', 'ShardedTasks.work', [`v2-${n}`], { version: 2, deduplicationId: `v2-${n}` }),
       ),
     );
-    const { rows } = await pool.query<{ n: number }>(
+    const { rows } = await citus.coordinator.query<{ n: number }>(
       `SELECT count(DISTINCT queue_name)::int AS n FROM "${schema}".workflows WHERE workflow_id = ANY($1::text[])`,
       [stranded.map((handle) => handle.workflowId)],
     );

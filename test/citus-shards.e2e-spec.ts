@@ -21,9 +21,8 @@ import {
   sleep,
   workflowContext,
 } from 'nest-dedup-queue';
-import type { Pool } from 'pg';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -58,27 +57,18 @@ const QueueOwner: { queues: QueueService } = { queues: undefined as unknown as Q
 
 describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several shards', () => {
   const schema = uniqueSchema('citus_shards');
-  let cluster: CitusCluster;
-  let pool: Pool;
+  const citus = useCitusCluster();
   const modules: TestingModule[] = [];
 
   beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
-    modules.push(await boot('a'), await boot('b'));
+    modules.push(citus.closeAfter(await boot('a')), citus.closeAfter(await boot('b')));
   }, 120_000);
-
-  afterAll(async () => {
-    for (const module of modules) await module.close();
-    await pool?.end();
-    await cluster?.stop();
-  });
 
   async function boot(executorId: string): Promise<TestingModule> {
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema,
           executorId,
@@ -99,7 +89,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
   it('spreads the shards of the queue over the worker nodes', async () => {
     const nodes = new Set<number>();
     for (let shard = 0; shard < SHARDS; shard++) {
-      nodes.add(await cluster.workerIndexFor(`"${schema}".workflow_queue`, shardName(shard)));
+      nodes.add(await citus.cluster.workerIndexFor(`"${schema}".workflow_queue`, shardName(shard)));
     }
     expect(nodes).toEqual(new Set([0, 1]));
   });
@@ -140,7 +130,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
     expect([...tasksOf(0).runs.keys()].length).toBeGreaterThan(0);
     expect([...tasksOf(1).runs.keys()].length).toBeGreaterThan(0);
 
-    const { rows } = await pool.query<{ queue_name: string; n: number; keys: number; once: boolean }>(
+    const { rows } = await citus.coordinator.query<{ queue_name: string; n: number; keys: number; once: boolean }>(
       `SELECT queue_name, count(*)::int AS n, count(DISTINCT deduplication_id)::int AS keys,
               bool_and(attempts = 1 AND status = 'SUCCESS') AS once
        FROM "${schema}".workflows WHERE queue_name LIKE 'hot%' GROUP BY queue_name ORDER BY queue_name`,
@@ -150,7 +140,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
     expect(rows.reduce((sum, row) => sum + row.keys, 0)).toBe(KEYS);
     expect(rows.every((row) => row.once)).toBe(true);
     const nodes = new Set<number>();
-    for (const row of rows) nodes.add(await cluster.workerIndexFor(`"${schema}".workflow_queue`, row.queue_name));
+    for (const row of rows) nodes.add(await citus.cluster.workerIndexFor(`"${schema}".workflow_queue`, row.queue_name));
     expect(nodes.size).toBe(2);
 
     await expect(accepted[0].getStatus()).resolves.toMatchObject({ queueName: 'hot', status: 'SUCCESS' });
@@ -198,7 +188,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
         queues.enqueue('hot', tasksOf(0).work, [`later-${n}`], { delayMs: 600_000 }),
       ),
     );
-    const { rows } = await pool.query<{ n: number }>(
+    const { rows } = await citus.coordinator.query<{ n: number }>(
       `SELECT count(DISTINCT queue_name)::int AS n FROM "${schema}".workflows
        WHERE workflow_id = ANY($1::text[])`,
       [delayed.map((handle) => handle.workflowId)],
@@ -222,7 +212,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
       Array.from({ length: 6 }, (_, n) => ({ queueName: 'hot', step: `step-c${n}`, child: `done-child-c${n}` })),
     );
     await expect(queuesOf(1).getEvent(handles[0].workflowId, 'progress')).resolves.toEqual({ key: 'c0' });
-    const { rows } = await pool.query<{ n: number }>(
+    const { rows } = await citus.coordinator.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM "${schema}".steps WHERE workflow_id = ANY($1::text[])`,
       [handles.map((handle) => handle.workflowId)],
     );
@@ -230,7 +220,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
   }, 120_000);
 
   it('drains what enqueue_workflow (SQL) stores under the queue’s own name, with the shards', async () => {
-    const { rows } = await pool.query<{ workflow_id: string }>(
+    const { rows } = await citus.coordinator.query<{ workflow_id: string }>(
       `SELECT * FROM "${schema}".enqueue_workflow(queue_name => 'hot', workflow_name => 'CountedTasks.work',
          args => '["from-sql"]'::json, deduplication_id => 'sql-key')`,
     );
@@ -246,7 +236,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
     const module = await Test.createTestingModule({
       imports: [
         DedupQueueModule.forRoot({
-          connection: { url: cluster.url },
+          connection: { url: citus.cluster.url },
           distribution: 'citus',
           schema: idleSchema,
           executorId: 'idle',
@@ -267,7 +257,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
       await expect(Promise.all(first.map((handle) => handle.getResult({ timeoutMs: 30_000 })))).resolves.toHaveLength(
         24,
       );
-      const { rows } = await pool.query<{ workflow_id: string }>(
+      const { rows } = await citus.coordinator.query<{ workflow_id: string }>(
         `SELECT * FROM "${idleSchema}".enqueue_workflow(queue_name => 'hot', workflow_name => 'CountedTasks.work',
            args => '["idle-sql"]'::json)`,
       );
@@ -291,7 +281,12 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: a hot queue over several sha
   ])('refuses %s at boot on Citus', async (_, queue, message) => {
     const error = await Test.createTestingModule({
       imports: [
-        DedupQueueModule.forRoot({ connection: { url: cluster.url }, distribution: 'citus', schema, queues: [queue] }),
+        DedupQueueModule.forRoot({
+          connection: { url: citus.cluster.url },
+          distribution: 'citus',
+          schema,
+          queues: [queue],
+        }),
       ],
     })
       .compile()

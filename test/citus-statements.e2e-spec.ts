@@ -17,8 +17,8 @@
  */
 import { appendFileSync } from 'node:fs';
 import type { Pool } from 'pg';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { CapturedStatement, captureStatements } from './support/statement-capture';
 import {
@@ -101,37 +101,29 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
   const capture = captureStatements(
     /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|record_checkpoint|pg_notify/,
   );
-  let cluster: CitusCluster;
-  let pool: Pool;
+  const citus = useCitusCluster({ beforeClose: async () => capture.restore() });
   let app: QueueApp;
   let hot: CapturedStatement[] = [];
   let fromSql: string[] = [];
 
   beforeAll(async () => {
-    cluster = await startCitusCluster();
-    pool = testPool(cluster.url);
     capture.capturing = true;
-    app = await startQueueApp(
-      {
-        connection: { url: cluster.url },
-        distribution: 'citus',
-        schema,
-        ...ACTIVE_WORK_OPTIONS,
-      },
-      ACTIVE_WORK_PROVIDERS,
+    app = citus.closeAfter(
+      await startQueueApp(
+        {
+          connection: { url: citus.cluster.url },
+          distribution: 'citus',
+          schema,
+          ...ACTIVE_WORK_OPTIONS,
+        },
+        ACTIVE_WORK_PROVIDERS,
+      ),
     );
-  });
-
-  afterAll(async () => {
-    capture.restore();
-    await app?.close();
-    await pool?.end();
-    await cluster?.stop();
   });
 
   it('runs the hot path: enqueues (one, a batch, a duplicate, from SQL), claims, steps, a retry, outcomes', async () => {
     const from = capture.captured.length;
-    fromSql = await runHotPath(app, pool, schema);
+    fromSql = await runHotPath(app, citus.coordinator, schema);
     hot = capture.captured.slice(from);
   }, 60_000);
 
@@ -140,7 +132,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     const kinds: Array<{ kind: CitusPlanKind; text: string }> = [];
     for (const { text, values } of statements.values()) {
       if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
-      const { kind, plan } = await explainOnCitus(pool, text, values);
+      const { kind, plan } = await explainOnCitus(citus.coordinator, text, values);
       kinds.push({ kind, text: text.trim() });
       if (process.env.CITUS_PLANS) appendFileSync(process.env.CITUS_PLANS, `[${kind}]\n${text}\n${plan}\n\n`);
     }
@@ -301,7 +293,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
   });
 
   it('runs a workload through every path that touches active work', async () => {
-    await runActiveWorkWorkload(app, pool, schema);
+    await runActiveWorkWorkload(app, citus.coordinator, schema);
   }, 120_000);
 
   it("plans the workload's parked outcome and its window keys' follow-up look-up on the fast path", async () => {
@@ -309,7 +301,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     for (const shape of WORKLOAD_FAST_PATH) {
       const kinds = new Set<CitusPlanKind>();
       for (const { text, values } of statements.values()) {
-        if (shape.test(text.trim())) kinds.add((await explainOnCitus(pool, text, values)).kind);
+        if (shape.test(text.trim())) kinds.add((await explainOnCitus(citus.coordinator, text, values)).kind);
       }
       expect({ shape, kinds }).toEqual({ shape, kinds: FAST });
     }
@@ -325,7 +317,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
       if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
       let plan: string;
       try {
-        const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) ${text}`, values);
+        const { rows } = await citus.coordinator.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) ${text}`, values);
         plan = rows.map((row) => row['QUERY PLAN']).join('\n');
       } catch (error) {
         multiTask.push(`EXPLAIN failed (${(error as Error).message}) in: ${text.trim().slice(0, 300)}`);
@@ -358,11 +350,14 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     const onWorker: string[] = [];
     for (const { text, values } of notifying) {
       if (!/^\s*(WITH|SELECT|UPDATE|DELETE|INSERT)/i.test(text)) continue;
-      const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN (VERBOSE, COSTS OFF) ${text}`, values);
+      const { rows } = await citus.coordinator.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (VERBOSE, COSTS OFF) ${text}`,
+        values,
+      );
       const plan = rows.map((row) => row['QUERY PLAN']).join('\n');
       const tasks = [...plan.matchAll(/Query: (.*)\n\s*Node: host=\S+ port=(\d+)/g)];
       const notifiesOnWorker = tasks.some(
-        ([, query, port]) => /pg_notify/i.test(query) && Number(port) !== cluster.coordinator.port,
+        ([, query, port]) => /pg_notify/i.test(query) && Number(port) !== citus.cluster.coordinator.port,
       );
       if (notifiesOnWorker) {
         onWorker.push(text.trim().slice(0, 300));

@@ -1,11 +1,11 @@
-import { Test, TestingModule } from '@nestjs/testing';
+import { Test } from '@nestjs/testing';
 import { DedupQueueModule } from 'nest-dedup-queue';
 import { Pool } from 'pg';
 import { spawnFixture, killFixtures } from './fixtures/child-harness';
 import { RELEASE_1_1, buildPreviousRelease, describeWithPreviousRelease } from './support/previous-release';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
+import { useCitusCluster } from './support/citus-suite';
 import { COORDINATOR_TABLES, citusLocalTables } from './support/citus-coordinator-tables';
-import { testPool, uniqueSchema } from './support/database';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 
 /**
@@ -17,24 +17,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
   describeWithPreviousRelease(
     'the coordinator tables of 1.1 made Citus local tables',
     () => {
-      let cluster: CitusCluster;
-      let coordinator: Pool;
-      let worker: Pool;
-      const modules: TestingModule[] = [];
-
-      beforeAll(async () => {
-        cluster = await startCitusCluster();
-        coordinator = testPool(cluster.url);
-        worker = testPool(cluster.workerUrls[0]);
-      });
-
-      afterAll(async () => {
-        await killFixtures();
-        for (const module of modules) await module.close().catch(() => undefined);
-        await coordinator?.end();
-        await worker?.end();
-        await cluster?.stop();
-      });
+      const citus = useCitusCluster({ beforeClose: killFixtures });
 
       async function boot(url: string, schema: string) {
         const module = await Test.createTestingModule({
@@ -50,7 +33,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
             }),
           ],
         }).compile();
-        modules.push(module);
+        citus.closeAfter(module);
         await module.init();
         return module;
       }
@@ -60,7 +43,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
         const release = buildPreviousRelease(RELEASE_1_1.commit);
         const old = spawnFixture('child-previous-release.ts', 'release-1.1', {
           PREVIOUS_RELEASE_DIR: release,
-          DATABASE_URL: cluster.url,
+          DATABASE_URL: citus.cluster.url,
           DISTRIBUTION: 'citus',
           SCHEMA: schema,
           EXECUTOR: 'release-1.1',
@@ -68,15 +51,15 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
         });
         await old.message('booted');
         await old.ended;
-        await coordinator.query(
+        await citus.coordinator.query(
           `INSERT INTO "${schema}".executors (executor_id, hostname, pid) VALUES ('old', 'h', 1)`,
         );
-        await coordinator.query(
+        await citus.coordinator.query(
           `INSERT INTO "${schema}".schedules (name, source, cron, workflow_name, queue_name, catch_up, catch_up_limit)
        VALUES ('kept', 'runtime', '0 0 1 1 *', 'UpgradeTasks.record', 'parked', 'none', 1)`,
         );
-        expect(await citusLocalTables(coordinator, schema)).toEqual([]);
-        await expect(worker.query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
+        expect(await citusLocalTables(citus.coordinator, schema)).toEqual([]);
+        await expect(citus.worker(0).query(`SELECT 1 FROM "${schema}".executors`)).rejects.toThrow(/does not exist/);
         const rows = async (pool: Pool) => {
           const all: { table_name: string; row: unknown }[] = [];
           for (const table of COORDINATOR_TABLES) {
@@ -87,11 +70,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the upgrade of a 1.1 cluster
           }
           return all;
         };
-        const before = await rows(coordinator);
+        const before = await rows(citus.coordinator);
         expect(before.filter((row) => row.table_name === 'registered_workflows').length).toBeGreaterThan(0);
-        await boot(cluster.url, schema);
-        expect(await citusLocalTables(coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
-        const after = await rows(worker);
+        await boot(citus.cluster.url, schema);
+        expect(await citusLocalTables(citus.coordinator, schema)).toEqual([...COORDINATOR_TABLES].sort());
+        const after = await rows(citus.worker(0));
         const migrations = (list: typeof before) => list.filter((row) => row.table_name === 'schema_migrations');
         expect(after.filter((row) => row.table_name !== 'schema_migrations')).toEqual(
           before.filter((row) => row.table_name !== 'schema_migrations'),

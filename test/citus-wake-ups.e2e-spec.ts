@@ -1,4 +1,4 @@
-import { Test, TestingModule } from '@nestjs/testing';
+import { Test } from '@nestjs/testing';
 import { Injectable, Logger } from '@nestjs/common';
 import {
   DedupQueueConfigurationError,
@@ -8,10 +8,9 @@ import {
   Workflow,
   workflowContext,
 } from 'nest-dedup-queue';
-import { Pool } from 'pg';
 import { DoublingTasks } from './fixtures/doubling-tasks';
-import { CitusCluster, startCitusCluster } from './support/citus-cluster';
-import { testPool, uniqueSchema } from './support/database';
+import { useCitusCluster } from './support/citus-suite';
+import { uniqueSchema } from './support/database';
 import { describeWithTools } from './support/system-tools';
 import { waitFor } from './support/wait-for';
 
@@ -45,20 +44,7 @@ const HEARD_WITHIN_MS = 15_000;
  * sent through any node reaches it at once. Every instance polls at 60 s.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', () => {
-  let cluster: CitusCluster;
-  let coordinator: Pool;
-  const modules: TestingModule[] = [];
-
-  beforeAll(async () => {
-    cluster = await startCitusCluster();
-    coordinator = testPool(cluster.url);
-  });
-
-  afterAll(async () => {
-    for (const module of modules) await module.close().catch(() => undefined);
-    await coordinator?.end();
-    await cluster?.stop();
-  });
+  const citus = useCitusCluster();
 
   async function boot(url: string, options: Partial<DedupQueueModuleOptions> & { schema: string }) {
     const module = await Test.createTestingModule({
@@ -74,15 +60,15 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', (
       ],
       providers: [DoublingTasks, WaitingTasks],
     }).compile();
-    modules.push(module);
+    citus.closeAfter(module);
     await module.init();
     return module;
   }
 
   it('wakes an instance on the coordinator by an enqueue sent through a worker node', async () => {
     const schema = uniqueSchema('citwake');
-    const consumer = await boot(cluster.url, { schema });
-    const producer = await boot(cluster.workerUrls[0], { schema, worker: false });
+    const consumer = await boot(citus.cluster.url, { schema });
+    const producer = await boot(citus.cluster.workerUrls[0], { schema, worker: false });
     const started = Date.now();
     const handle = await producer.get(QueueService).enqueue('tasks', 'DoublingTasks.double', [21]);
     const ran = await consumer.get(QueueService).retrieve(handle.workflowId);
@@ -92,9 +78,9 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', (
 
   it('wakes an instance on a worker node by an enqueue sent through the other worker node', async () => {
     const schema = uniqueSchema('citwake');
-    await boot(cluster.url, { schema, worker: false });
-    const consumer = await boot(cluster.workerUrls[1], { schema });
-    const producer = await boot(cluster.workerUrls[0], { schema, worker: false });
+    await boot(citus.cluster.url, { schema, worker: false });
+    const consumer = await boot(citus.cluster.workerUrls[1], { schema });
+    const producer = await boot(citus.cluster.workerUrls[0], { schema, worker: false });
     const started = Date.now();
     const handles = await Promise.all(
       [1, 2, 3].map((n) => producer.get(QueueService).enqueue('tasks', 'DoublingTasks.double', [n])),
@@ -110,8 +96,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', (
 
   it('interrupts a run on the coordinator at once when it is cancelled through a worker node', async () => {
     const schema = uniqueSchema('citwake');
-    const consumer = await boot(cluster.url, { schema });
-    const producer = await boot(cluster.workerUrls[0], { schema, worker: false });
+    const consumer = await boot(citus.cluster.url, { schema });
+    const producer = await boot(citus.cluster.workerUrls[0], { schema, worker: false });
     const key = `${schema}-cancel`;
     const handle = await consumer.get(QueueService).enqueue('tasks', 'WaitingTasks.waitForAbort', [key]);
     await waitFor(() => WaitingTasks.started.has(key), { timeoutMs: HEARD_WITHIN_MS });
@@ -124,19 +110,19 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', (
 
   it('refuses a bad node mapping with a typed error before anything is written', async () => {
     const schema = uniqueSchema('citwake');
-    for (const citus of [
+    for (const mapping of [
       { nodeAddresses: { 'worker-1': '127.0.0.1:5432' } },
       { nodeAddresses: { 'worker-1:5432': '127.0.0.1:99999' } },
       { nodeAddresses: { 'worker-1:5432': 5432 } },
       { nodeAdresses: {} },
     ]) {
-      const refused = boot(cluster.url, { schema, citus: citus as never });
+      const refused = boot(citus.cluster.url, { schema, citus: mapping as never });
       await expect(refused).rejects.toThrow(DedupQueueConfigurationError);
       await expect(refused).rejects.toThrow(/`citus/);
     }
-    const single = boot(cluster.url, { schema, distribution: 'single', citus: { nodeAddresses: {} } });
+    const single = boot(citus.cluster.url, { schema, distribution: 'single', citus: { nodeAddresses: {} } });
     await expect(single).rejects.toThrow("`citus` needs `distribution: 'citus'`");
-    const { rows } = await coordinator.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [schema]);
+    const { rows } = await citus.coordinator.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [schema]);
     expect(rows).toEqual([]);
   });
 
@@ -147,8 +133,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: wake-ups from every node', (
       warnings.push(String(message));
     });
     try {
-      const nodeName = `127.0.0.1:${cluster.workers[1].port}`;
-      await boot(cluster.url, { schema, citus: { nodeAddresses: { [nodeName]: '127.0.0.1:1' } } });
+      const nodeName = `127.0.0.1:${citus.cluster.workers[1].port}`;
+      await boot(citus.cluster.url, { schema, citus: { nodeAddresses: { [nodeName]: '127.0.0.1:1' } } });
       await waitFor(() => warnings.some((line) => line.includes(`Citus node ${nodeName} (reached at 127.0.0.1:1)`)), {
         timeoutMs: HEARD_WITHIN_MS,
       });

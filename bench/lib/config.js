@@ -14,10 +14,11 @@ const BENCH_DIR = path.resolve(__dirname, '..');
 const REPO_DIR = path.resolve(BENCH_DIR, '..');
 
 // A run with a subset of systems or workloads, other sizes or fewer repetitions is "partial": it writes
-// results/partial-<time>.json only, and leaves latest.*, bench/README.md's table and docs/performance.md alone.
+// results/partial-<time>.json only, and leaves latest.*, bench/README.md's table and docs/performance.md alone. A
+// baseline build (BENCH_BASELINE_DIST) adds a row to a whole run and leaves it whole.
 const partial = Object.keys(process.env).some(
   (name) =>
-    /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|LIBRARY_DIST|BASELINE_DIST|W\d_)/.test(name) &&
+    /^BENCH_(SYSTEMS|WORKLOADS|REPS|STALE_REPS|VARIANT_REPS|VARIANTS|LIBRARY_DIST|W\d_)/.test(name) &&
     process.env[name] !== '',
 );
 

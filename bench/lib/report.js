@@ -21,6 +21,7 @@ function costOf(list) {
     storeUsPerJob: pick((r) => r.cpu.storeUsPerJob),
     commitsPerJob: pick((r) => r.commitsPerJob),
     statementsPerJob: pick((r) => r.statementsPerJob),
+    walBytesPerJob: pick((r) => r.walBytesPerJob),
     readyToFirstClaimMs: pick((r) => r.startup.readyToFirstClaimMs),
     readyToFirstJobMs: pick((r) => r.startup.readyToFirstJobMs),
     forkToReadyMs: pick((r) => r.startup.forkToReadyMs),
@@ -84,6 +85,7 @@ function summarize(systems, runs) {
             p50: median(w3.map((r) => r.p50)),
             p95: median(w3.map((r) => r.p95)),
             p99: median(w3.map((r) => r.p99)),
+            callP50: median(w3.map((r) => r.callP50)),
             reps: w3.map((r) => ({ p50: r.p50, p95: r.p95, p99: r.p99 })),
             ok: okAll(w3),
             problems: problems(w3),
@@ -116,11 +118,52 @@ function summarize(systems, runs) {
   return summary;
 }
 
-/** Issue 14's targets for nest-dedup-queue, as ratios measured in this run. */
+/** Issue 32's targets: the database's work per job against graphile-worker's, W1 against pgbench's. */
+function evaluateStorageTargets(nest, graphile, rawSql, pgbench, add, atLeast, ratio, rate) {
+  const atMost = (name, ours, theirs, unit) =>
+    add(
+      name,
+      ours,
+      theirs,
+      ours == null || theirs == null ? null : ours <= theirs,
+      `${unit} vs ${fmtInt(theirs)} ${unit}`,
+    );
+  if (nest.w2 && graphile?.w2) {
+    atMost('Postgres CPU per job (W2) ≤ graphile-worker', nest.w2.storeUsPerJob, graphile.w2.storeUsPerJob, 'µs');
+    atMost('WAL bytes per job (W2) ≤ graphile-worker', nest.w2.walBytesPerJob, graphile.w2.walBytesPerJob, 'B');
+  }
+  if (nest.w1 && pgbench?.w1) atLeast('W1 ≥ 0.8× pgbench', ratio(rate(nest, 'w1'), rate(pgbench, 'w1')), 0.8);
+  if (nest.w3) {
+    const theirs = graphile?.w3 ? graphile.w3.p50 : null;
+    add(
+      'W3 p50 ≤ graphile-worker',
+      nest.w3.p50,
+      theirs,
+      theirs == null ? null : nest.w3.p50 <= theirs,
+      `ms vs ${fmtMs(theirs)} ms`,
+    );
+    const raw = rawSql?.w3 ? rawSql.w3.callP50 : null;
+    add(
+      "W3 enqueue call p50 ≤ raw SQL's",
+      nest.w3.callP50,
+      raw,
+      raw == null || nest.w3.callP50 == null ? null : nest.w3.callP50 <= raw,
+      `ms vs ${fmtMs(raw)} ms`,
+    );
+  }
+  if (nest.w2) {
+    const job = nest.w2.readyToFirstJobMs;
+    add('start-up: first job ≤ 50 ms after app.init()', job, 50, job === null ? null : job <= 50, 'ms');
+  }
+}
+
+/** Issue 14's and issue 32's targets for nest-dedup-queue, as ratios measured in this run. */
 function evaluateTargets(summary) {
   const nest = summary[NEST];
   const graphile = summary['graphile-worker'];
   const redis = summary['bullmq-redis'];
+  const rawSql = summary['raw-sql-32'];
+  const pgbench = summary.pgbench;
   const targets = [];
   const add = (name, value, goal, met, detail) => targets.push({ name, value, goal, met, detail });
   const ratio = (a, b) => (a && b ? a / b : null);
@@ -169,6 +212,7 @@ function evaluateTargets(summary) {
     );
   }
   if (nest.w4) atLeast('W4 ≥ 0.9 of W2', nest.w4.ratio, 0.9);
+  evaluateStorageTargets(nest, graphile, rawSql, pgbench, add, atLeast, ratio, rate);
   if (nest.w5) {
     add(
       'W5 worker RSS flat under a backlog',
@@ -301,7 +345,7 @@ function targetsText(targets) {
           ? `${fmtMs(t.value)} ms`
           : t.detail === 'ratio'
             ? `${fmtRatio(t.value)}×`
-            : t.detail.startsWith('ms vs') || t.detail.startsWith('µs vs')
+            : /^(ms|µs|B) vs/.test(t.detail)
               ? `${t.detail.startsWith('ms') ? fmtMs(t.value) : fmtInt(t.value)} ${t.detail}`
               : t.detail.startsWith('statements')
                 ? `${fmtRatio3(t.value)} ${t.detail}`
@@ -338,7 +382,7 @@ function readmeSection({ systems, summary, targets, machine, startedAt, duration
     '',
     ...resultTables({ systems, summary, config }),
     '',
-    'Against the targets (issue 14; ratios within this run):',
+    'Against the targets (issues 14 and 32; ratios within this run):',
     '',
     '```',
     targetsText(targets),
