@@ -31,11 +31,15 @@ export interface CitusClusterOptions {
 
 const WORKERS = 2;
 
-/** Small nodes: five engineers' test runs share two cores. */
+/**
+ * Small nodes: five engineers' test runs share two cores. Connections at PostgreSQL's default: a file's modules
+ * (their pools and listeners on every node) and Citus's connections between the nodes took more than 50 on the
+ * coordinator (citus-shards, "too many clients", in CI).
+ */
 const NODE_SETTINGS: Record<string, string> = {
   shared_preload_libraries: "'citus'",
   shared_buffers: '16MB',
-  max_connections: '50',
+  max_connections: '100',
 };
 
 /**
