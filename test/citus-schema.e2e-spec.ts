@@ -123,22 +123,17 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
     expect(columns).toEqual([{ column: 'queue_name' }]);
 
     const checkpoint = `"${schema}".record_checkpoint(text, text, text, integer, integer, text, json, json, double precision)`;
-    const workerPool = testPool(citus.cluster.workerUrls[0]);
-    try {
-      for (const node of [citus.coordinator, workerPool]) {
-        const { rows: functions } = await node.query(
-          `SELECT p.proconfig, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_call,
-                  d.distribution_argument_index IS NOT NULL AS distributed
-           FROM pg_proc p JOIN pg_catalog.pg_dist_object d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-           WHERE p.oid = to_regprocedure($1)`,
-          [checkpoint],
-        );
-        expect(functions).toEqual([
-          { proconfig: ['search_path=pg_catalog, pg_temp'], public_may_call: false, distributed: true },
-        ]);
-      }
-    } finally {
-      await workerPool.end();
+    for (const node of [citus.coordinator, citus.worker(0)]) {
+      const { rows: functions } = await node.query(
+        `SELECT p.proconfig, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_call,
+                d.distribution_argument_index IS NOT NULL AS distributed
+         FROM pg_proc p JOIN pg_catalog.pg_dist_object d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+         WHERE p.oid = to_regprocedure($1)`,
+        [checkpoint],
+      );
+      expect(functions).toEqual([
+        { proconfig: ['search_path=pg_catalog, pg_temp'], public_may_call: false, distributed: true },
+      ]);
     }
 
     const handle = await module.get(QueueService).enqueue('tasks', 'DoublingTasks.double', [21]);

@@ -118,8 +118,14 @@ function summarize(systems, runs) {
   return summary;
 }
 
-/** Issue 32's targets: the database's work per job against graphile-worker's, W1 against pgbench's. */
-function evaluateStorageTargets(nest, graphile, rawSql, pgbench, add, atLeast, ratio, rate) {
+const ratio = (a, b) => (a && b ? a / b : null);
+const rate = (s, w) => (s && s[w] ? s[w].perSecond : null);
+
+/** A list of targets and the three ways one is added: as measured, as a ratio at least a goal, as a value at most theirs. */
+function targetList() {
+  const targets = [];
+  const add = (name, value, goal, met, detail) => targets.push({ name, value, goal, met, detail });
+  const atLeast = (name, value, goal = 1) => add(name, value, goal, value === null ? null : value >= goal, 'ratio');
   const atMost = (name, ours, theirs, unit) =>
     add(
       name,
@@ -128,6 +134,11 @@ function evaluateStorageTargets(nest, graphile, rawSql, pgbench, add, atLeast, r
       ours == null || theirs == null ? null : ours <= theirs,
       `${unit} vs ${fmtInt(theirs)} ${unit}`,
     );
+  return { targets, add, atLeast, atMost };
+}
+
+/** Issue 32's targets: the database's work per job against graphile-worker's, W1 against pgbench's. */
+function evaluateStorageTargets({ add, atLeast, atMost }, nest, graphile, rawSql, pgbench) {
   if (nest.w2 && graphile?.w2) {
     atMost('Postgres CPU per job (W2) ≤ graphile-worker', nest.w2.storeUsPerJob, graphile.w2.storeUsPerJob, 'µs');
     atMost('WAL bytes per job (W2) ≤ graphile-worker', nest.w2.walBytesPerJob, graphile.w2.walBytesPerJob, 'B');
@@ -164,11 +175,8 @@ function evaluateTargets(summary) {
   const redis = summary['bullmq-redis'];
   const rawSql = summary['raw-sql-32'];
   const pgbench = summary.pgbench;
-  const targets = [];
-  const add = (name, value, goal, met, detail) => targets.push({ name, value, goal, met, detail });
-  const ratio = (a, b) => (a && b ? a / b : null);
-  const atLeast = (name, value, goal = 1) => add(name, value, goal, value === null ? null : value >= goal, 'ratio');
-  const rate = (s, w) => (s && s[w] ? s[w].perSecond : null);
+  const list = targetList();
+  const { targets, add, atLeast, atMost } = list;
   if (!nest) return targets;
   if (nest.w1) atLeast('W1 ≥ BullMQ-Redis', ratio(rate(nest, 'w1'), rate(redis, 'w1')));
   if (nest.w2) {
@@ -193,15 +201,7 @@ function evaluateTargets(summary) {
       s && s.w2 && s.w2.workerUsPerJob !== null && s.w2.storeUsPerJob !== null
         ? s.w2.workerUsPerJob + s.w2.storeUsPerJob
         : null;
-    const ours = cpu(nest);
-    const theirs = cpu(graphile);
-    add(
-      'CPU per job (worker + Postgres) ≤ graphile-worker',
-      ours,
-      theirs,
-      ours === null || theirs === null ? null : ours <= theirs,
-      `µs vs ${fmtInt(theirs)} µs`,
-    );
+    atMost('CPU per job (worker + Postgres) ≤ graphile-worker', cpu(nest), cpu(graphile), 'µs');
     const st = nest.w2.statementsPerJob ?? nest.w2.commitsPerJob;
     add(
       'statements per job < 0.2',
@@ -212,7 +212,7 @@ function evaluateTargets(summary) {
     );
   }
   if (nest.w4) atLeast('W4 ≥ 0.9 of W2', nest.w4.ratio, 0.9);
-  evaluateStorageTargets(nest, graphile, rawSql, pgbench, add, atLeast, ratio, rate);
+  evaluateStorageTargets(list, nest, graphile, rawSql, pgbench);
   if (nest.w5) {
     add(
       'W5 worker RSS flat under a backlog',

@@ -17,12 +17,21 @@ const path = require('node:path');
 const rawSql = require('./raw-sql');
 const { query } = require('../lib/pg');
 
-/** The pgbench on PATH, else PostgreSQL 15's on Debian; null when neither runs. */
+/** The pgbench on PATH, else PostgreSQL 15's on Debian; null when neither runs. Looked up once per process. */
+let binary;
 function pgbenchBinary() {
-  for (const candidate of ['pgbench', '/usr/lib/postgresql/15/bin/pgbench']) {
-    if (spawnSync(candidate, ['--version'], { stdio: 'ignore' }).status === 0) return candidate;
+  if (binary === undefined) {
+    const runs = (candidate) => spawnSync(candidate, ['--version'], { stdio: 'ignore' }).status === 0;
+    binary = ['pgbench', '/usr/lib/postgresql/15/bin/pgbench'].find(runs) ?? null;
   }
-  return null;
+  return binary;
+}
+
+/** The kernel's clock ticks per second, in which /proc reports CPU times. */
+let clockTicks;
+function clockTicksPerSecond() {
+  clockTicks ??= Number(spawnSync('getconf', ['CLK_TCK']).stdout.toString().trim()) || 100;
+  return clockTicks;
 }
 
 const SCRIPT = `\\set n :n + 1
@@ -71,7 +80,6 @@ module.exports = {
     const processed = Number((stdout.match(/number of transactions actually processed: (\d+)/) || [])[1] ?? 0);
     const tps = Number((stdout.match(/tps = ([\d.]+) \(without initial connection time\)/) || [])[1] ?? 0);
     const [ticksUser, ticksSystem] = (stdout.match(/children-cpu (\d+) (\d+)/) || []).slice(1).map(Number);
-    const clockTicks = Number(spawnSync('getconf', ['CLK_TCK']).stdout.toString().trim()) || 100;
     const [{ n: accepted }] = await query(ctx.databaseUrl, 'SELECT count(*)::int AS n FROM jobs WHERE queue = $1', [
       ctx.queueName,
     ]);
@@ -83,7 +91,7 @@ module.exports = {
       firstError: errors ? (stderr.trim().split('\n').pop() ?? `pgbench exited with ${status}`) : undefined,
       elapsedNs: tps ? (processed / tps) * 1e9 : 0,
       perSecond: tps,
-      cpuSeconds: ((ticksUser ?? 0) + (ticksSystem ?? 0)) / clockTicks,
+      cpuSeconds: ((ticksUser ?? 0) + (ticksSystem ?? 0)) / clockTicksPerSecond(),
     };
   },
 };
