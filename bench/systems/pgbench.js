@@ -88,7 +88,7 @@ module.exports = {
       calls: processed,
       accepted,
       errors,
-      firstError: errors ? (stderr.trim().split('\n').pop() ?? `pgbench exited with ${status}`) : undefined,
+      firstError: errors ? stderr.trim().split('\n').pop() || `pgbench exited with ${status}` : undefined,
       elapsedNs: tps ? (processed / tps) * 1e9 : 0,
       perSecond: tps,
       cpuSeconds: ((ticksUser ?? 0) + (ticksSystem ?? 0)) / clockTicksPerSecond(),
