@@ -1,10 +1,11 @@
 /*
- * node -r ./test/support/swc-register.js bench/citus/statement-forms.ts: the Citus coordinator's CPU per run of
- * alternative forms of a hot statement group, on a cluster of its own (test/support/citus-cluster.ts), each run in
+ * node -r ./test/support/swc-register.js bench/citus/statement-forms.ts: the CPU per run of alternative forms of a
+ * hot statement group, the Citus coordinator's and the worker nodes' (summed), on a cluster of its own (test/support/citus-cluster.ts), each run in
  * `BEGIN … ROLLBACK` so that the data stays as it was (but for the checkpoint's forms as sent: autocommit, or a
  * transaction of its own, each inserting a new checkpoint); the forms interleaved in blocks,
  * medians of the blocks (FORM_ROUNDS, default 6, of FORM_ITERATIONS, default 400); FORMS (a regular expression)
- * runs only the forms whose names match it.
+ * runs only the forms whose names match it; FORM_BATCH (default 8) sets the rows of the queue `work`, which an
+ * outcome batch's forms end (the forms named with a count assume the default).
  * Needs `npm run build`, the Debian postgresql-15 package and Citus.
  */
 import 'reflect-metadata';
@@ -24,7 +25,7 @@ import { usedParameters } from '../../packages/nest-dedup-queue/src/database/con
 
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);
 const PER_BLOCK = Number(process.env.FORM_ITERATIONS ?? 400);
-const BATCH = 8;
+const BATCH = Number(process.env.FORM_BATCH ?? 8);
 const ONLY = new RegExp(process.env.FORMS ?? '');
 /** The partitioned queue's backlog (due rows) and its partitions, for its claim's forms. */
 const PARTITIONED_BACKLOG = Number(process.env.FORM_BACKLOG ?? 200);
@@ -33,14 +34,15 @@ const PARTITIONS = 20;
 const OWN_TRANSACTION = /autocommit|of its own/;
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+const sum = (values: number[]) => values.reduce((total, value) => total + value, 0);
 
 async function main(): Promise<void> {
   const cluster = await startCitusCluster();
   process.env.DATABASE_URL = cluster.url;
   try {
     const coordinator = cluster.coordinator;
-    const [{ dir }] = await coordinator.query<{ dir: string }>(`SELECT current_setting('data_directory') AS dir`);
-    const postmaster = postmasterPid(dir);
+    const postmasters = [coordinator, ...cluster.workers].map((server) => postmasterPid(server.dataDir));
+    const ticks = () => [postmasterCpuTicks(postmasters[0]), sum(postmasters.slice(1).map(postmasterCpuTicks))];
     const app = await startQueueApp(
       {
         connection: { url: cluster.url },
@@ -80,7 +82,8 @@ async function main(): Promise<void> {
       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = 'PENDING' AND w.executor_id = $3 FOR UPDATE`;
     const archiveSelect = `INSERT INTO forms.workflow_history (${columns}) SELECT ${finished} FROM
       (SELECT w.* FROM forms.workflow_queue AS w WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[])) AS e`;
-    const remove = `DELETE FROM forms.workflow_queue WHERE queue_name = $1 AND workflow_id = ANY($2::text[])`;
+    const remove = `DELETE FROM forms.workflow_queue AS w WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[])
+      AND w.status = 'PENDING' AND w.executor_id = $3`;
     const removeReturning = `DELETE FROM forms.workflow_queue AS w WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[])
       AND w.status = 'PENDING' AND w.executor_id = $3 RETURNING ${columns}`;
     const asReturned = { getTypeParser: () => (value: string) => value };
@@ -275,12 +278,12 @@ async function main(): Promise<void> {
       'outcome: lock, archive INSERT … SELECT, delete': async () => {
         await client.query(lock, ['work', ids, 'x']);
         await client.query(archiveSelect, ['work', ids]);
-        await client.query(remove, ['work', ids]);
+        await client.query(remove, ['work', ids, 'x']);
       },
       'outcome: lock (all columns), archive INSERT … VALUES, delete': async () => {
         const { rows } = await client.query<Record<string, string | null>>(lockAll, ['work', ids, 'x']);
         await insertValues(rows);
-        await client.query(remove, ['work', ids]);
+        await client.query(remove, ['work', ids, 'x']);
       },
       'outcome: DELETE … RETURNING, archive INSERT … VALUES': async () => {
         const { rows } = await client.query<Record<string, string | null>>({
@@ -332,22 +335,24 @@ async function main(): Promise<void> {
       },
     };
     const forms = Object.fromEntries(Object.entries(allForms).filter(([name]) => ONLY.test(name)));
-    const results = new Map<string, number[]>(Object.keys(forms).map((name) => [name, []]));
+    const results = new Map<string, Array<[number, number]>>(Object.keys(forms).map((name) => [name, []]));
     for (let round = 0; round < ROUNDS; round++) {
       for (const [name, form] of Object.entries(forms)) {
-        const before = postmasterCpuTicks(postmaster);
+        const before = ticks();
         const wrapped = !OWN_TRANSACTION.test(name);
         for (let i = 0; i < PER_BLOCK; i++) {
           if (wrapped) await client.query('BEGIN');
           await form();
           if (wrapped) await client.query('ROLLBACK');
         }
-        results.get(name)?.push(Math.round(((postmasterCpuTicks(postmaster) - before) * 10_000) / PER_BLOCK));
+        const perRun = ticks().map((after, i) => Math.round(((after - before[i]) * 10_000) / PER_BLOCK));
+        results.get(name)?.push([perRun[0], perRun[1]]);
       }
     }
-    for (const [name, values] of results) {
+    const spread = (values: number[]) => `${median(values)} µs (${Math.min(...values)}-${Math.max(...values)})`;
+    for (const [name, runs] of results) {
       process.stdout.write(
-        `${name}: ${median(values)} µs (${Math.min(...values)}-${Math.max(...values)})${
+        `${name}: coordinator ${spread(runs.map(([c]) => c))}, nodes ${spread(runs.map(([, n]) => n))}${
           OWN_TRANSACTION.test(name) ? '' : ', in BEGIN … ROLLBACK'
         }\n`,
       );

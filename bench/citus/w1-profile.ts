@@ -10,14 +10,12 @@
  * per call, each node's transactions per call and sessions opened; with W1P_STATEMENTS=1, each node's statements per call (calls,
  * planning and execution µs), the last repetition's. Needs the Debian postgresql-15 package and Citus.
  */
-import Module from 'node:module';
 import { loadavg } from 'node:os';
 import { Client } from 'pg';
 import { startCitusCluster } from '../../test/support/citus-cluster';
 import { CpuGroup, cpuGroupsUnavailable, groupCpuMeter, removeStaleGroups } from './cpu-groups';
 import { postmasterPid, procCpuMeter } from './server-processes';
-
-type Workload = typeof import('./workload');
+import { Workload, loadWorkload } from './workload-build';
 
 const count = (name: string, fallback: number) => Number(process.env[name] || fallback);
 const CALLS = count('W1P_CALLS', 2000);
@@ -31,30 +29,6 @@ const WARM = Number(process.env.W1P_WARM ?? 200);
 
 const log = (message: string) =>
   process.stderr.write(`[w1-profile ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
-
-/**
- * `./workload` bound to the library at `packageDir` (its own copy of every library module), or to the installed one.
- * NOTE: Node answers a request it resolved before from the same folder from its own cache, before
- * `Module._resolveFilename`; so `Module._load` is wrapped, and the request for the library becomes `packageDir`.
- */
-function loadWorkload(packageDir?: string): Workload {
-  const path = require.resolve('./workload');
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded per build, after the loader is set
-  if (!packageDir) return require('./workload') as Workload;
-  const loader = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
-  const load = loader._load;
-  loader._load = function (request: string, ...rest: unknown[]) {
-    return load.call(this, request === 'nest-dedup-queue' ? packageDir : request, ...rest);
-  };
-  delete require.cache[path];
-  try {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports -- a second copy, bound to the other build
-    return require('./workload') as Workload;
-  } finally {
-    loader._load = load;
-    delete require.cache[path];
-  }
-}
 
 async function main(): Promise<void> {
   const builds: Array<{ name: string; workload: Workload }> = [{ name: 'current', workload: loadWorkload() }];

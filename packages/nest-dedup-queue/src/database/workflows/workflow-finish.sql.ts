@@ -33,7 +33,10 @@ export interface EndSpec {
   tables: WorkflowTables;
   /** FROM items joined to the active row `w` (`unnest(...) AS o(...)`), or none. */
   using?: string;
-  /** Which active rows end (an SQL condition over `w` and `using`); rechecked on the locked row. */
+  /**
+   * Which active rows end (an SQL condition over `w` and `using`); rechecked on the locked row. With `queueParam`,
+   * it names the queue (`w.queue_name = <queueParam>`), once, so that each of Citus's statements is a router one.
+   */
   where: string;
   /** The status they end with (an SQL expression). */
   status: string;
@@ -168,11 +171,12 @@ export interface EndStatements {
  * each naming the queue (`queueParam`), so that Citus sends each whole to the queue's node (data-modifying CTEs that
  * read each other's rows would send them to every node). `lock` locks the rows that end (`FOR UPDATE`, which
  * rechecks `where` on a row changed meanwhile) and returns them as `EndingRow`s; then, by their IDs, the history gets
- * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go, the key records are written
- * from the history rows, and the freed keys are handed to the follow-ups that wait for them (`handOverKeysOnCitus`,
- * statements whose snapshots show a follow-up committed while `lock` waited). The statements read the caller's
- * parameters (`$1` … `$n`, `paramCount` of them) and, past them, the ending rows' IDs, the IDs of those that keep
- * their key, and the keys they held: run them with `runEndStatements`.
+ * them (a co-located `INSERT … SELECT`, pushed down to the node), the active rows go (by `where` and their IDs: by ID
+ * alone the planner may read the queue's every row), the key records are written from the history rows, and the
+ * freed keys are handed to the follow-ups that wait for them (`handOverKeysOnCitus`, statements whose snapshots show
+ * a follow-up committed while `lock` waited). The statements read the caller's parameters (`$1` … `$n`, `paramCount`
+ * of them) and, past them, the ending rows' IDs and the IDs of those that keep their key: run them with
+ * `runEndStatements` or, after a lock of the caller's, `endLockedRows`.
  */
 export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): EndStatements {
   const { active, history } = spec.tables;
@@ -193,7 +197,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
        WHERE ${spec.where} AND w.queue_name = ${queue}
        FOR UPDATE OF w`,
     archive: `INSERT INTO ${history} (${WORKFLOW_COLUMN_LIST}) SELECT ${finishedColumnsSql(spec)} FROM (${ending}) AS e`,
-    remove: `DELETE FROM ${active} WHERE queue_name = ${queue} AND workflow_id = ANY(${ids})`,
+    remove: `DELETE FROM ${active} AS w WHERE ${spec.where} AND w.workflow_id = ANY(${ids})`,
     keyRecords: `INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST})
        SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
   };
@@ -207,8 +211,21 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
  */
 export async function runEndStatements(query: Query, spec: EndSpec, params: unknown[]): Promise<EndingRow[]> {
   const statements = endWorkflowsStatementsSql(spec, params.length);
-  const ending = await query<EndingRow>(...usedParameters(statements.lock, params));
+  return endLockedRows(query, spec, params, await query<EndingRow>(...usedParameters(statements.lock, params)));
+}
+
+/**
+ * `runEndStatements` after its lock, for rows `ending` that the caller locked in this transaction (`FOR UPDATE`, of
+ * the rows `spec.where` matches): archived, deleted, their key records written, then `runAfterEnding`. Returns them.
+ */
+export async function endLockedRows(
+  query: Query,
+  spec: EndSpec,
+  params: unknown[],
+  ending: EndingRow[],
+): Promise<EndingRow[]> {
   if (ending.length === 0) return ending;
+  const statements = endWorkflowsStatementsSql(spec, params.length);
   const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
   await run(statements.archive);
   await run(statements.remove);

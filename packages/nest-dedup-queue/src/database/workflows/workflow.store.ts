@@ -9,7 +9,6 @@ import {
   endWorkflowsSql,
   handOverStrandedSql,
   keepsKeyInWindowSql,
-  runAfterEnding,
   runEndStatements,
 } from './workflow-finish.sql';
 import { EndingOutcome, RUN_OF_ROW_SQL, endOutcomesOnCitus, runOf } from './outcomes-end.citus';
@@ -317,10 +316,9 @@ export class WorkflowStore {
   }
 
   /**
-   * On Citus, `recordOutcomes` as statements on Citus's fast path or router inserts, one transaction per queue (the
+   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the
    * attached claim with the first queue's): the retries (and their forgotten steps), the parks, the workflows that end
-   * (`endOutcomesOnCitus`, then their freed keys handed over: `runAfterEnding`), the claim, and the wake-up from the
-   * coordinator.
+   * (`endOutcomesOnCitus`, their freed keys handed over), the claim, and the wake-up from the coordinator.
    */
   private async recordOutcomesByQueue(
     executorId: string,
@@ -345,8 +343,7 @@ export class WorkflowStore {
         const ending = batch.filter(
           (o): o is WorkflowOutcome & EndingOutcome => o.status !== 'RETRY' && o.status !== 'PARKED',
         );
-        const ended = await endOutcomesOnCitus(query, this.tables, queue, executorId, ending);
-        if (ended.length > 0) await runAfterEnding(query, this.outcomesEndSpec(true), params, ended);
+        const ended = await endOutcomesOnCitus(query, this.outcomesEndSpec(true), params, queue, executorId, ending);
         const claimed = attached ? await attached.runInTransaction(query) : [];
         if (ended.length + retried.length + parked.length > 0 && wakeQueues.includes(queue)) {
           await query(NOTIFY_SQL, [this.database.wakeUpChannel, [queue]]);
