@@ -7,8 +7,8 @@
  * one task, but for the calls that cannot know the queue (listed in FAN_OUT_BY_DESIGN and in docs/citus.md).
  *
  * Before it, the hot path alone (enqueue, a duplicate, a `queue-next` follow-up, a key kept for a window, claims of
- * a plain, a limited, a rate-limited and a partitioned queue, steps, a retry, outcomes, the hand-over of a freed key,
- * wake-ups, `enqueue_workflow`) is audited strictly (test/support/citus-plans.ts): each of its statements must be
+ * a plain, a limited, a rate-limited and a partitioned queue, steps, a retry, outcomes in batches of fewer than 16
+ * rows and of 20, the hand-over of a freed key, wake-ups, `enqueue_workflow`) is audited strictly (test/support/citus-plans.ts): each of its statements must be
  * planned on Citus's fast path, as a router insert (`INSERT … VALUES`), as a delegated call of a function distributed
  * by its queue (a step's checkpoint, `record_checkpoint`) or on the coordinator (no distributed table),
  * but for the exceptions listed by name with their reason (HOT_EXCEPTIONS), so that a new hot statement that falls to
