@@ -5,6 +5,7 @@ import {
   EndSpec,
   EndingRow,
   endLockedRows,
+  endingRowColumnsSql,
   followedKeysSql,
   holdsKeyForWindowSql,
   runAfterEnding,
@@ -94,8 +95,7 @@ interface EndingBatch {
 async function endManyOutcomes(query: TransactionQuery, batch: EndingBatch): Promise<EndingRow[]> {
   const { spec, params, queue, executorId, outcomes } = batch;
   const locked = await query<EndingRow>(
-    `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-            w.has_streams, ${HOLDS_KEY_SQL} AS keeps_key, w.active_deduplication_id
+    `SELECT ${endingRowColumnsSql(HOLDS_KEY_SQL)}
      FROM ${spec.tables.active} AS w
      WHERE ${ENDING_ROWS_SQL}
      FOR UPDATE`,

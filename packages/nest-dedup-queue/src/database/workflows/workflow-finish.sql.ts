@@ -154,6 +154,15 @@ export interface EndingRow {
   active_deduplication_id: string | null;
 }
 
+/**
+ * The columns of an `EndingRow` over the active row `w`, `keepsKey` (an SQL condition) giving `keeps_key`: the select
+ * list of a statement that locks the rows that end.
+ */
+export function endingRowColumnsSql(keepsKey: string): string {
+  return `w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
+         w.has_streams, (${keepsKey}) AS keeps_key, w.active_deduplication_id`;
+}
+
 /** The statements of `endWorkflowsStatementsSql`, in the order they run. */
 export interface EndStatements {
   /** Locks the rows that end and returns them (`EndingRow`). */
@@ -189,9 +198,7 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
        FROM ${active} AS w ${using}
        WHERE ${spec.where} AND w.queue_name = ${queue} AND w.workflow_id = ANY(${ids})`;
   return {
-    lock: `SELECT w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-         w.has_streams,
-         (${spec.keepsKeyWhen ?? 'FALSE'}) AS keeps_key, w.active_deduplication_id
+    lock: `SELECT ${endingRowColumnsSql(spec.keepsKeyWhen ?? 'FALSE')}
          ${spec.returning ? `, ${spec.returning}` : ''}
        FROM ${active} AS w ${using}
        WHERE ${spec.where} AND w.queue_name = ${queue}
@@ -211,7 +218,8 @@ type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => P
  */
 export async function runEndStatements(query: Query, spec: EndSpec, params: unknown[]): Promise<EndingRow[]> {
   const statements = endWorkflowsStatementsSql(spec, params.length);
-  return endLockedRows(query, spec, params, await query<EndingRow>(...usedParameters(statements.lock, params)));
+  const ending = await query<EndingRow>(...usedParameters(statements.lock, params));
+  return endRows(query, spec, params, statements, ending);
 }
 
 /**
@@ -224,8 +232,17 @@ export async function endLockedRows(
   params: unknown[],
   ending: EndingRow[],
 ): Promise<EndingRow[]> {
+  return endRows(query, spec, params, endWorkflowsStatementsSql(spec, params.length), ending);
+}
+
+async function endRows(
+  query: Query,
+  spec: EndSpec,
+  params: unknown[],
+  statements: EndStatements,
+  ending: EndingRow[],
+): Promise<EndingRow[]> {
   if (ending.length === 0) return ending;
-  const statements = endWorkflowsStatementsSql(spec, params.length);
   const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
   await run(statements.archive);
   await run(statements.remove);

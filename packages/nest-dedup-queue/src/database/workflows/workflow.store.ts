@@ -316,9 +316,9 @@ export class WorkflowStore {
   }
 
   /**
-   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the
-   * attached claim with the first queue's): the retries (and their forgotten steps), the parks, the workflows that end
-   * (`endOutcomesOnCitus`, their freed keys handed over), the claim, and the wake-up from the coordinator.
+   * On Citus, `recordOutcomes` as router statements, one transaction per queue (the attached claim with the first
+   * queue's): the retries (and their forgotten steps), the parks, the workflows that end (`endOutcomesOnCitus`, their
+   * freed keys handed over), the claim, and the wake-up from the coordinator.
    */
   private async recordOutcomesByQueue(
     executorId: string,
