@@ -1,6 +1,6 @@
 import { isConnectionFailure, isDeadlock } from '../database/connection/sql-errors';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import type { InsertResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
+import type { EarlyRefusals, InsertResult, WorkflowInserter } from '../database/workflows/workflow-inserter';
 
 /**
  * Statements in flight at once: one being answered while the next gathers the calls that arrive meanwhile. Under
@@ -64,18 +64,35 @@ export class EnqueueBatcher {
     return batch;
   }
 
+  /**
+   * Sends the batch. Once its statement has run, before its commit, the refusals whose holder committed before it are
+   * answered: they need not wait for the flush of the rows the batch inserted. (Its place in flight is kept until the
+   * commit: freed at once, it sent more statements of fewer calls, and W1 lost a fifth.) When the statement fails,
+   * only the calls not yet answered are sent again or failed.
+   */
   private async send(batch: PendingInsert[]): Promise<void> {
+    let unanswered = batch;
     for (let attempt = 1; ; attempt++) {
+      let answered: EarlyRefusals = new Map();
       try {
         // NOTE: a lone call goes through the multi-row statement too: a duplicate comes back with its holder's ID
         // in the same round trip instead of as a unique violation followed by a look-up.
-        const results = await this.inserter.insertMany(batch.map((pending) => pending.workflow));
-        batch.forEach((pending, index) => pending.settle(results[index]));
+        const sending = unanswered;
+        const results = await this.inserter.insertMany(
+          sending.map((pending) => pending.workflow),
+          (refused) => {
+            answered = refused;
+            refused.forEach((result, at) => sending[at].settle(result));
+          },
+        );
+        sending.forEach((pending, index) => pending.settle(results[index]));
         return;
       } catch (error) {
+        unanswered = unanswered.filter((_, index) => !answered.has(index));
+        if (unanswered.length === 0) return;
         if (isDeadlock(error) && attempt < MAX_DEADLOCK_RETRIES) continue;
-        if (batch.length > 1 && !isConnectionFailure(error)) return this.sendOneByOne(batch);
-        batch.forEach((pending) => pending.fail(error));
+        if (unanswered.length > 1 && !isConnectionFailure(error)) return this.sendOneByOne(unanswered);
+        unanswered.forEach((pending) => pending.fail(error));
         return;
       }
     }

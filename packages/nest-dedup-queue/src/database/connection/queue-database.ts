@@ -13,6 +13,7 @@ import { DatabaseEndpoint, EndpointSettings, describeEndpoint } from '../../util
 import { describeError } from '../../utils/describe-error';
 import { driverErrorOf, ErrorPhase, isConnectionFailure, isServerError } from './sql-errors';
 import { ModuleLogger } from '../../utils/module-logger';
+import { RowsBeforeCommitQuery } from './rows-before-commit.query';
 
 /**
  * What the module uses of a `pg` client (`PoolClient` or `Client`). NOTE: declared here rather than imported from
@@ -23,6 +24,8 @@ export interface PgConnection {
     statement: string | { text: string; values?: unknown[]; name?: string; types?: PgTypeParsers },
     values?: unknown[],
   ): Promise<{ rows: R[] }>;
+  /** A statement that reads its own replies (`RowsBeforeCommitQuery`). */
+  query(submittable: { submit: (connection: never) => unknown }): unknown;
   on(event: 'notification', listener: (message: PgNotification) => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
@@ -175,17 +178,58 @@ export class QueueDatabase implements OnApplicationShutdown {
     params: unknown[] = [],
     options: QueryOptions = {},
   ): Promise<T[]> {
-    const name = this.preparedName(sql, options);
+    const statement = statementOf(sql, params, this.preparedName(sql, options), options);
+    return this.runStatement(
+      async (client) => (await client.query(statement)).rows as T[],
+      () => options.idempotent === true,
+    );
+  }
+
+  /**
+   * Runs one statement as `query` does and hands its rows to `beforeCommit` as soon as the server has sent them,
+   * before the statement's commit (and the flush that makes it durable) is done; the promise still settles after the
+   * commit. NOTE: once `beforeCommit` has had the rows, a connection that breaks is not sent the statement again
+   * (what was handed over would be decided twice).
+   */
+  async queryWithRowsBeforeCommit<T = Record<string, unknown>>(
+    sql: string,
+    params: unknown[],
+    options: QueryOptions,
+    beforeCommit: (rows: T[]) => void,
+  ): Promise<T[]> {
+    const statement = statementOf(sql, params, this.preparedName(sql, options), options);
+    let handedOver = false;
+    const handOver = (rows: T[]) => {
+      handedOver = true;
+      beforeCommit(rows);
+    };
+    return this.runStatement(
+      (client) =>
+        new Promise<T[]>((resolve, reject) => {
+          client.query(
+            new RowsBeforeCommitQuery<T>(statement, handOver, (error, rows) => (error ? reject(error) : resolve(rows))),
+          );
+        }),
+      () => options.idempotent === true && !handedOver,
+    );
+  }
+
+  /**
+   * Sends a statement (`send`) on a pooled connection: a statement the server refused gives its connection back; a
+   * broken connection is discarded, and the statement sent once more when it never reached the server or
+   * `mayResend()` says so.
+   */
+  private async runStatement<T>(send: (client: PgConnection) => Promise<T>, mayResend: () => boolean): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       let sent = false;
       try {
         const connection = await this.checkOut();
         try {
           sent = true;
-          const rows = (await connection.client.query(statementOf(sql, params, name, options))).rows as T[];
+          const result = await send(connection.client);
           connection.release();
           this.monitor.succeeded();
-          return rows;
+          return result;
         } catch (error) {
           connection.release(keepsConnection(error) ? undefined : (error as Error));
           throw error;
@@ -193,7 +237,7 @@ export class QueueDatabase implements OnApplicationShutdown {
       } catch (error) {
         const phase: ErrorPhase = sent ? 'statement' : 'connect';
         if (!isConnectionFailure(error, phase)) throw this.classify(error, phase);
-        const retry = attempt === 1 && this.monitor.reachable && (!sent || options.idempotent === true);
+        const retry = attempt === 1 && this.monitor.reachable && (!sent || mayResend());
         this.monitor.failed(error);
         if (!retry) throw this.unavailable(error);
         await delay(RETRY_DELAY_MS);

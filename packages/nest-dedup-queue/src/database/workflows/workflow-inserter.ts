@@ -34,6 +34,9 @@ export type InsertResult =
   /** The row this call collided with was not visible yet; try again. */
   | { outcome: 'retry' };
 
+/** Refusals known before their batch commits, by their position in the batch. */
+export type EarlyRefusals = ReadonlyMap<number, InsertResult>;
+
 export interface Holder {
   workflowId: string;
   status: WorkflowStatus;
@@ -170,9 +173,17 @@ export class WorkflowInserter {
    * batch are decided by the index like any other: the first row wins. Workflow IDs must be distinct in a batch.
    * NOTE: rows go in in key order, so that concurrent batches over the same keys take their index locks in the
    * same order instead of deadlocking; a holder whose window expired is left to `findHolder` to clear.
+   * `beforeCommit`, for a batch of several on the module's own connections to one server: called once, as soon as
+   * the statement's rows arrive, before the batch's commit and its flush to disk (which only the batch's inserted
+   * rows need), with the refusals whose holder committed before the batch (true whatever becomes of the batch's
+   * commit) by position. NOTE: it costs the statement a round trip (the commit is asked for once the rows are in), so
+   * a lone call, which has no other call's flush to wait for, does without it.
    */
-  async insertMany(workflows: NewWorkflow[]): Promise<InsertResult[]> {
-    if (!workflows.some((workflow) => workflow.workflowIdGiven)) return this.insertManyWith(this.query, workflows);
+  async insertMany(workflows: NewWorkflow[], beforeCommit?: (refused: EarlyRefusals) => void): Promise<InsertResult[]> {
+    if (!workflows.some((workflow) => workflow.workflowIdGiven)) {
+      const early = workflows.length > 1 && !this.savepoints ? beforeCommit : undefined;
+      return this.insertManyWith(this.query, workflows, early);
+    }
     const insertAndCheck = async (query: Query) =>
       this.takeBackTaken(query, workflows, await this.insertManyWith(query, workflows));
     return this.savepoints ? insertAndCheck(this.query) : this.database.transaction(insertAndCheck);
@@ -258,43 +269,25 @@ export class WorkflowInserter {
     return taken;
   }
 
-  private async insertManyWith(query: Query, workflows: NewWorkflow[]): Promise<InsertResult[]> {
+  private async insertManyWith(
+    query: Query,
+    workflows: NewWorkflow[],
+    beforeCommit?: (refused: EarlyRefusals) => void,
+  ): Promise<InsertResult[]> {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const given = workflows.some((workflow) => workflow.workflowIdGiven);
     const { lone, loneGenerated, many, manyGenerated } = this.statements;
     const { sql, params } = workflows.length === 1 ? (given ? lone : loneGenerated) : given ? many : manyGenerated;
-    const rows = await query<
-      {
-        inserted: boolean;
-        existing_queue: string | null;
-        existing_workflow: string | null;
-        holder_id: string | null;
-        deduplication_id: string | null;
-      } & { [column in keyof HolderReportRow as `holder_${column}`]: HolderReportRow[column] | null }
-    >(sql, params.values({ workflows, channel: this.database.wakeUpChannel }));
-    return rows.map((row): InsertResult => {
-      if (row.inserted) return { outcome: 'inserted' };
-      if (row.existing_queue !== null) {
-        return {
-          outcome: 'duplicate-workflow-id',
-          existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string },
-        };
-      }
-      if (row.deduplication_id === null) return { outcome: 'retry' };
-      if (row.holder_id === null || row.holder_status === null) return { outcome: 'deduplicated' };
-      return {
-        outcome: 'deduplicated',
-        holderId: row.holder_id,
-        holder: holderReportOf({
-          status: row.holder_status,
-          not_before: row.holder_not_before,
-          dedup_expires_at: row.holder_dedup_expires_at,
-          workflow_name: row.holder_workflow_name as string,
-          workflow_version: row.holder_workflow_version as number,
-          waiting: row.holder_waiting === true,
-        }),
-      };
-    });
+    const values = params.values({ workflows, channel: this.database.wakeUpChannel });
+    const rows = beforeCommit
+      ? await this.database.queryWithRowsBeforeCommit<InsertedRow>(
+          sql,
+          values,
+          { prepared: true, idempotent: true },
+          (sentRows) => beforeCommit(refusedBeforeTheBatch(workflows, sentRows.map(insertResultOf))),
+        )
+      : await query<InsertedRow>(sql, values);
+    return rows.map(insertResultOf);
   }
 
   /**
@@ -810,4 +803,52 @@ function citusReplacedStartSql(workflow: NewWorkflow): string {
             start_deadline = coalesce(start_deadline, $7::timestamptz)`;
   }
   return 'not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before END';
+}
+
+/** A row of the batch insert: what became of one workflow of the batch, in the batch's order. */
+type InsertedRow = {
+  inserted: boolean;
+  existing_queue: string | null;
+  existing_workflow: string | null;
+  holder_id: string | null;
+  deduplication_id: string | null;
+} & { [column in keyof HolderReportRow as `holder_${column}`]: HolderReportRow[column] | null };
+
+function insertResultOf(row: InsertedRow): InsertResult {
+  if (row.inserted) return { outcome: 'inserted' };
+  if (row.existing_queue !== null) {
+    return {
+      outcome: 'duplicate-workflow-id',
+      existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string },
+    };
+  }
+  if (row.deduplication_id === null) return { outcome: 'retry' };
+  if (row.holder_id === null || row.holder_status === null) return { outcome: 'deduplicated' };
+  return {
+    outcome: 'deduplicated',
+    holderId: row.holder_id,
+    holder: holderReportOf({
+      status: row.holder_status,
+      not_before: row.holder_not_before,
+      dedup_expires_at: row.holder_dedup_expires_at,
+      workflow_name: row.holder_workflow_name as string,
+      workflow_version: row.holder_workflow_version as number,
+      waiting: row.holder_waiting === true,
+    }),
+  };
+}
+
+/**
+ * The refusals of `results` whose holder committed before the batch: a holder of the batch itself is only there once
+ * the batch commits.
+ */
+function refusedBeforeTheBatch(workflows: NewWorkflow[], results: InsertResult[]): EarlyRefusals {
+  const batchIds = new Set(workflows.map((workflow) => workflow.workflowId));
+  const refused = new Map<number, InsertResult>();
+  results.forEach((result, at) => {
+    if (result.outcome === 'deduplicated' && result.holderId !== undefined && !batchIds.has(result.holderId)) {
+      refused.set(at, result);
+    }
+  });
+  return refused;
 }
