@@ -1,0 +1,152 @@
+/*
+ * node -r ./test/support/swc-register.js bench/lone-enqueue-profile.ts: where a lone enqueue call's time goes, next
+ * to raw SQL's single-row insert (W3's `callP50`). A throwaway PostgreSQL of its own (Debian binaries, fsync and
+ * synchronous_commit on, pg_stat_statements with planning tracked); the module on a schema of its own with no
+ * worker, and raw SQL's W3 statement (bench/systems/raw-sql.js: `INSERT … ON CONFLICT DO NOTHING` with its
+ * `pg_notify`) on a `jobs` table of the same shape as the bench's. LEP_BLOCKS blocks (default 6) of LEP_CALLS
+ * (default 500) calls each, one call at a time with LEP_GAP_MS (default 5, W3's 200/s) between calls, the two
+ * systems alternating block by block (LEP_SYSTEMS, e.g. `raw SQL`, runs only the ones named: for a CPU profile of one,
+ * `node --cpu-prof …`). Prints for each: the call's p50 and p90 (client wall clock), the client's CPU per call
+ * (`process.cpuUsage`, the whole process, idle wake-ups included), the server's CPU per call (/proc), the insert
+ * statement's planning (per plan) and execution (per call) from pg_stat_statements, and how often the module's
+ * prepared insert ran on its generic plan. Needs the Debian postgresql-15 package.
+ */
+import { randomUUID } from 'node:crypto';
+import { QueueDatabase } from 'nest-dedup-queue/testing';
+import { Pool } from 'pg';
+import { startPostgresServer } from '../test/support/postgres-server';
+import { procCpuMeter } from './citus/server-processes';
+import { bootModule, median } from './citus/workload';
+
+const count = (name: string, fallback: number) => Number(process.env[name] || fallback);
+const BLOCKS = count('LEP_BLOCKS', 6);
+const CALLS = count('LEP_CALLS', 500);
+const GAP_MS = count('LEP_GAP_MS', 5);
+const CHANNEL = 'lone_enqueue_profile';
+
+const RAW_SQL = `
+  CREATE SCHEMA raw;
+  CREATE TABLE raw.jobs (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    queue text NOT NULL,
+    dedup_key text,
+    active_key text,
+    status text NOT NULL DEFAULT 'queued',
+    payload json NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz
+  );
+  CREATE UNIQUE INDEX jobs_active_key ON raw.jobs (queue, active_key) WHERE active_key IS NOT NULL;
+  CREATE INDEX jobs_ready ON raw.jobs (queue, seq) WHERE status = 'queued'`;
+
+const RAW_INSERT = `WITH inserted AS (
+    INSERT INTO raw.jobs (queue, dedup_key, active_key, payload) VALUES ($1, $2, $2, $3)
+    ON CONFLICT (queue, active_key) WHERE active_key IS NOT NULL DO NOTHING
+    RETURNING queue
+  )
+  SELECT pg_notify('${CHANNEL}', queue) FROM inserted`;
+
+interface Sampled {
+  walls: number[];
+  clientCpuUs: number;
+  serverCpuS: number;
+  calls: number;
+}
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function main(): Promise<void> {
+  const server = await startPostgresServer({
+    binaries: 'debian',
+    settings: {
+      fsync: 'on',
+      full_page_writes: 'on',
+      shared_preload_libraries: "'pg_stat_statements'",
+      'pg_stat_statements.track_planning': 'on',
+    },
+  });
+  const module = await bootModule({ url: server.url, distribution: 'single' }, 'lone', false, [{ name: 'lone' }]);
+  const pool = new Pool({ connectionString: server.url, max: 16 });
+  try {
+    await server.query('CREATE EXTENSION pg_stat_statements');
+    await server.query(RAW_SQL);
+    const meter = procCpuMeter([server.dataDir]);
+    const systems: Record<string, { call: (key: string) => Promise<unknown>; sampled: Sampled }> = {
+      'nest-dedup-queue': {
+        call: (key) => module.queues.enqueue('lone', module.tasks.run, [], { deduplicationId: key }),
+        sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
+      },
+      'raw SQL': {
+        call: (key) =>
+          pool.query({ name: 'raw-insert', text: RAW_INSERT, values: ['lone', key, JSON.stringify({ key })] }),
+        sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
+      },
+    };
+    const only = process.env.LEP_SYSTEMS?.split(',');
+    for (const name of Object.keys(systems)) if (only && !only.includes(name)) delete systems[name];
+    for (const { call } of Object.values(systems)) for (let i = 0; i < 200; i++) await call(randomUUID());
+    await server.query('SELECT pg_stat_statements_reset()');
+    for (let block = 0; block < BLOCKS; block++) {
+      for (const { call, sampled } of Object.values(systems)) {
+        const stopServer = meter();
+        const cpu = process.cpuUsage();
+        for (let i = 0; i < CALLS; i++) {
+          const started = process.hrtime.bigint();
+          await call(randomUUID());
+          sampled.walls.push(Number(process.hrtime.bigint() - started) / 1e6);
+          await pause(GAP_MS);
+        }
+        const used = process.cpuUsage(cpu);
+        sampled.clientCpuUs += used.user + used.system;
+        sampled.serverCpuS += stopServer()[0];
+        sampled.calls += CALLS;
+      }
+    }
+    const prepared = only?.includes('raw SQL')
+      ? []
+      : await module.app
+          .get(QueueDatabase)
+          .query<{ generic_plans: string; custom_plans: string }>(
+            'SELECT generic_plans::text, custom_plans::text FROM pg_prepared_statements',
+          );
+    const statements = await server.query<{ query: string; calls: string; plan: number; exec: number; plans: string }>(
+      `SELECT query, calls::text, plans::text, mean_plan_time AS plan, mean_exec_time AS exec FROM pg_stat_statements
+       WHERE query ILIKE 'WITH%' OR query ILIKE 'INSERT%' ORDER BY calls DESC LIMIT 4`,
+    );
+    const quantile = (values: number[], q: number) => [...values].sort((a, b) => a - b)[Math.floor(values.length * q)];
+    process.stdout.write(
+      `| ${BLOCKS} blocks of ${CALLS} lone calls, ${GAP_MS} ms apart | call p50 ms | p90 ms | client CPU µs per call | server CPU µs per call |\n|---|---:|---:|---:|---:|\n`,
+    );
+    for (const [name, { sampled }] of Object.entries(systems)) {
+      process.stdout.write(
+        `| ${name} | ${median(sampled.walls).toFixed(3)} | ${quantile(sampled.walls, 0.9).toFixed(3)} | ${Math.round(
+          sampled.clientCpuUs / sampled.calls,
+        )} | ${Math.round((sampled.serverCpuS * 1e6) / sampled.calls)} |\n`,
+      );
+    }
+    for (const row of prepared) {
+      process.stdout.write(
+        `\nThe module's prepared insert on the connection of the last call: ${row.generic_plans} executions of the generic plan, ${row.custom_plans} custom plans\n`,
+      );
+    }
+    process.stdout.write(
+      '\nThe insert statements (pg_stat_statements: planning ms per plan, execution ms per call):\n',
+    );
+    for (const row of statements) {
+      const text = row.query.replace(/\s+/g, ' ').slice(0, 110);
+      process.stdout.write(
+        `  ${row.calls} calls, ${row.plans} plans, plan ${row.plan.toFixed(3)}, exec ${row.exec.toFixed(3)}: ${text}\n`,
+      );
+    }
+  } finally {
+    await pool.end();
+    await module.app.close();
+    await server.dispose();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
