@@ -2,8 +2,8 @@
  * node -r ./test/support/swc-register.js bench/lone-enqueue-profile.ts: where a lone enqueue call's time goes, next
  * to raw SQL's single-row insert (W3's `callP50`). A throwaway PostgreSQL of its own (Debian binaries, fsync and
  * synchronous_commit on, pg_stat_statements with planning tracked); the module on a schema of its own with no
- * worker, and raw SQL's W3 statement (bench/systems/raw-sql.js: `INSERT … ON CONFLICT DO NOTHING` with its
- * `pg_notify`) on a `jobs` table of the same shape as the bench's. LEP_BLOCKS blocks (default 6) of LEP_CALLS
+ * worker, and raw SQL's W3 producer (bench/systems/raw-sql.js: `INSERT … ON CONFLICT DO NOTHING` with its
+ * `pg_notify`) on its own `jobs` table. LEP_BLOCKS blocks (default 6) of LEP_CALLS
  * (default 500) calls each, one call at a time with LEP_GAP_MS (default 5, W3's 200/s) between calls, the two
  * systems alternating block by block (LEP_SYSTEMS, e.g. `raw SQL`, runs only the ones named: for a CPU profile of one,
  * `node --cpu-prof …`). Prints for each: the call's p50 and p90 (client wall clock), the client's CPU per call
@@ -13,7 +13,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { QueueDatabase } from 'nest-dedup-queue/testing';
-import { Pool } from 'pg';
 import { startPostgresServer } from '../test/support/postgres-server';
 import { procCpuMeter } from './citus/server-processes';
 import { bootModule, median } from './citus/workload';
@@ -22,30 +21,18 @@ const count = (name: string, fallback: number) => Number(process.env[name] || fa
 const BLOCKS = count('LEP_BLOCKS', 6);
 const CALLS = count('LEP_CALLS', 500);
 const GAP_MS = count('LEP_GAP_MS', 5);
-const CHANNEL = 'lone_enqueue_profile';
 
-const RAW_SQL = `
-  CREATE SCHEMA raw;
-  CREATE TABLE raw.jobs (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    seq bigint GENERATED ALWAYS AS IDENTITY,
-    queue text NOT NULL,
-    dedup_key text,
-    active_key text,
-    status text NOT NULL DEFAULT 'queued',
-    payload json NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz
-  );
-  CREATE UNIQUE INDEX jobs_active_key ON raw.jobs (queue, active_key) WHERE active_key IS NOT NULL;
-  CREATE INDEX jobs_ready ON raw.jobs (queue, seq) WHERE status = 'queued'`;
+/** What this uses of bench/systems/raw-sql.js: its tables, and its W3 producer (the insert with its `pg_notify`). */
+interface RawSqlSystem {
+  install(ctx: { databaseUrl: string }): Promise<void>;
+  producer(
+    ctx: { databaseUrl: string; queueName: string },
+    options: { mode: 'latency' },
+  ): Promise<{ enqueue(key: string, payload: string): Promise<boolean>; close(): Promise<void> }>;
+}
 
-const RAW_INSERT = `WITH inserted AS (
-    INSERT INTO raw.jobs (queue, dedup_key, active_key, payload) VALUES ($1, $2, $2, $3)
-    ON CONFLICT (queue, active_key) WHERE active_key IS NOT NULL DO NOTHING
-    RETURNING queue
-  )
-  SELECT pg_notify('${CHANNEL}', queue) FROM inserted`;
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- a CommonJS system of the bench, without types
+const rawSql = require('./systems/raw-sql.js') as RawSqlSystem;
 
 interface Sampled {
   walls: number[];
@@ -67,10 +54,11 @@ async function main(): Promise<void> {
     },
   });
   const module = await bootModule({ url: server.url, distribution: 'single' }, 'lone', false, [{ name: 'lone' }]);
-  const pool = new Pool({ connectionString: server.url, max: 16 });
+  const rawContext = { databaseUrl: server.url, queueName: 'lone' };
+  await rawSql.install(rawContext);
+  const raw = await rawSql.producer(rawContext, { mode: 'latency' });
   try {
     await server.query('CREATE EXTENSION pg_stat_statements');
-    await server.query(RAW_SQL);
     const meter = procCpuMeter([server.dataDir]);
     const systems: Record<string, { call: (key: string) => Promise<unknown>; sampled: Sampled }> = {
       'nest-dedup-queue': {
@@ -78,8 +66,7 @@ async function main(): Promise<void> {
         sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
       },
       'raw SQL': {
-        call: (key) =>
-          pool.query({ name: 'raw-insert', text: RAW_INSERT, values: ['lone', key, JSON.stringify({ key })] }),
+        call: (key) => raw.enqueue(key, JSON.stringify({ key })),
         sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
       },
     };
@@ -140,7 +127,7 @@ async function main(): Promise<void> {
       );
     }
   } finally {
-    await pool.end();
+    await raw.close();
     await module.app.close();
     await server.dispose();
   }
