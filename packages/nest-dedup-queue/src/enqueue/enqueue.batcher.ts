@@ -75,8 +75,8 @@ export class EnqueueBatcher {
     for (let attempt = 1; ; attempt++) {
       let answered: EarlyRefusals = new Map();
       try {
-        // NOTE: a lone call goes through the multi-row statement too: a duplicate comes back with its holder's ID
-        // in the same round trip instead of as a unique violation followed by a look-up.
+        // NOTE: a lone call goes through `insertMany` too: a duplicate comes back with its holder's ID in the same
+        // round trip instead of as a unique violation followed by a look-up.
         const sending = unanswered;
         const results = await this.inserter.insertMany(
           sending.map((pending) => pending.workflow),

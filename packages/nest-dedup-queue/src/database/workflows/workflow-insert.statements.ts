@@ -39,10 +39,11 @@ export interface InsertStatements {
   /** `many` for a batch whose workflow IDs are all generated (new by construction): no look-up by ID. */
   manyGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   /**
-   * `many` and `manyGenerated` for a batch of one row (a lone enqueue call): the same statement and results, its
-   * inputs as scalar parameters instead of one array each, so neither side builds or parses an array.
+   * `many` for a batch of one row (a lone enqueue call): the same statement and results, its inputs as scalar
+   * parameters instead of one array each, so neither side builds or parses an array.
    */
   lone: Statement<{ workflows: NewWorkflow[]; channel: string }>;
+  /** `manyGenerated` for a lone call, in a cheaper form with results of its own (see `insertLoneGeneratedStatement`). */
   loneGenerated: Statement<{ workflows: NewWorkflow[]; channel: string }>;
   /** On Citus, in place of `many`: `rows` (1 to `MAX_ROWS_PER_ROUTER_INSERT`) rows of one queue, a router insert. */
   rowsOfOneQueue(rows: number): Statement<NewWorkflow[]>;
@@ -72,7 +73,7 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
     many: insertManyStatement(tables, true, batchInputs()),
     manyGenerated: insertManyStatement(tables, false, batchInputs()),
     lone: insertManyStatement(tables, true, loneInputs()),
-    loneGenerated: insertManyStatement(tables, false, loneInputs()),
+    loneGenerated: insertLoneGeneratedStatement(tables),
     rowsOfOneQueue(rows) {
       let statement = byRows.get(rows);
       if (!statement) byRows.set(rows, (statement = rowsOfOneQueueStatement(tables, rows)));
@@ -286,6 +287,37 @@ function insertManyStatement(
      LEFT JOIN inserted AS in_batch ON ins.workflow_id IS NULL AND in_batch.queue_name = i.queue_name
        AND in_batch.active_deduplication_id = i.deduplication_id
      ORDER BY i.ord`;
+  return { sql, params };
+}
+
+/**
+ * One new row whose workflow ID was generated (a lone enqueue call's), as an `INSERT … VALUES` with its wake-up, and
+ * its key's holder read only when the row was not inserted: a branch that an inserted row's execution skips. It
+ * returns one row when inserted (`inserted` true, the `holder_*` columns null); one row with the holder and its
+ * report (`HOLDER_REPORT_COLUMNS_SQL` as `holder_*`) when refused by a holder its snapshot sees; no row when refused
+ * by a holder it cannot see (one that committed after its snapshot, or whose window is over), which the caller looks
+ * up afresh (`findHolder`). NOTE: `manyGenerated`'s shape for one row, its inputs, joins and counts, cost the server
+ * 130 µs more per call on its generic plan (docs/performance.md, "The lone call's p50").
+ */
+function insertLoneGeneratedStatement(tables: WorkflowTables): InsertStatements['loneGenerated'] {
+  const params = new SqlParameters<{ workflows: NewWorkflow[]; channel: string }>();
+  const input = parameterOf(params, (context) => context.workflows[0]);
+  const columns = newWorkflowColumns(input);
+  const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
+  const noHolder = HOLDER_REPORT_COLUMNS.map((column) => `NULL AS holder_${column}`).join(', ');
+  const sql = `WITH inserted AS (
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
+       VALUES (${Object.values(columns).join(', ')})
+       ON CONFLICT DO NOTHING
+       RETURNING queue_name
+     ),
+     woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM inserted)
+     SELECT true AS inserted, NULL AS holder_id, ${noHolder} FROM woken
+     UNION ALL
+     SELECT false, workflow_id, ${HOLDER_REPORT_COLUMNS.map((column) => `${column} AS holder_${column}`).join(', ')}
+     FROM (SELECT workflow_id, ${HOLDER_REPORT_COLUMNS_SQL} FROM ${tables.active}
+           WHERE NOT EXISTS (SELECT FROM inserted) AND queue_name = ${input('queue_name')}
+             AND active_deduplication_id = ${input('deduplication_id')} AND ${windowOpenSql()}) AS holder`;
   return { sql, params };
 }
 

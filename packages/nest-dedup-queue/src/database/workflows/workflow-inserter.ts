@@ -277,7 +277,12 @@ export class WorkflowInserter {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const given = workflows.some((workflow) => workflow.workflowIdGiven);
     const { lone, loneGenerated, many, manyGenerated } = this.statements;
-    const { sql, params } = workflows.length === 1 ? (given ? lone : loneGenerated) : given ? many : manyGenerated;
+    if (workflows.length === 1 && !given) {
+      const values = loneGenerated.params.values({ workflows, channel: this.database.wakeUpChannel });
+      const [row] = await query<LoneInsertedRow>(loneGenerated.sql, values);
+      return [loneResultOf(row, workflows[0])];
+    }
+    const { sql, params } = workflows.length === 1 ? lone : given ? many : manyGenerated;
     const values = params.values({ workflows, channel: this.database.wakeUpChannel });
     const rows = beforeCommit
       ? await this.database.queryWithRowsBeforeCommit<InsertedRow>(
@@ -836,6 +841,16 @@ function insertResultOf(row: InsertedRow): InsertResult {
       waiting: row.holder_waiting === true,
     }),
   };
+}
+
+/** What `loneGenerated` returns: an inserted row, or a refused one with its holder. */
+type LoneInsertedRow = Omit<InsertedRow, 'existing_queue' | 'existing_workflow' | 'deduplication_id'>;
+
+/** A lone generated row's result: its statement's row, or, with none, a refusal by a holder it could not see. */
+function loneResultOf(row: LoneInsertedRow | undefined, workflow: NewWorkflow): InsertResult {
+  if (!row) return workflow.deduplicationId === null ? { outcome: 'retry' } : { outcome: 'deduplicated' };
+  const { deduplicationId } = workflow;
+  return insertResultOf({ ...row, existing_queue: null, existing_workflow: null, deduplication_id: deduplicationId });
 }
 
 /**
