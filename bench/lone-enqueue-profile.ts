@@ -9,9 +9,11 @@
  * `node --cpu-prof …`). Prints for each: the call's p50 and p90 (client wall clock), the client's CPU per call
  * (`process.cpuUsage`, the whole process, idle wake-ups included), the server's CPU per call (/proc), the insert
  * statement's planning (per plan) and execution (per call) from pg_stat_statements, and how often the module's
- * prepared insert ran on its generic plan. Needs the Debian postgresql-15 package.
+ * prepared insert ran on its generic plan. With LEP_SPLIT=1, also where each call's time goes: before `pg`'s
+ * `Client.query`, from it to its result, and after (p50s in µs). Needs the Debian postgresql-15 package.
  */
 import { randomUUID } from 'node:crypto';
+import type { Client } from 'pg';
 import { QueueDatabase } from 'nest-dedup-queue/testing';
 import { startPostgresServer } from '../test/support/postgres-server';
 import { procCpuMeter } from './citus/server-processes';
@@ -36,12 +38,61 @@ const rawSql = require('./systems/raw-sql.js') as RawSqlSystem;
 
 interface Sampled {
   walls: number[];
+  splits: [number, number, number][];
   clientCpuUs: number;
   serverCpuS: number;
   calls: number;
 }
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The instants of one call: when `pg`'s `Client.query` was first called, and when its result came back. */
+interface CallInstants {
+  sent?: bigint;
+  answered?: bigint;
+}
+
+let currentCall: CallInstants | undefined;
+
+/**
+ * Wraps `Client.query` (promise and callback forms) of each copy of `pg` (the library's, and the bench's own, which raw
+ * SQL uses) to note the instants of the call in progress.
+ */
+function timeClientQueries(): void {
+  const copies = new Set(
+    [require.resolve('pg'), require.resolve('pg', { paths: [require.resolve('nest-dedup-queue')] })].map(
+      // eslint-disable-next-line @typescript-eslint/no-require-imports -- each copy of pg, found at run time
+      (path) => (require(path) as { Client: typeof Client }).Client,
+    ),
+  );
+  copies.forEach(timeQueriesOf);
+}
+
+function timeQueriesOf(clientClass: typeof Client): void {
+  const original = clientClass.prototype.query as (...args: unknown[]) => unknown;
+  const answered = (call: CallInstants | undefined) => {
+    if (call && call.answered === undefined) call.answered = process.hrtime.bigint();
+  };
+  (clientClass.prototype as { query: unknown }).query = function (this: Client, ...args: unknown[]) {
+    const call = currentCall;
+    if (call && call.sent === undefined) call.sent = process.hrtime.bigint();
+    const callback = args[args.length - 1];
+    if (typeof callback === 'function') {
+      args[args.length - 1] = (...result: unknown[]) => {
+        answered(call);
+        return (callback as (...result: unknown[]) => unknown)(...result);
+      };
+      return original.apply(this, args);
+    }
+    const result = original.apply(this, args);
+    return result instanceof Promise
+      ? result.then((value: unknown) => {
+          answered(call);
+          return value;
+        })
+      : result;
+  };
+}
 
 async function main(): Promise<void> {
   const server = await startPostgresServer({
@@ -63,13 +114,14 @@ async function main(): Promise<void> {
     const systems: Record<string, { call: (key: string) => Promise<unknown>; sampled: Sampled }> = {
       'nest-dedup-queue': {
         call: (key) => module.queues.enqueue('lone', module.tasks.run, [], { deduplicationId: key }),
-        sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
+        sampled: { walls: [], splits: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
       },
       'raw SQL': {
         call: (key) => raw.enqueue(key, JSON.stringify({ key })),
-        sampled: { walls: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
+        sampled: { walls: [], splits: [], clientCpuUs: 0, serverCpuS: 0, calls: 0 },
       },
     };
+    if (process.env.LEP_SPLIT === '1') timeClientQueries();
     const only = process.env.LEP_SYSTEMS?.split(',');
     for (const name of Object.keys(systems)) if (only && !only.includes(name)) delete systems[name];
     for (const { call } of Object.values(systems)) for (let i = 0; i < 200; i++) await call(randomUUID());
@@ -79,9 +131,21 @@ async function main(): Promise<void> {
         const stopServer = meter();
         const cpu = process.cpuUsage();
         for (let i = 0; i < CALLS; i++) {
+          const instants: CallInstants = {};
+          currentCall = instants;
           const started = process.hrtime.bigint();
           await call(randomUUID());
-          sampled.walls.push(Number(process.hrtime.bigint() - started) / 1e6);
+          const ended = process.hrtime.bigint();
+          currentCall = undefined;
+          sampled.walls.push(Number(ended - started) / 1e6);
+          if (instants.sent !== undefined && instants.answered !== undefined) {
+            const { sent, answered } = instants;
+            sampled.splits.push([
+              Number(sent - started) / 1e3,
+              Number(answered - sent) / 1e3,
+              Number(ended - answered) / 1e3,
+            ]);
+          }
           await pause(GAP_MS);
         }
         const used = process.cpuUsage(cpu);
@@ -111,6 +175,15 @@ async function main(): Promise<void> {
           sampled.clientCpuUs / sampled.calls,
         )} | ${Math.round((sampled.serverCpuS * 1e6) / sampled.calls)} |\n`,
       );
+    }
+    if (process.env.LEP_SPLIT === '1') {
+      process.stdout.write(
+        '\n| where the call goes, p50 µs | before `Client.query` | `Client.query` to its result | after |\n|---|---:|---:|---:|\n',
+      );
+      for (const [name, { sampled }] of Object.entries(systems)) {
+        const part = (at: number) => Math.round(median(sampled.splits.map((split) => split[at])));
+        process.stdout.write(`| ${name} | ${part(0)} | ${part(1)} | ${part(2)} |\n`);
+      }
     }
     for (const row of prepared) {
       process.stdout.write(
