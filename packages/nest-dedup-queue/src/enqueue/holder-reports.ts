@@ -1,4 +1,5 @@
-import type { HolderReport, WorkflowInserter } from '../database/workflows/workflow-inserter';
+import type { HolderReport } from '../database/workflows/insert-results';
+import type { WorkflowInserter } from '../database/workflows/workflow-inserter';
 
 /** Reads in flight at once: one being answered while the next gathers the refusals that arrive meanwhile. */
 const MAX_IN_FLIGHT = 2;

@@ -1,5 +1,5 @@
 import type { HeldRun, NotOwnedWorkflow } from '../database/executors/executor.store';
-import { type InterruptPayload, parseInterruptPayload } from '../database/workflows/workflow.store';
+import { type InterruptPayload, parseInterruptPayload } from '../database/workflows/interrupt-payload';
 import { backoffDelayMs } from '../utils/backoff';
 
 /** What `CancelHints` asks of the scheduler. */

@@ -3,7 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { QueueSettings } from '../queue-settings';
 import { ExecutorStore, type HeldRun } from '../database/executors/executor.store';
 import { QueueDatabase } from '../database/connection/queue-database';
-import type { InterruptPayload } from '../database/workflows/workflow.store';
+import type { InterruptPayload } from '../database/workflows/interrupt-payload';
 import type { InterruptReason } from '../errors/workflow-interrupted.error';
 import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';

@@ -4,7 +4,8 @@ import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from '
 import { NOTIFY_SQL } from '../connection/wake-ups.sql';
 import { usedParameters } from '../connection/sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
-import { RESUMED_COLUMNS, WorkflowStore, interruptPayload } from './workflow.store';
+import { interruptPayload } from './interrupt-payload';
+import { RESUMED_COLUMNS, WorkflowStore } from './workflow.store';
 import {
   ACTIVE_STATUSES_SQL,
   ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,

@@ -12,104 +12,33 @@ import {
   supersedeEndSpec,
 } from './workflow-insert.statements';
 import { isUniqueViolationOn } from '../connection/sql-errors';
-import { interruptPayload } from './workflow.store';
+import { interruptPayload } from './interrupt-payload';
 import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
 import type { NewWorkflow } from './new-workflow';
+import {
+  type EarlyRefusals,
+  type Holder,
+  type HolderReport,
+  type HolderReportRow,
+  type InsertResult,
+  type InsertedRow,
+  type LoneInsertedRow,
+  type SendResult,
+  type SupersedeResult,
+  type SupersededWorkflow,
+  holderReportOf,
+  holderStateOf,
+  insertResultOf,
+  loneResultOf,
+  refusedBeforeTheBatch,
+} from './insert-results';
 import { ACTIVE_STATUSES_SQL, ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { ACTIVE_WORKFLOW_STATUSES, FINISHED_WORKFLOW_STATUSES } from '../../interfaces/workflow-status.interface';
+import { ACTIVE_WORKFLOW_STATUSES } from '../../interfaces/workflow-status.interface';
 import type { DeduplicationHolderState } from '../../errors/queue-deduplicated.error';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { ACTIVE_DEDUPLICATION_INDEX, WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { countAndWakeSql } from '../messages/message.store';
 import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
-
-export type InsertResult =
-  | { outcome: 'inserted' }
-  | { outcome: 'duplicate-workflow-id'; existing: { queueName: string; workflowName: string } }
-  /**
-   * The deduplication ID is held; `holderId` when the statement could already see the holder, with what a refusal
-   * reports about it (`holder`) when the statement read that too (a batch's insert; not a caller's transaction's).
-   */
-  | { outcome: 'deduplicated'; holderId?: string; holder?: HolderReport }
-  /** The row this call collided with was not visible yet; try again. */
-  | { outcome: 'retry' };
-
-/** Refusals known before their batch commits, by their position in the batch. */
-export type EarlyRefusals = ReadonlyMap<number, InsertResult>;
-
-export interface Holder {
-  workflowId: string;
-  status: WorkflowStatus;
-  /** Whether it has run before (it may be ENQUEUED again, waiting for a retry or after a recovery). */
-  started: boolean;
-  /** Whether its stored arguments equal the ones asked about (as JSON), when `findHolder` was given some. */
-  sameArgs?: boolean;
-}
-
-/** A workflow that `supersede` ended: the key's holder (`heldKey`) or its waiting follow-up. */
-export interface SupersededWorkflow {
-  workflowId: string;
-  workflowName: string;
-  /** Its claim count: the run that the cancel ended. */
-  attempt: number;
-  heldKey: boolean;
-}
-
-export type SupersedeResult =
-  /** The new workflow holds the key; `ended` were cancelled in the same transaction (none when the key was free). */
-  | { outcome: 'inserted'; ended: SupersededWorkflow[] }
-  /** A finished workflow holds the key within its deduplication window: nothing was written. */
-  | { outcome: 'window-held'; holderId: string }
-  /** `requireSameArgs`, and the holder's arguments differ: nothing was written. */
-  | { outcome: 'mismatch'; holderId: string }
-  /** The caller's workflow ID names a workflow already: nothing was written. */
-  | { outcome: 'workflow-id-taken' }
-  /** The key was taken meanwhile (it was free when looked at); nothing was written: try again. */
-  | { outcome: 'retry' };
-
-export type SendResult =
-  /** The holder (queued, running or waiting) got the arguments as a message; `woken` if it waited for one. */
-  | { outcome: 'sent'; holderId: string }
-  /** A finished workflow holds the key within its deduplication window: nothing was written. */
-  | { outcome: 'window-held'; holderId: string }
-  /** `requireSameArgs`, and the holder's arguments differ: nothing was written. */
-  | { outcome: 'mismatch'; holderId: string }
-  /** Nobody holds the key (any more): nothing was written; insert again. */
-  | { outcome: 'free' };
-
-/** A refused duplicate's holder, as `holderReports` reads it. */
-export interface HolderReport {
-  state: DeduplicationHolderState;
-  /** Its name and version when it waits to be claimed (queued, delayed or waiting); undefined when it runs or ended. */
-  waitingRun?: { name: string; version: number };
-}
-
-/** A holder's row as a refused duplicate reports it: its status, a delayed one's start, a finished one's window end. */
-function holderStateOf(row: { status: WorkflowStatus; not_before: unknown; dedup_expires_at: unknown }) {
-  const finished = FINISHED_WORKFLOW_STATUSES.includes(row.status);
-  return {
-    status: row.status,
-    ...(row.status === 'DELAYED' && row.not_before instanceof Date ? { startsAt: row.not_before } : {}),
-    ...(finished && row.dedup_expires_at instanceof Date ? { windowEndsAt: row.dedup_expires_at } : {}),
-  } satisfies DeduplicationHolderState;
-}
-
-/** The columns of `HOLDER_REPORT_COLUMNS_SQL`, as read. */
-interface HolderReportRow {
-  status: WorkflowStatus;
-  not_before: unknown;
-  dedup_expires_at: unknown;
-  workflow_name: string;
-  workflow_version: number;
-  waiting: boolean;
-}
-
-function holderReportOf(row: HolderReportRow): HolderReport {
-  return {
-    state: holderStateOf(row),
-    waitingRun: row.waiting ? { name: row.workflow_name, version: row.workflow_version } : undefined,
-  };
-}
 
 type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
@@ -808,62 +737,4 @@ function citusReplacedStartSql(workflow: NewWorkflow): string {
             start_deadline = coalesce(start_deadline, $7::timestamptz)`;
   }
   return 'not_before = CASE WHEN $7::timestamptz IS NULL AND $5::float8 IS NULL THEN not_before END';
-}
-
-/** A row of the batch insert: what became of one workflow of the batch, in the batch's order. */
-type InsertedRow = {
-  inserted: boolean;
-  existing_queue: string | null;
-  existing_workflow: string | null;
-  holder_id: string | null;
-  deduplication_id: string | null;
-} & { [column in keyof HolderReportRow as `holder_${column}`]: HolderReportRow[column] | null };
-
-function insertResultOf(row: InsertedRow): InsertResult {
-  if (row.inserted) return { outcome: 'inserted' };
-  if (row.existing_queue !== null) {
-    return {
-      outcome: 'duplicate-workflow-id',
-      existing: { queueName: row.existing_queue, workflowName: row.existing_workflow as string },
-    };
-  }
-  if (row.deduplication_id === null) return { outcome: 'retry' };
-  if (row.holder_id === null || row.holder_status === null) return { outcome: 'deduplicated' };
-  return {
-    outcome: 'deduplicated',
-    holderId: row.holder_id,
-    holder: holderReportOf({
-      status: row.holder_status,
-      not_before: row.holder_not_before,
-      dedup_expires_at: row.holder_dedup_expires_at,
-      workflow_name: row.holder_workflow_name as string,
-      workflow_version: row.holder_workflow_version as number,
-      waiting: row.holder_waiting === true,
-    }),
-  };
-}
-
-/** What `loneGenerated` returns: an inserted row, or a refused one with its holder. */
-type LoneInsertedRow = Omit<InsertedRow, 'existing_queue' | 'existing_workflow' | 'deduplication_id'>;
-
-/** A lone generated row's result: its statement's row, or, with none, a refusal by a holder it could not see. */
-function loneResultOf(row: LoneInsertedRow | undefined, workflow: NewWorkflow): InsertResult {
-  if (!row) return workflow.deduplicationId === null ? { outcome: 'retry' } : { outcome: 'deduplicated' };
-  const { deduplicationId } = workflow;
-  return insertResultOf({ ...row, existing_queue: null, existing_workflow: null, deduplication_id: deduplicationId });
-}
-
-/**
- * The refusals of `results` whose holder committed before the batch: a holder of the batch itself is only there once
- * the batch commits.
- */
-function refusedBeforeTheBatch(workflows: NewWorkflow[], results: InsertResult[]): EarlyRefusals {
-  const batchIds = new Set(workflows.map((workflow) => workflow.workflowId));
-  const refused = new Map<number, InsertResult>();
-  results.forEach((result, at) => {
-    if (result.outcome === 'deduplicated' && result.holderId !== undefined && !batchIds.has(result.holderId)) {
-      refused.set(at, result);
-    }
-  });
-  return refused;
 }
