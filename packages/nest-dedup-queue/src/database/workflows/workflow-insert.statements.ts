@@ -135,6 +135,11 @@ const HOLDER_REPORT_COLUMNS = [
   'waiting',
 ] as const;
 
+/** The holder's report as the `holder_*` columns a refused row returns, each column's value given by `value`. */
+function holderColumnsSql(value: (column: (typeof HOLDER_REPORT_COLUMNS)[number]) => string, separator = ', '): string {
+  return HOLDER_REPORT_COLUMNS.map((column) => `${value(column)} AS holder_${column}`).join(separator);
+}
+
 /**
  * On Citus, after `rowsOfOneQueue`: the active rows of queue $1 with an ID of $2 or holding a key of $3, with what a
  * refused duplicate reports about its holder (`HOLDER_REPORT_COLUMNS_SQL`).
@@ -265,10 +270,11 @@ function insertManyStatement(
      SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
             existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
             coalesce(in_batch.workflow_id, holder.workflow_id) AS holder_id,
-            ${HOLDER_REPORT_COLUMNS.map(
+            ${holderColumnsSql(
               (column) =>
-                `CASE WHEN in_batch.workflow_id IS NOT NULL THEN in_batch.${column} ELSE holder.${column} END AS holder_${column}`,
-            ).join(',\n            ')},
+                `CASE WHEN in_batch.workflow_id IS NOT NULL THEN in_batch.${column} ELSE holder.${column} END`,
+              ',\n            ',
+            )},
             (SELECT count(*) FROM woken) AS woken
      FROM input AS i
      LEFT JOIN inserted AS ins ON ins.workflow_id = i.workflow_id
@@ -304,7 +310,6 @@ function insertLoneGeneratedStatement(tables: WorkflowTables): InsertStatements[
   const input = parameterOf(params, (context) => context.workflows[0]);
   const columns = newWorkflowColumns(input);
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
-  const noHolder = HOLDER_REPORT_COLUMNS.map((column) => `NULL AS holder_${column}`).join(', ');
   const sql = `WITH inserted AS (
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        VALUES (${Object.values(columns).join(', ')})
@@ -312,9 +317,9 @@ function insertLoneGeneratedStatement(tables: WorkflowTables): InsertStatements[
        RETURNING queue_name
      ),
      woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM inserted)
-     SELECT true AS inserted, NULL AS holder_id, ${noHolder} FROM woken
+     SELECT true AS inserted, NULL AS holder_id, ${holderColumnsSql(() => 'NULL')} FROM woken
      UNION ALL
-     SELECT false, workflow_id, ${HOLDER_REPORT_COLUMNS.map((column) => `${column} AS holder_${column}`).join(', ')}
+     SELECT false, workflow_id, ${holderColumnsSql((column) => column)}
      FROM (SELECT workflow_id, ${HOLDER_REPORT_COLUMNS_SQL} FROM ${tables.active}
            WHERE NOT EXISTS (SELECT FROM inserted) AND queue_name = ${input('queue_name')}
              AND active_deduplication_id = ${input('deduplication_id')} AND ${windowOpenSql()}) AS holder`;

@@ -206,13 +206,13 @@ export class WorkflowInserter {
     if (this.database.citus) return this.insertManyByQueue(query, workflows);
     const given = workflows.some((workflow) => workflow.workflowIdGiven);
     const { lone, loneGenerated, many, manyGenerated } = this.statements;
+    const context = { workflows, channel: this.database.wakeUpChannel };
     if (workflows.length === 1 && !given) {
-      const values = loneGenerated.params.values({ workflows, channel: this.database.wakeUpChannel });
-      const [row] = await query<LoneInsertedRow>(loneGenerated.sql, values);
+      const [row] = await query<LoneInsertedRow>(loneGenerated.sql, loneGenerated.params.values(context));
       return [loneResultOf(row, workflows[0])];
     }
     const { sql, params } = workflows.length === 1 ? lone : given ? many : manyGenerated;
-    const values = params.values({ workflows, channel: this.database.wakeUpChannel });
+    const values = params.values(context);
     const rows = beforeCommit
       ? await this.database.queryWithRowsBeforeCommit<InsertedRow>(
           sql,
