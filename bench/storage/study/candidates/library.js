@@ -188,7 +188,7 @@ function driverParts() {
     }
     return perClient.get(client);
   };
-  const request = (limit) => ({ queue, executorId, limit, workflowNames: [WORKFLOW_NAME] });
+  const request = (limit) => ({ queue, executorId, limit, claimKeys: [`1:${WORKFLOW_NAME}`] });
   const toClaimed = (workflows) => workflows.map((w) => ({ workflowId: w.workflowId, attempt: w.attempts }));
   return {
     enqueueBatch: async (client, keys, inputBytes) => {
@@ -197,9 +197,11 @@ function driverParts() {
         workflowIdGiven: false,
         queueName: QUEUE,
         workflowName: WORKFLOW_NAME,
+        version: 1,
         deduplicationId: key,
         inputsJson: JSON.stringify([argumentsOf(key, inputBytes)]),
         timeoutMs: null,
+        deadlineAt: null,
         maxAttempts: 1,
         maxRecoveryAttempts: 10,
         partitionKey: null,
@@ -211,6 +213,7 @@ function driverParts() {
         releaseKeyOnError: false,
         traceContext: null,
         parentWorkflowId: null,
+        forkedFrom: null,
       }));
       const { rows } = await client.query({
         name: 'p0_enqueue',
