@@ -94,16 +94,7 @@ export class WorkflowEnqueuer {
           this.inserted(workflow);
           return { workflowId: workflow.workflowId, created: true };
         case 'duplicate-workflow-id':
-          if (
-            logicalQueueName(result.existing.queueName) !== logicalQueueName(workflow.queueName) ||
-            result.existing.workflowName !== workflow.workflowName
-          ) {
-            throw new WorkflowIdConflictError(workflow.workflowId, {
-              ...result.existing,
-              queueName: logicalQueueName(result.existing.queueName),
-            });
-          }
-          return { workflowId: workflow.workflowId, created: false };
+          return alreadyEnqueued(workflow, result.existing);
         case 'deduplicated': {
           // NOTE: a deadlock victim wrote nothing: on the module's own connections the round starts over (as a
           // supersede or a batch does); in a caller's transaction, which it aborted, it is the caller's to retry.
@@ -116,9 +107,7 @@ export class WorkflowEnqueuer {
         }
       }
     }
-    throw new Error(
-      `Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`,
-    );
+    throw unsettled(workflow);
   }
 
   /**
@@ -162,27 +151,14 @@ export class WorkflowEnqueuer {
           return this.refuse(workflow, result.holderId, 'rejected');
         case 'workflow-id-taken': {
           const existing = await inserter.insert(workflow);
-          if (existing.outcome === 'duplicate-workflow-id') {
-            if (
-              logicalQueueName(existing.existing.queueName) !== logicalQueueName(workflow.queueName) ||
-              existing.existing.workflowName !== workflow.workflowName
-            ) {
-              throw new WorkflowIdConflictError(workflow.workflowId, {
-                ...existing.existing,
-                queueName: logicalQueueName(existing.existing.queueName),
-              });
-            }
-            return { workflowId: workflow.workflowId, created: false };
-          }
+          if (existing.outcome === 'duplicate-workflow-id') return alreadyEnqueued(workflow, existing.existing);
           break;
         }
         case 'retry':
           break;
       }
     }
-    throw new Error(
-      `Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`,
-    );
+    throw unsettled(workflow);
   }
 
   /**
@@ -306,4 +282,21 @@ export class WorkflowEnqueuer {
     );
     return result;
   }
+}
+
+/**
+ * The answer to an enqueue whose workflow ID is taken: the same workflow (same queue and name) enqueued before, which
+ * the caller gets back as not created; anything else under that ID is a `WorkflowIdConflictError`.
+ */
+function alreadyEnqueued(workflow: NewWorkflow, existing: { queueName: string; workflowName: string }): Enqueued {
+  const queueName = logicalQueueName(existing.queueName);
+  if (queueName !== logicalQueueName(workflow.queueName) || existing.workflowName !== workflow.workflowName) {
+    throw new WorkflowIdConflictError(workflow.workflowId, { ...existing, queueName });
+  }
+  return { workflowId: workflow.workflowId, created: false };
+}
+
+/** An enqueue that met a new conflict in each of its `MAX_ROUNDS` rounds. */
+function unsettled(workflow: NewWorkflow): Error {
+  return new Error(`Enqueue of workflow ${workflow.workflowId} did not settle after ${MAX_ROUNDS} rounds of conflicts`);
 }
