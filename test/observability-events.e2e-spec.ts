@@ -9,6 +9,7 @@ import {
   QueueService,
   Workflow,
   WorkflowEvent,
+  workflowContext,
 } from 'nest-dedup-queue';
 import type { Pool } from 'pg';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
@@ -26,9 +27,10 @@ class EventTasks {
     throw new Error('boom');
   }
 
+  /** Sleeps until `ms` have passed or the run is interrupted (its timeout): nothing is left running afterwards. */
   @Workflow()
   async slow(ms: number): Promise<void> {
-    await sleep(ms);
+    await sleep(ms, undefined, { signal: workflowContext().signal });
   }
 }
 

@@ -544,7 +544,9 @@ function upgradeFrom(release: Release & { lastMigration: number }): void {
         await new previous.ExecutorStore(database).remove('rated-1.1');
         await pool.query(`DELETE FROM "${schema}".workflow_queue WHERE queue_name = 'rated'`);
       } finally {
+        // NOTE: a QueueDatabase leaves a DataSource it was given open; the test made this one.
         await database.close();
+        await dataSource.destroy();
       }
     });
   }
