@@ -25,7 +25,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
       'dashboard/',
       'decorators/',
       'filters/',
-      'isolation/thread/',
+      'worker-thread/',
     ],
   },
   {
@@ -47,6 +47,7 @@ const LAYERS: { name: string; paths: string[] }[] = [
     name: 'execution',
     paths: [
       'scheduler/',
+      'notifications/',
       'execution/',
       'composition/',
       'isolation/',

@@ -46,7 +46,7 @@ import { WorkflowClaimer } from './database/workflows/workflow-claimer';
 import { StrandedDuplicates } from './database/sweeps/stranded-duplicates';
 import { DuplicateDeliveries } from './scheduler/duplicate-deliveries';
 import { ExecutorHeartbeat } from './scheduler/executor.heartbeat';
-import { NotificationListener } from './scheduler/notification.listener';
+import { NotificationListener } from './notifications/notification.listener';
 import { OutcomeWriter } from './scheduler/outcome.writer';
 import { BodyRunner } from './scheduler/body-runner';
 import { IsolatedWorkflowCheck } from './discovery/isolated-workflow.check';

@@ -10,7 +10,7 @@ import {
 import { DedupQueueError } from '../errors/dedup-queue.error';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import type { ReadStreamOptions, StreamEventsOptions, StreamValue } from '../interfaces/stream-options.interface';
-import { NotificationListener } from '../scheduler/notification.listener';
+import { NotificationListener } from '../notifications/notification.listener';
 import { fromStoredJson } from '../utils/stored-json';
 import { type FeedBatch, type FeedSource, StreamFeed } from './stream-feed';
 import { attachStreamReaders } from './workflow-streams';

@@ -7,7 +7,7 @@ import { DedupQueueError } from '../errors/dedup-queue.error';
 import type { FromThread, ThreadData, ToThread } from './thread-messages';
 
 /** The script each worker thread runs (compiled next to this file). */
-const THREAD_ENTRY = join(__dirname, 'thread', 'thread-main.js');
+const THREAD_ENTRY = join(__dirname, '..', 'worker-thread', 'thread-main.js');
 /** How long a thread asked to close (idle, recycled) may take to close its providers before it is terminated. */
 const CLOSE_TIMEOUT_MS = 5000;
 

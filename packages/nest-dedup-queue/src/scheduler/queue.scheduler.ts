@@ -9,7 +9,7 @@ import { backoffDelayMs } from '../utils/backoff';
 import { FailureLog } from '../utils/failure-log';
 import { CancelHints } from './cancel-hints';
 import { ExecutorHeartbeat } from './executor.heartbeat';
-import { NotificationListener } from './notification.listener';
+import { NotificationListener } from '../notifications/notification.listener';
 import { OutcomeWriter } from './outcome.writer';
 import type { AbandonedRunInfo } from '../interfaces/abandoned-run.interface';
 import type { QueueWorker } from './queue.worker';

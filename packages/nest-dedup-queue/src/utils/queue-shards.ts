@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import type { DedupQueueConfig } from '../dedup-queue.config';
 import { SHARD_SEPARATOR } from '../dedup-queue.constants';
 
 /** The name shard `shard` of queue `queueName` is stored under (with `distribution: 'citus'` and `shards` above 1). */
@@ -21,8 +20,14 @@ export function shardOf(key: string, shards: number): number {
   return Number.parseInt(createHash('md5').update(key).digest('hex').slice(0, 8), 16) % shards;
 }
 
+/** What the shard rules read of the module's configuration (`DedupQueueConfig` is one). */
+export interface QueueShardSettings {
+  readonly distribution: 'single' | 'citus';
+  readonly queues: ReadonlyMap<string, { readonly shards?: number }>;
+}
+
 /** How many shards a queue's rows are stored in: its declared `shards` on Citus, else 1 (one name, its own). */
-export function storedShards(config: DedupQueueConfig, queueName: string): number {
+export function storedShards(config: QueueShardSettings, queueName: string): number {
   return config.distribution === 'citus' ? (config.queues.get(queueName)?.shards ?? 1) : 1;
 }
 
@@ -31,7 +36,7 @@ export function storedShards(config: DedupQueueConfig, queueName: string): numbe
  * holds what was enqueued before it declared shards and what `enqueue_workflow` (SQL) enqueues, so its workers drain
  * it as one more shard (see docs/citus.md, "A hot queue").
  */
-export function storedQueueNames(config: DedupQueueConfig, queueName: string): string[] {
+export function storedQueueNames(config: QueueShardSettings, queueName: string): string[] {
   const shards = storedShards(config, queueName);
   if (shards === 1) return [queueName];
   return [queueName, ...Array.from({ length: shards }, (_, shard) => shardQueueName(queueName, shard))];
@@ -42,12 +47,12 @@ export function storedQueueNames(config: DedupQueueConfig, queueName: string): s
  * workflow ID when it has none (`shardKey`), so that every workflow of one key is in one shard, where the unique index
  * decides.
  */
-export function storedQueueName(config: DedupQueueConfig, queueName: string, shardKey: string): string {
+export function storedQueueName(config: QueueShardSettings, queueName: string, shardKey: string): string {
   const shards = storedShards(config, queueName);
   return shards === 1 ? queueName : shardQueueName(queueName, shardOf(shardKey, shards));
 }
 
 /** The stored names of every declared queue. */
-export function everyStoredQueueName(config: DedupQueueConfig): string[] {
+export function everyStoredQueueName(config: QueueShardSettings): string[] {
   return [...config.queues.keys()].flatMap((queueName) => storedQueueNames(config, queueName));
 }

@@ -1,9 +1,9 @@
 import { type INestApplicationContext, type LoggerService, Module, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { extname } from 'node:path';
-import { WORKFLOW_METADATA } from '../../dedup-queue.constants';
-import type { IsolatedTarget } from '../../discovery/workflow.registry';
-import type { WorkflowMetadata } from '../../interfaces/workflow-metadata.interface';
+import { WORKFLOW_METADATA } from '../dedup-queue.constants';
+import type { IsolatedTarget } from '../discovery/workflow.registry';
+import type { WorkflowMetadata } from '../interfaces/workflow-metadata.interface';
 import { ThreadServicesModule } from './thread-services.module';
 
 /** A provider whose workflow method the thread calls. */

@@ -1,11 +1,11 @@
 import { DynamicModule, Global, Module, Type } from '@nestjs/common';
-import { DedupQueueError } from '../../errors/dedup-queue.error';
-import { executionFrames } from '../../execution/execution-frames';
-import { QueueService } from '../../queue.service';
-import { getQueueToken } from '../../queues/queue-token';
-import { WorkflowQueue } from '../../queues/workflow-queue';
-import { ScheduleService } from '../../scheduling/schedule.service';
-import { methodNames } from '../crossing';
+import { DedupQueueError } from '../errors/dedup-queue.error';
+import { executionFrames } from '../execution/execution-frames';
+import { QueueService } from '../queue.service';
+import { getQueueToken } from '../queues/queue-token';
+import { WorkflowQueue } from '../queues/workflow-queue';
+import { ScheduleService } from '../scheduling/schedule.service';
+import { methodNames } from '../isolation/crossing';
 
 /**
  * The library's services in a worker thread, for the providers the thread builds: `QueueService`,

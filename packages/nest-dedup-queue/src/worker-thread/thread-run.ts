@@ -1,13 +1,13 @@
-import { DedupQueueError } from '../../errors/dedup-queue.error';
+import { DedupQueueError } from '../errors/dedup-queue.error';
 import {
   type ExecutionFrame,
   type ForwardedCallTarget,
   type FramedExecution,
   executionFrames,
-} from '../../execution/execution-frames';
-import { reviveError, toErrorInfo } from '../../utils/error-info';
-import { type EncodedRemote, decodeFromMain, encodeForMain } from '../crossing';
-import type { CallOutcome, FromThread, RunContextData, ToThread } from '../thread-messages';
+} from '../execution/execution-frames';
+import { reviveError, toErrorInfo } from '../utils/error-info';
+import { type EncodedRemote, decodeFromMain, encodeForMain } from '../isolation/crossing';
+import type { CallOutcome, FromThread, RunContextData, ToThread } from '../isolation/thread-messages';
 
 type Callback = (...args: unknown[]) => unknown;
 

@@ -1,11 +1,11 @@
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { parentPort, workerData } from 'node:worker_threads';
-import { WorkflowThreadError } from '../../errors/workflow-thread.error';
-import { executionFrames } from '../../execution/execution-frames';
-import { toErrorInfo } from '../../utils/error-info';
-import { toStoredJson } from '../../utils/stored-json';
-import type { FromThread, ThreadData, ToThread } from '../thread-messages';
+import { WorkflowThreadError } from '../errors/workflow-thread.error';
+import { executionFrames } from '../execution/execution-frames';
+import { toErrorInfo } from '../utils/error-info';
+import { toStoredJson } from '../utils/stored-json';
+import type { FromThread, ThreadData, ToThread } from '../isolation/thread-messages';
 import { ForwardingLogger } from './forwarding-logger';
 import { IsolatedProviders } from './isolated-providers';
 import { ThreadRun } from './thread-run';

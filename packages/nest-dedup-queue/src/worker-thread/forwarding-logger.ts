@@ -1,5 +1,5 @@
 import type { LoggerService } from '@nestjs/common';
-import type { FromThread, LogLevelName } from '../thread-messages';
+import type { FromThread, LogLevelName } from '../isolation/thread-messages';
 
 /**
  * The contexts of Nest's own lines while a thread builds its providers, which the application needs not see (a
