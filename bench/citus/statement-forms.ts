@@ -18,6 +18,7 @@ import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queu
 import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-insert.statements';
 import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
 import { WorkflowClaimer } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer';
+import { CitusClaim } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer.citus';
 import type { QueueDatabase } from '../../packages/nest-dedup-queue/src/database/connection/queue-database';
 import { handOverKeysSql } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-finish.sql';
 import { handOverKeysOnCitus } from '../../packages/nest-dedup-queue/src/database/workflows/hand-over.citus';
@@ -168,6 +169,7 @@ async function main(): Promise<void> {
     const startsReturning = `RETURNING started_at`;
     const holderParams = ['work', 'held', null];
     const claimer = new WorkflowClaimer({ schemaSql: 'forms', citus: true } as QueueDatabase);
+    const citusClaim = new CitusClaim({ schemaSql: 'forms', citus: true } as QueueDatabase);
     const partitionedClaim = claimer['claimSql'](true).replace(
       /WITH RECURSIVE partitions AS \([\s\S]*?FROM partitions AS p WHERE p\.partition_key IS NOT NULL\s*\),/,
       `WITH partitions AS (SELECT DISTINCT partition_key FROM forms.workflow_queue
@@ -185,17 +187,17 @@ async function main(): Promise<void> {
       "a partitioned queue's claim (4 of 20 partitions, concurrency 1 each): running per partition, picks, lock, update (fast path)":
         async () => {
           const running = await client.query<{ partition_key: string; n: number }>(
-            claimer['runningPerPartitionOnCitusSql'],
+            citusClaim['runningPerPartitionSql'],
             ['parts'],
           );
           const full = running.rows.filter((row) => row.n >= 1).map((row) => row.partition_key);
           const picks = await client.query<{ workflow_id: string; admissible: boolean }>(
-            claimer['partitionPicksOnCitusSql'],
+            citusClaim['partitionPicksSql'],
             ['parts', claimKeys, CLAIMED, [], [], 1, full],
           );
           const ids = picks.rows.filter((pick) => pick.admissible).map((pick) => pick.workflow_id);
-          const locked = await client.query<{ workflow_id: string }>(claimer['lockPicksOnCitusSql'], ['parts', ids]);
-          const { rows } = await client.query(claimer['updateOnCitusSql'], [
+          const locked = await client.query<{ workflow_id: string }>(citusClaim['lockPicksSql'], ['parts', ids]);
+          const { rows } = await client.query(citusClaim['updateSql'], [
             'parts',
             'x',
             locked.rows.map((row) => row.workflow_id),

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { describeError } from '../database/connection/connection-monitor';
 import { StepStore } from '../database/steps/step.store';
-import type { ClaimedWorkflow } from '../database/workflows/workflow-claimer';
+import type { ClaimedWorkflow } from '../database/workflows/claimed-rows';
 import { type WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
 import { WorkflowRegistry, type RegisteredWorkflow, type WorkflowRunOptions } from '../discovery/workflow.registry';
 import { SUSPENDED, WorkflowWaits } from '../composition/workflow-waits';

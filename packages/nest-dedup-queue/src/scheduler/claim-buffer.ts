@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../database/connection/connection-monitor';
-import type { ClaimedWorkflow } from '../database/workflows/workflow-claimer';
+import type { ClaimedWorkflow } from '../database/workflows/claimed-rows';
 import type { WorkflowStore } from '../database/workflows/workflow.store';
 import type { QueueSettings } from '../queue-settings';
 

@@ -1,5 +1,6 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
-import type { ClaimRequest, ClaimedWorkflow, WorkflowClaimer } from '../database/workflows/workflow-claimer';
+import type { ClaimRequest, ClaimedWorkflow } from '../database/workflows/claimed-rows';
+import type { WorkflowClaimer } from '../database/workflows/workflow-claimer';
 import type { WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection/connection-monitor';

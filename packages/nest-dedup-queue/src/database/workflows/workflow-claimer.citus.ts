@@ -1,0 +1,191 @@
+import { hasGlobalLimits } from '../../dedup-queue.config';
+import type { QueueDatabase, TransactionQuery } from '../connection/queue-database';
+import { READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
+import { type ClaimRequest, type ClaimedRow, type LimitCounts, claimUpdateSql, storedName } from './claimed-rows';
+
+/**
+ * The claim on Citus, in the caller's transaction, as statements Citus plans on its fast path (one table,
+ * `queue_name = $1`, no CTE), where the one-server claim is one statement with CTEs (see `WorkflowClaimer`).
+ */
+export class CitusClaim {
+  private readonly tables: WorkflowTables;
+  private readonly workflows: string;
+  private readonly queues: string;
+  private readonly executors: string;
+  /**
+   * A queue without partitions: the due rows of queue $1 whose claim key is one of $2, at most $3, locked
+   * `FOR UPDATE SKIP LOCKED`; then their update for executor $2, by IDs ($3), returning `ClaimedRow`s.
+   */
+  private readonly candidatesSql: string;
+  private readonly updateSql: string;
+  /**
+   * A partitioned queue (see `claimPartitions`): the running workflows per partition of queue $1; the starts per
+   * partition since $2 (`queue_starts`); the picks; the picks locked.
+   */
+  private readonly runningPerPartitionSql: string;
+  private readonly startsPerPartitionSql: string;
+  private readonly partitionPicksSql: string;
+  private readonly lockPicksSql: string;
+
+  constructor(database: QueueDatabase) {
+    this.tables = workflowTables(database.schemaSql);
+    this.workflows = this.tables.active;
+    this.queues = `${database.schemaSql}.queues`;
+    this.executors = `${database.schemaSql}.executors`;
+    this.candidatesSql = `SELECT workflow_id FROM ${this.workflows}
+       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
+       ORDER BY priority, seq
+       LIMIT $3
+       FOR UPDATE SKIP LOCKED`;
+    this.updateSql = claimUpdateSql(this.workflows, true, '', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
+    this.runningPerPartitionSql = `SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
+       WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key`;
+    this.startsPerPartitionSql = `SELECT partition_key, count(*)::int AS n FROM ${this.tables.starts}
+       WHERE queue_name = $1 AND partition_key IS NOT NULL AND started_at > $2::timestamptz GROUP BY partition_key`;
+    this.partitionPicksSql = `SELECT workflow_id,
+         row_number() OVER turns <= CASE WHEN partition_key IS NULL THEN $3::int
+           ELSE coalesce(($5::int[])[array_position($4::text[], partition_key)], $6::int) END AS admissible
+       FROM ${this.workflows}
+       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
+         AND (partition_key IS NULL OR partition_key <> ALL($7::text[]))
+       WINDOW turns AS (PARTITION BY partition_key ORDER BY priority, seq)
+       ORDER BY 2 DESC, row_number() OVER turns, priority, seq
+       LIMIT $3`;
+    this.lockPicksSql = `SELECT workflow_id FROM ${this.workflows}
+       WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND ${READY_SQL}
+       FOR UPDATE SKIP LOCKED`;
+  }
+
+  /**
+   * On Citus, in a transaction: the executor's lease row locked (`FOR KEY SHARE`, so that it cannot be deleted until the
+   * claim commits; none, no claim), then the claim on the queue's node. The executors table is on the coordinator:
+   * named in the claim, its look-up and the claim's candidates would be planned as subplans whose results pass through
+   * the coordinator. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
+   * the caller locked the queue's row and read it), the candidates locked, then their update (see
+   * `candidatesSql`); a partitioned one by the router statement of `claimSql`.
+   */
+  async claim(
+    query: TransactionQuery,
+    request: ClaimRequest,
+    limit: number,
+    partitioned: boolean,
+  ): Promise<ClaimedRow[]> {
+    const alive = await query(`SELECT 1 FROM ${this.executors} WHERE executor_id = $1 FOR KEY SHARE`, [
+      request.executorId,
+    ]);
+    if (alive.length === 0) return [];
+    if (partitioned) return this.claimPartitions(query, request, limit);
+    if (!hasGlobalLimits(request.queue)) {
+      const [queue] = await query<{ paused: boolean }>(`SELECT paused FROM ${this.queues} WHERE queue_name = $1`, [
+        request.queue.name,
+      ]);
+      if (queue?.paused) return [];
+    }
+    const candidates = await query<{ workflow_id: string }>(this.candidatesSql, [
+      storedName(request),
+      request.claimKeys,
+      limit,
+    ]);
+    if (candidates.length === 0) return [];
+    return query<ClaimedRow>(this.updateSql, [
+      storedName(request),
+      request.executorId,
+      candidates.map((row) => row.workflow_id),
+    ]);
+  }
+
+  /**
+   * On Citus, a partitioned queue's claim (the caller holds the queue's row lock, which every claim of the queue takes
+   * first, and the lease row) as statements on Citus's fast path, in place of `claimSql(true)`, whose CTEs and
+   * `LATERAL` go through the full planner: each partition's room (its per-partition concurrency less its running
+   * workflows, its per-partition rate limit less its starts in the window, counted up to the coordinator's `now()`,
+   * as `counts` does), each count only when its limit is set; the picks, read without a lock: the due rows
+   * numbered per partition by priority and age (their turn), the first `limit` of those within their partition's room
+   * by turn, priority and age (rows without a partition key have a room of `limit`); then those locked
+   * `FOR UPDATE SKIP LOCKED` (the lock rechecks that each is still due) and claimed as a queue without partitions is.
+   */
+  private async claimPartitions(query: TransactionQuery, request: ClaimRequest, limit: number): Promise<ClaimedRow[]> {
+    const { queue } = request;
+    const perPartitionRate = queue.rateLimit?.perPartition ? queue.rateLimit : undefined;
+    const anyRoom = Math.min(limit, queue.partitionConcurrency ?? limit, perPartitionRate?.limit ?? limit);
+    const rooms = new Map<string, number>();
+    const lower = (counts: Array<{ partition_key: string; n: number }>, bound: number) => {
+      for (const { partition_key: key, n } of counts) rooms.set(key, Math.min(rooms.get(key) ?? anyRoom, bound - n));
+    };
+    if (queue.partitionConcurrency !== undefined) {
+      lower(await query(this.runningPerPartitionSql, [queue.name]), queue.partitionConcurrency);
+    }
+    if (perPartitionRate && perPartitionRate.periodMs > 0) {
+      const [{ now }] = await query<{ now: Date }>('SELECT now() AS now');
+      const since = new Date(now.getTime() - perPartitionRate.periodMs);
+      lower(await query(this.startsPerPartitionSql, [queue.name, since]), perPartitionRate.limit);
+    }
+    const open = [...rooms].filter(([, room]) => room > 0);
+    const full = [...rooms].filter(([, room]) => room <= 0).map(([key]) => key);
+    const picks = await query<{ workflow_id: string; admissible: boolean }>(this.partitionPicksSql, [
+      queue.name,
+      request.claimKeys,
+      limit,
+      open.map(([key]) => key),
+      open.map(([, room]) => room),
+      Math.max(0, anyRoom),
+      full,
+    ]);
+    const ids = picks.filter((pick) => pick.admissible).map((pick) => pick.workflow_id);
+    if (ids.length === 0) return [];
+    const locked = await query<{ workflow_id: string }>(this.lockPicksSql, [queue.name, ids]);
+    if (locked.length === 0) return [];
+    return query<ClaimedRow>(this.updateSql, [queue.name, request.executorId, locked.map((row) => row.workflow_id)]);
+  }
+
+  /**
+   * On Citus, the counts of `allowedStarts`, each a statement on Citus's fast path and only when its limit is set (one
+   * statement that reads both tables is planned by Citus's full planner): the queue's running workflows (`concurrency`),
+   * and its starts within the rate window (`periodMs`) with when the first of them leaves it. The caller holds the
+   * queue's row lock, under which no other claim changes either count. A router `SELECT`'s `now()` is the node's,
+   * whose part of the transaction began later (after the lease and queue locks), while this transaction's claims are
+   * stamped with the coordinator's `now()`: the window is counted up to the coordinator's, read by a statement that
+   * names no table, so that it ends where the stamps say.
+   */
+  async counts(
+    query: TransactionQuery,
+    queue: string,
+    concurrency: boolean,
+    periodMs: number | undefined,
+  ): Promise<LimitCounts> {
+    const counts: LimitCounts = { running: 0, recent: 0, frees_in_ms: null };
+    if (concurrency) {
+      const [{ n }] = await query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${this.workflows} WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}`,
+        [queue],
+      );
+      counts.running = n;
+    }
+    if (periodMs !== undefined && periodMs > 0) {
+      const [{ now }] = await query<{ now: Date }>('SELECT now() AS now');
+      const [recent] = await query<{ recent: number; frees_in_ms: number | null }>(
+        `SELECT count(*)::int AS recent,
+           (extract(epoch FROM min(started_at) + $2::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8
+             AS frees_in_ms
+         FROM ${this.tables.starts}
+         WHERE queue_name = $1 AND started_at > $3::timestamptz - $2::float8 * interval '1 millisecond'`,
+        [queue, periodMs, now],
+      );
+      Object.assign(counts, recent);
+    }
+    return counts;
+  }
+
+  /**
+   * On Citus, `count` starts of queue $1 into `queue_starts` as a router insert (`INSERT … VALUES`), the partition
+   * keys $2…, stamped with the transaction's `now()`, which the coordinator evaluates, as it did for the claim's
+   * `started_at` in the same transaction; returning their start times.
+   */
+  recordStartsSql(count: number): string {
+    return `INSERT INTO ${this.tables.starts} (queue_name, started_at, partition_key)
+       VALUES ${Array.from({ length: count }, (_, i) => `($1, now(), $${i + 2})`).join(', ')}
+       RETURNING started_at`;
+  }
+}
