@@ -14,7 +14,7 @@ export type { ScheduleClock } from './scheduling/schedule.clock';
 export { TickCalculator } from './scheduling/tick.calculator';
 export { WorkflowClaimer } from './database/workflows/workflow-claimer';
 export type { AttachedClaim, ClaimRequest, ClaimResult, ClaimedWorkflow } from './database/workflows/workflow-claimer';
-export type { WorkflowOutcome } from './database/workflows/workflow.store';
+export type { WorkflowOutcome } from './database/workflows/workflow-outcomes.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
 export { StrandedDuplicates } from './database/sweeps/stranded-duplicates';
 export { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';
