@@ -5,11 +5,15 @@ import { ConfigurableModuleClass, DEDUP_QUEUE_OPTIONS } from './dedup-queue.modu
 import { QueueDatabase } from './database/connection/queue-database';
 import { createQueueDatabase } from './database/queue-database.factory';
 import { QueueControlStore } from './database/queues/queue-control.store';
-import { WorkflowStore } from './database/workflows/workflow.store';
+import { WorkflowOutcomeStore } from './database/workflows/workflow-outcomes.store';
+import { WorkflowControlStore } from './database/workflows/workflow-control.store';
+import { WorkflowReadStore } from './database/workflows/workflow-reads.store';
 import { BulkControlStore } from './database/workflows/bulk-control.store';
 import { HistoryPartitions } from './database/sweeps/history-partitions';
 import { QueueSettings } from './queue-settings';
 import { WorkflowInserter } from './database/workflows/workflow-inserter';
+import { KeyHolderStore } from './database/workflows/key-holders.store';
+import { DuplicatePolicyStore } from './database/workflows/duplicate-policies.store';
 import { DeduplicationEvents } from './enqueue/deduplication-events';
 import { SupersededRuns } from './enqueue/superseded-runs';
 import { WorkflowEnqueuer } from './enqueue/workflow-enqueuer';
@@ -88,11 +92,15 @@ import { StreamReaders } from './composition/stream-readers';
       useFactory: (options: DedupQueueModuleOptions, config: DedupQueueConfig) => createQueueDatabase(options, config),
       inject: [DEDUP_QUEUE_OPTIONS, DedupQueueConfig],
     },
-    onDatabase(WorkflowStore),
+    onDatabase(WorkflowOutcomeStore),
+    onDatabase(WorkflowControlStore),
+    onDatabase(WorkflowReadStore),
     onDatabase(BulkControlStore),
     onDatabase(QueueControlStore),
     QueueSettings,
     onDatabase(WorkflowInserter),
+    onDatabase(KeyHolderStore),
+    onDatabase(DuplicatePolicyStore),
     WorkflowLifecycle,
     WorkflowTracer,
     QueueMetrics,

@@ -1,4 +1,4 @@
-import type { WorkflowResultRow, WorkflowStore } from './database/workflows/workflow.store';
+import type { WorkflowReadStore, WorkflowResultRow } from './database/workflows/workflow-reads.store';
 import { DatabaseUnavailableError } from './errors/database-unavailable.error';
 import { toStatusInfo } from './database/workflows/workflow-row';
 import { WorkflowCancelledError } from './errors/workflow-cancelled.error';
@@ -18,7 +18,7 @@ const MAX_POLL_MS = 500;
 export class QueueWorkflowHandle<R> implements EnqueuedWorkflowHandle<R> {
   constructor(
     readonly workflowId: string,
-    private readonly store: WorkflowStore,
+    private readonly store: WorkflowReadStore,
     private readonly completions: WorkflowCompletions,
     readonly created: boolean,
     /** The workflow's queue when the handle's maker knew it: its look-ups then name it. */

@@ -15,7 +15,7 @@ export { TickCalculator } from './scheduling/tick.calculator';
 export { WorkflowClaimer } from './database/workflows/workflow-claimer';
 export type { AttachedClaim, ClaimResult } from './database/workflows/workflow-claimer';
 export type { ClaimRequest, ClaimedWorkflow } from './database/workflows/claimed-rows';
-export type { WorkflowOutcome } from './database/workflows/workflow.store';
+export type { WorkflowOutcome } from './database/workflows/workflow-outcomes.store';
 export { OutcomeWriter } from './scheduler/outcome.writer';
 export { StrandedDuplicates } from './database/sweeps/stranded-duplicates';
 export { WorkflowVersionsMonitor } from './scheduler/workflow-versions.monitor';

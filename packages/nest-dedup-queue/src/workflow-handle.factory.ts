@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { WorkflowStore } from './database/workflows/workflow.store';
+import { WorkflowReadStore } from './database/workflows/workflow-reads.store';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { WorkflowCompletions } from './workflow-completions';
@@ -8,7 +8,7 @@ import { WorkflowCompletions } from './workflow-completions';
 @Injectable()
 export class WorkflowHandleFactory {
   constructor(
-    private readonly store: WorkflowStore,
+    private readonly store: WorkflowReadStore,
     private readonly completions: WorkflowCompletions,
   ) {}
 

@@ -10,6 +10,7 @@
  *    stand-in database object that sends them on the study's connections), driven by the study's driver like
  *    candidates B and C: it separates what the driver does differently from the module from what a layout changes.
  */
+const fs = require('node:fs');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const { Client } = require('pg');
@@ -162,7 +163,11 @@ function driverParts() {
   const { workflowTables } = dist('tables/workflow-tables.js');
   const { insertStatements } = dist('workflows/workflow-insert.statements.js');
   const { WorkflowClaimer } = dist('workflows/workflow-claimer.js');
-  const { WorkflowStore } = dist('workflows/workflow.store.js');
+  // NOTE: a build from before the workflow stores were split by role (BENCH_LIBRARY_DIST) has WorkflowStore.
+  const split = fs.existsSync(path.join(LIBRARY_DIST, 'database', 'workflows', 'workflow-outcomes.store.js'));
+  const WorkflowOutcomeStore = split
+    ? dist('workflows/workflow-outcomes.store.js').WorkflowOutcomeStore
+    : dist('workflows/workflow.store.js').WorkflowStore;
   const schemaSql = `"${SCHEMA}"`;
   const channel = `dedup_queue:${SCHEMA}`;
   const names = new Map();
@@ -184,7 +189,7 @@ function driverParts() {
   const classesFor = (client) => {
     if (!perClient.has(client)) {
       const database = standIn(client);
-      perClient.set(client, { claimer: new WorkflowClaimer(database), store: new WorkflowStore(database) });
+      perClient.set(client, { claimer: new WorkflowClaimer(database), store: new WorkflowOutcomeStore(database) });
     }
     return perClient.get(client);
   };

@@ -1,8 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { isUniqueViolationOn } from '../database/connection/sql-errors';
-import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { KeyHolderStore } from '../database/workflows/key-holders.store';
 import { ACTIVE_DEDUPLICATION_INDEX } from '../database/tables/workflow-tables';
-import { WorkflowStore } from '../database/workflows/workflow.store';
+import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
+import { WorkflowReadStore } from '../database/workflows/workflow-reads.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
@@ -24,8 +25,9 @@ import { logicalQueueName } from '../utils/queue-shards';
 @Injectable()
 export class WorkflowControlService {
   constructor(
-    private readonly store: WorkflowStore,
-    private readonly inserter: WorkflowInserter,
+    private readonly store: WorkflowControlStore,
+    private readonly reads: WorkflowReadStore,
+    private readonly holders: KeyHolderStore,
     private readonly completions: WorkflowCompletions,
     private readonly scheduler: QueueScheduler,
     private readonly lifecycle: WorkflowLifecycle,
@@ -58,15 +60,15 @@ export class WorkflowControlService {
       resumed = await this.store.resume(workflowId);
     } catch (error) {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) {
-        const row = await this.store.findRow(workflowId);
+        const row = await this.reads.findRow(workflowId);
         const key = row?.deduplication_id as string;
         const queueName = row?.queue_name as string;
-        const holder = await this.inserter.findHolder(queueName, key);
+        const holder = await this.holders.findHolder(queueName, key);
         throw new QueueDeduplicatedError(
           logicalQueueName(queueName),
           key,
           holder?.workflowId ?? '(finished meanwhile; try again)',
-          holder ? await this.inserter.holderState(queueName, holder.workflowId) : {},
+          holder ? await this.holders.holderState(queueName, holder.workflowId) : {},
         );
       }
       throw error;

@@ -1,5 +1,5 @@
 import type { HolderReport } from '../database/workflows/insert-results';
-import type { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import type { KeyHolderStore } from '../database/workflows/key-holders.store';
 
 /** Reads in flight at once: one being answered while the next gathers the refusals that arrive meanwhile. */
 const MAX_IN_FLIGHT = 2;
@@ -11,7 +11,7 @@ interface PendingRead {
 }
 
 /**
- * Reads what a refused duplicate tells about its holder (`WorkflowInserter.holderReports`), combining the reads of
+ * Reads what a refused duplicate tells about its holder (`KeyHolderStore.holderReports`), combining the reads of
  * concurrent refusals of one queue into one statement, as `EnqueueBatcher` combines their inserts: a lone read is
  * sent at once, those that arrive while reads are in flight go together in the next one. Each read starts after its
  * refusal. A failed read (or a holder gone by then) gives undefined: the refusal is thrown without the holder's state.
@@ -20,7 +20,7 @@ export class HolderReports {
   private readonly queued = new Map<string, PendingRead[]>();
   private inFlight = 0;
 
-  constructor(private readonly inserter: WorkflowInserter) {}
+  constructor(private readonly holders: KeyHolderStore) {}
 
   read(queueName: string, workflowId: string): Promise<HolderReport | undefined> {
     return new Promise((settle) => {
@@ -47,7 +47,7 @@ export class HolderReports {
   private async send(queueName: string, batch: PendingRead[]): Promise<void> {
     try {
       const ids = [...new Set(batch.map((read) => read.workflowId))];
-      const reports = await this.inserter.holderReports(queueName, ids);
+      const reports = await this.holders.holderReports(queueName, ids);
       for (const read of batch) read.settle(reports.get(read.workflowId));
     } catch {
       for (const read of batch) read.settle(undefined);

@@ -4,6 +4,9 @@ import { isDeadlock } from '../database/connection/sql-errors';
 import { DUPLICATE_TOPIC } from '../database/messages/message.store';
 import type { Holder, HolderReport, SupersedeResult } from '../database/workflows/insert-results';
 import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { KeyHolderStore } from '../database/workflows/key-holders.store';
+import { DuplicatePolicyStore } from '../database/workflows/duplicate-policies.store';
+import type { EnqueueConnection } from '../database/workflows/enqueue-connection';
 import { DeduplicationMismatchError } from '../errors/deduplication-mismatch.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowIdConflictError } from '../errors/workflow-id-conflict.error';
@@ -36,6 +39,13 @@ export interface Enqueued {
 
 const MAX_ROUNDS = 20;
 
+/** The statements of one enqueue, on the module's pool or bound to the caller's transaction. */
+interface EnqueueSql {
+  inserter: WorkflowInserter;
+  holders: KeyHolderStore;
+  policies: DuplicatePolicyStore;
+}
+
 /**
  * Writes one workflow and applies the duplicate policy when its deduplication ID is held. The database decides
  * every conflict; when the holder it names has ended by the time it is looked at, the insert is simply tried again.
@@ -47,6 +57,8 @@ export class WorkflowEnqueuer {
 
   constructor(
     private readonly inserter: WorkflowInserter,
+    private readonly holders: KeyHolderStore,
+    private readonly policies: DuplicatePolicyStore,
     private readonly events: DeduplicationEvents,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly tracer: WorkflowTracer,
@@ -54,7 +66,7 @@ export class WorkflowEnqueuer {
     private readonly versions: WorkflowVersionsMonitor,
   ) {
     this.batcher = new EnqueueBatcher(inserter);
-    this.holderReports = new HolderReports(inserter);
+    this.holderReports = new HolderReports(holders);
   }
 
   /**
@@ -83,12 +95,18 @@ export class WorkflowEnqueuer {
     policy: EnqueuePolicy,
     transaction?: TransactionSql,
   ): Promise<Enqueued> {
-    const inserter = transaction ? this.inserter.inTransaction(transaction) : this.inserter;
+    const bound = <T extends EnqueueConnection>(statements: T) =>
+      transaction ? statements.inTransaction(transaction) : statements;
+    const sql: EnqueueSql = {
+      inserter: bound(this.inserter),
+      holders: bound(this.holders),
+      policies: bound(this.policies),
+    };
     if (policy.onDuplicate === 'supersede' && workflow.deduplicationId !== null) {
-      return this.supersede(inserter, workflow, policy, transaction);
+      return this.supersede(sql, workflow, policy, transaction);
     }
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const result = transaction ? await inserter.insert(workflow) : await this.batcher.insert(workflow);
+      const result = transaction ? await sql.inserter.insert(workflow) : await this.batcher.insert(workflow);
       switch (result.outcome) {
         case 'inserted':
           this.inserted(workflow);
@@ -98,7 +116,7 @@ export class WorkflowEnqueuer {
         case 'deduplicated': {
           // NOTE: a deadlock victim wrote nothing: on the module's own connections the round starts over (as a
           // supersede or a batch does); in a caller's transaction, which it aborted, it is the caller's to retry.
-          const resolved = await this.resolveDuplicate(inserter, workflow, policy, result).catch((error: unknown) => {
+          const resolved = await this.resolveDuplicate(sql, workflow, policy, result).catch((error: unknown) => {
             if (transaction === undefined && isDeadlock(error)) return undefined;
             throw error;
           });
@@ -117,7 +135,7 @@ export class WorkflowEnqueuer {
    * workflow body's recorded enqueue); a caller's own transaction leaves them to the cancel notification.
    */
   private async supersede(
-    inserter: WorkflowInserter,
+    sql: EnqueueSql,
     workflow: NewWorkflow,
     policy: EnqueuePolicy,
     transaction: TransactionSql | undefined,
@@ -126,7 +144,7 @@ export class WorkflowEnqueuer {
     for (let round = 0; round < MAX_ROUNDS; round++) {
       let result: SupersedeResult;
       try {
-        result = await inserter.supersede(workflow, policy.requireSameArgs === true);
+        result = await sql.policies.supersede(workflow, policy.requireSameArgs === true);
       } catch (error) {
         if (isDeadlock(error)) continue;
         throw error;
@@ -150,7 +168,7 @@ export class WorkflowEnqueuer {
         case 'window-held':
           return this.refuse(workflow, result.holderId, 'rejected');
         case 'workflow-id-taken': {
-          const existing = await inserter.insert(workflow);
+          const existing = await sql.inserter.insert(workflow);
           if (existing.outcome === 'duplicate-workflow-id') return alreadyEnqueued(workflow, existing.existing);
           break;
         }
@@ -166,21 +184,21 @@ export class WorkflowEnqueuer {
    * when the policy needs nothing more about it; a refusal then reports it as the insert read it, if it did.
    */
   private async resolveDuplicate(
-    inserter: WorkflowInserter,
+    sql: EnqueueSql,
     workflow: NewWorkflow,
     policy: EnqueuePolicy,
     refused: { holderId?: string; holder?: HolderReport },
   ): Promise<Enqueued | undefined> {
     const requireSameArgs = policy.requireSameArgs === true;
-    if (policy.onDuplicate === 'send') return this.sendToHolder(inserter, workflow, requireSameArgs);
+    if (policy.onDuplicate === 'send') return this.sendToHolder(sql.policies, workflow, requireSameArgs);
     if (policy.onDuplicate === 'replace') {
-      const replaced = await inserter.replaceQueued(workflow, requireSameArgs);
+      const replaced = await sql.policies.replaceQueued(workflow, requireSameArgs);
       if (replaced) return this.hit(workflow, replaced, 'replaced', { workflowId: replaced, created: false });
     }
     const seenByInsert = refused.holderId !== undefined && policy.onDuplicate !== 'replace' && !requireSameArgs;
     const holder: Holder | undefined = seenByInsert
       ? { workflowId: refused.holderId as string, status: 'PENDING', started: true }
-      : await inserter.findHolder(
+      : await sql.holders.findHolder(
           workflow.queueName,
           workflow.deduplicationId as string,
           requireSameArgs ? workflow.inputsJson : undefined,
@@ -198,7 +216,7 @@ export class WorkflowEnqueuer {
           created: false,
         });
       case 'queue-next': {
-        const followUp = await inserter.upsertFollowUp(workflow);
+        const followUp = await sql.policies.upsertFollowUp(workflow);
         if (followUp?.created) this.inserted({ ...workflow, workflowId: followUp.workflowId });
         return followUp && this.hit(workflow, holder.workflowId, 'queued-next', followUp);
       }
@@ -209,11 +227,11 @@ export class WorkflowEnqueuer {
 
   /** `onDuplicate: 'send'`: the holder gets the arguments as a message; undefined when the key is free by now. */
   private async sendToHolder(
-    inserter: WorkflowInserter,
+    policies: DuplicatePolicyStore,
     workflow: NewWorkflow,
     requireSameArgs: boolean,
   ): Promise<Enqueued | undefined> {
-    const result = await inserter.sendToHolder(workflow, DUPLICATE_TOPIC, requireSameArgs);
+    const result = await policies.sendToHolder(workflow, DUPLICATE_TOPIC, requireSameArgs);
     switch (result.outcome) {
       case 'sent':
         return this.hit(workflow, result.holderId, 'sent', { workflowId: result.holderId, created: false });

@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { KeyHolderStore } from '../database/workflows/key-holders.store';
 import { toStatusInfo } from '../database/workflows/workflow-row';
-import { WorkflowStore } from '../database/workflows/workflow.store';
+import { WorkflowReadStore } from '../database/workflows/workflow-reads.store';
 import { DeduplicationEvents } from '../enqueue/deduplication-events';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';
@@ -26,8 +26,8 @@ const MAX_LIST_LIMIT = 10_000;
 export class WorkflowLookupService {
   constructor(
     private readonly config: DedupQueueConfig,
-    private readonly store: WorkflowStore,
-    private readonly inserter: WorkflowInserter,
+    private readonly store: WorkflowReadStore,
+    private readonly holders: KeyHolderStore,
     private readonly events: DeduplicationEvents,
     private readonly handles: WorkflowHandleFactory,
     private readonly versions: WorkflowVersionsMonitor,
@@ -52,7 +52,7 @@ export class WorkflowLookupService {
     deduplicationId: string,
   ): Promise<WorkflowHandle<R> | undefined> {
     assertQueueDeclared(this.config, queueName);
-    const holder = await this.inserter.findHolder(
+    const holder = await this.holders.findHolder(
       storedQueueName(this.config, queueName, deduplicationId),
       deduplicationId,
     );

@@ -3,7 +3,7 @@ import { DedupQueueConfig } from '../dedup-queue.config';
 import { describeError } from '../database/connection/connection-monitor';
 import { StepStore } from '../database/steps/step.store';
 import type { ClaimedWorkflow } from '../database/workflows/claimed-rows';
-import { type WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
+import { type WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
 import { WorkflowRegistry, type RegisteredWorkflow, type WorkflowRunOptions } from '../discovery/workflow.registry';
 import { SUSPENDED, WorkflowWaits } from '../composition/workflow-waits';
 import { WorkflowDeterminismError } from '../errors/workflow-determinism.error';
@@ -37,7 +37,7 @@ export class BodyRunner {
 
   constructor(
     private readonly config: DedupQueueConfig,
-    private readonly store: WorkflowStore,
+    private readonly store: WorkflowOutcomeStore,
     private readonly steps: StepStore,
     private readonly registry: WorkflowRegistry,
     private readonly tracer: WorkflowTracer,

@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../database/connection/connection-monitor';
 import type { ClaimedWorkflow } from '../database/workflows/claimed-rows';
-import type { WorkflowStore } from '../database/workflows/workflow.store';
+import type { WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
 import type { QueueSettings } from '../queue-settings';
 
 /** A buffered workflow not started within this long is put back in its queue, for any process to take. */
@@ -14,7 +14,7 @@ interface BufferedWorkflow {
 }
 
 export interface ClaimBufferDependencies {
-  store: WorkflowStore;
+  store: WorkflowOutcomeStore;
   settings: QueueSettings;
   executorId: string;
   logger: Logger;

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { ExecutorStore, type ExecutorRuns, type RecoveredWorkflow } from '../database/executors/executor.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
-import { WorkflowStore } from '../database/workflows/workflow.store';
+import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
 import { HistoryPartitions } from '../database/sweeps/history-partitions';
 import { describeError } from '../database/connection/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
@@ -42,7 +42,7 @@ export class ExecutorHeartbeat {
   constructor(
     private readonly config: DedupQueueConfig,
     private readonly executors: ExecutorStore,
-    private readonly workflows: WorkflowStore,
+    private readonly workflows: WorkflowControlStore,
     private readonly partitions: HistoryPartitions,
     private readonly lifecycle: WorkflowLifecycle,
     private readonly duplicates: DuplicateDeliveries,

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
 import type { AttachedClaim } from '../database/workflows/workflow-claimer';
-import { type WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
+import { type WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
 import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';
@@ -52,7 +52,7 @@ export class OutcomeWriter {
   private readonly deliveryFailures = new FailureLog(this.logger);
 
   constructor(
-    private readonly store: WorkflowStore,
+    private readonly store: WorkflowOutcomeStore,
     private readonly config: DedupQueueConfig,
     private readonly settings: QueueSettings,
     private readonly duplicates: DuplicateDeliveries,

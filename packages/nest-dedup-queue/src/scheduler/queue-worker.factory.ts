@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
 import { WorkflowClaimer } from '../database/workflows/workflow-claimer';
-import { WorkflowStore } from '../database/workflows/workflow.store';
+import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
+import { WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { QueueSettings } from '../queue-settings';
@@ -19,7 +20,8 @@ export type QueueWorkerHooks = Pick<QueueWorkerDependencies, 'claimsAllowed' | '
 export class QueueWorkerFactory {
   constructor(
     private readonly config: DedupQueueConfig,
-    private readonly store: WorkflowStore,
+    private readonly control: WorkflowControlStore,
+    private readonly outcomeStore: WorkflowOutcomeStore,
     private readonly claimer: WorkflowClaimer,
     private readonly settings: QueueSettings,
     private readonly registry: WorkflowRegistry,
@@ -31,7 +33,8 @@ export class QueueWorkerFactory {
 
   create(queueName: string, hooks: QueueWorkerHooks): QueueWorker {
     return new QueueWorker(queueName, {
-      store: this.store,
+      control: this.control,
+      outcomeStore: this.outcomeStore,
       claimer: this.claimer,
       settings: this.settings,
       registry: this.registry,

@@ -1,7 +1,8 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
 import type { ClaimRequest, ClaimedWorkflow } from '../database/workflows/claimed-rows';
 import type { WorkflowClaimer } from '../database/workflows/workflow-claimer';
-import type { WorkflowOutcome, WorkflowStore } from '../database/workflows/workflow.store';
+import type { WorkflowControlStore } from '../database/workflows/workflow-control.store';
+import type { WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';
@@ -32,7 +33,8 @@ const SHARD_TURN = 8;
 const QUICK_BODY_MS = 10;
 
 export interface QueueWorkerDependencies {
-  store: WorkflowStore;
+  control: WorkflowControlStore;
+  outcomeStore: WorkflowOutcomeStore;
   claimer: WorkflowClaimer;
   settings: QueueSettings;
   registry: WorkflowRegistry;
@@ -136,7 +138,7 @@ export class QueueWorker {
     private readonly deps: QueueWorkerDependencies,
   ) {
     this.buffer = new ClaimBuffer(queueName, {
-      store: deps.store,
+      store: deps.outcomeStore,
       settings: deps.settings,
       executorId: deps.executorId,
       logger: this.logger,
@@ -546,7 +548,7 @@ export class QueueWorker {
     if (this.running.get(run.workflowId) !== run) return;
     abort(run, 'timed-out');
     try {
-      const cancelled = await this.deps.store.cancel(run.workflowId, 'timed-out');
+      const cancelled = await this.deps.control.cancel(run.workflowId, 'timed-out');
       if (cancelled?.cancelled)
         this.deps.lifecycle.emit({ event: 'cancelled', ...cancelled.cancelled, reason: 'timed-out' });
       if (cancelled?.status === 'CANCELLED') this.release(run.workflowId, 'timed-out', run.attempt);

@@ -8,7 +8,7 @@ import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sq
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { nowPlusMsSql } from '../connection/time.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflows/workflow.store';
+import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflows/workflow-ref';
 import type { WorkflowRegistration } from '../versions/workflow-registrations';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */

@@ -5,7 +5,7 @@ import { NOTIFY_SQL } from '../connection/wake-ups.sql';
 import { usedParameters } from '../connection/sql-parameters';
 import { REPORTED_STATUS_SQL } from './workflow-row';
 import { interruptPayload } from './interrupt-payload';
-import { RESUMED_COLUMNS, WorkflowStore } from './workflow.store';
+import { RESUMED_COLUMNS, WorkflowControlStore } from './workflow-control.store';
 import {
   ACTIVE_STATUSES_SQL,
   ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
@@ -72,11 +72,11 @@ interface CancelledRow {
  */
 export class BulkControlStore {
   private readonly tables: WorkflowTables;
-  private readonly store: WorkflowStore;
+  private readonly store: WorkflowControlStore;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
-    this.store = new WorkflowStore(database);
+    this.store = new WorkflowControlStore(database);
   }
 
   /**

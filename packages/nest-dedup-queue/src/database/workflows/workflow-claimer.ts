@@ -16,8 +16,8 @@ import {
 import { CitusClaim } from './workflow-claimer.citus';
 
 /**
- * A claim to run in the statement that records outcomes (see `WorkflowStore.recordOutcomes`): its CTEs (`claimable`,
- * then `claimed`, the UPDATE returning the claimed rows) with parameters numbered from `firstParam`.
+ * A claim to run in the statement that records outcomes (see `WorkflowOutcomeStore.recordOutcomes`): its CTEs
+ * (`claimable`, then `claimed`, the UPDATE returning the claimed rows) with parameters numbered from `firstParam`.
  */
 export interface AttachedClaim {
   ctes(firstParam: number): string;

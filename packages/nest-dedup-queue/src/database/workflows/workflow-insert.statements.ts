@@ -396,7 +396,7 @@ function followUpValuesStatement(table: string): Statement<NewWorkflow> {
  * this commits; an insert that still finds the key taken (a free key taken meanwhile) returns no `inserted_id`, and
  * the caller rolls back whatever was ended and tries again. The insert reads `ended` so that it runs after the
  * holder's row is gone (the unique index then allows the key). The cancel notifications are sent by the caller, in
- * a statement of their own. On Citus the same steps are router statements (`WorkflowInserter`'s
+ * a statement of their own. On Citus the same steps are router statements (`DuplicatePolicyStore`'s
  * `supersedeOnItsNode`), the holders ending through `runEndStatements`.
  */
 function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede'] {
