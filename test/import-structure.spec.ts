@@ -97,6 +97,11 @@ describe('the import structure of packages/nest-dedup-queue/src', () => {
     expect(gone.map((files) => `no longer a circle, delete it from KNOWN_CIRCLES: ${files}`)).toEqual([]);
   });
 
+  it('has no circle of imports between the top-level folders and files', () => {
+    const units = foldersOf(imports);
+    expect(findCircles(units).map((members) => describeCircle(members.sort(), units))).toEqual([]);
+  });
+
   it('places every file in a layer', () => {
     expect([...imports.keys()].filter((file) => layerOf(file) === undefined)).toEqual([]);
   });
@@ -144,6 +149,18 @@ function listSources(folder: string): string[] {
     if (entry.isDirectory()) return listSources(path);
     return entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts') ? [path] : [];
   });
+}
+
+/** The imports between top-level units: a folder of `src/` (`scheduler/`) or a file at its root. */
+function foldersOf(imports: Imports): Imports {
+  const unit = (file: string) => (file.includes('/') ? `${file.split('/')[0]}/` : file);
+  const units = new Map<string, Set<string>>();
+  for (const [file, targets] of imports) {
+    const from = units.get(unit(file)) ?? new Set<string>();
+    for (const target of targets) if (unit(target) !== unit(file)) from.add(unit(target));
+    units.set(unit(file), from);
+  }
+  return new Map([...units].map(([name, targets]) => [name, [...targets]]));
 }
 
 function layerOf(file: string): number | undefined {

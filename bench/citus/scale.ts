@@ -32,6 +32,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { CitusCluster, startCitusCluster } from '../../test/support/citus-cluster';
 import { startPostgresServer, TestPostgresServer } from '../../test/support/postgres-server';
+import { nodeSettingsFromEnv } from './node-settings';
 import { CpuGroup, cpuGroupsUnavailable, groupCpuMeter, removeStaleGroups } from './cpu-groups';
 import { CpuMeter, postmasterPid, procCpuMeter } from './server-processes';
 import {
@@ -403,7 +404,7 @@ async function main(): Promise<void> {
   undo.push(() => single.dispose());
   const clusters: CitusCluster[] = [];
   for (const workers of settings.nodes) {
-    const cluster = await startCitusCluster({ workers });
+    const cluster = await startCitusCluster({ workers, settings: nodeSettingsFromEnv() });
     undo.push(() => cluster.stop());
     clusters.push(cluster);
   }

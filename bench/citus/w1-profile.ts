@@ -13,6 +13,7 @@
 import { loadavg } from 'node:os';
 import { Client } from 'pg';
 import { startCitusCluster } from '../../test/support/citus-cluster';
+import { nodeSettingsFromEnv } from './node-settings';
 import { CpuGroup, cpuGroupsUnavailable, groupCpuMeter, removeStaleGroups } from './cpu-groups';
 import { postmasterPid, procCpuMeter } from './server-processes';
 import { Workload, loadWorkload } from './workload-build';
@@ -35,7 +36,11 @@ async function main(): Promise<void> {
   if (process.env.W1P_BASELINE) {
     builds.push({ name: 'baseline', workload: loadWorkload(process.env.W1P_BASELINE) });
   }
-  const cluster = await startCitusCluster({ workers: NODES, preload: ['pg_stat_statements'] });
+  const cluster = await startCitusCluster({
+    workers: NODES,
+    preload: ['pg_stat_statements'],
+    settings: nodeSettingsFromEnv(),
+  });
   const groups: CpuGroup[] = [];
   try {
     const servers = [cluster.coordinator, ...cluster.workers];

@@ -27,6 +27,8 @@ export interface CitusClusterOptions {
   workers?: number;
   /** Libraries every node preloads besides Citus (e.g. `pg_stat_statements`, for a benchmark's statement counts). */
   preload?: string[];
+  /** Server settings for every node over the defaults below (a benchmark's, e.g. from `CITUS_NODE_SETTINGS`). */
+  settings?: Record<string, string>;
 }
 
 const WORKERS = 2;
@@ -54,6 +56,7 @@ export async function startCitusCluster(options: CitusClusterOptions = {}): Prom
         binaries: 'debian',
         settings: {
           ...NODE_SETTINGS,
+          ...options.settings,
           shared_preload_libraries: `'${['citus', ...(options.preload ?? [])].join(',')}'`,
         },
       }),
