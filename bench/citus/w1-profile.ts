@@ -8,7 +8,9 @@
  * build in node_modules/nest-dedup-queue and, with W1P_BASELINE=<a package folder holding package.json and dist,
  * inside this repository's node_modules>, for that build too. Prints per measurement the calls/s, each server's CPU
  * per call, each node's transactions per call and sessions opened; with W1P_STATEMENTS=1, each node's statements per call (calls,
- * planning and execution µs), the last repetition's. Needs the Debian postgresql-15 package and Citus.
+ * planning and execution µs), the last repetition's. W1P_ANALYZE=1 analyzes the queue's table after the unmeasured
+ * calls (fresh statistics); CITUS_NODE_SETTINGS sets the nodes' server settings (bench/citus/node-settings.ts).
+ * Needs the Debian postgresql-15 package and Citus.
  */
 import { loadavg } from 'node:os';
 import { Client } from 'pg';
@@ -101,6 +103,7 @@ async function main(): Promise<void> {
             }
           }
           await build.workload.warmUp(producers, WARM);
+          if (process.env.W1P_ANALYZE === '1') await cluster.coordinator.query(`ANALYZE "${schema}".workflow_queue`);
           for (const server of servers) await server.query('SELECT pg_stat_statements_reset()');
           const before = await commits();
           limit(true);
