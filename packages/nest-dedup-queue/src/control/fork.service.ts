@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
 import { ForkCopy, ForkSource, ForkStore } from '../database/workflows/fork.store';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import { QueueDatabase } from '../database/connection/queue-database';
+import { type Query, QueueDatabase } from '../database/connection/queue-database';
 import { WorkflowInserter } from '../database/workflows/workflow-inserter';
 import { WorkflowEnqueuer, type Enqueued } from '../enqueue/workflow-enqueuer';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
@@ -16,8 +16,6 @@ import { optionalKey, optionalVersion } from '../utils/enqueue-options.validatio
 import { unknownKey } from '../utils/known-keys';
 import { WorkflowHandleFactory } from '../workflow-handle.factory';
 import { logicalQueueName } from '../utils/queue-shards';
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** A fork's options, checked. */
 interface ValidForkOptions {

@@ -1,4 +1,4 @@
-import type { QueueDatabase } from '../database/connection/queue-database';
+import type { Query, QueueDatabase } from '../database/connection/queue-database';
 import type { ScheduleCatchUp } from '../interfaces/schedule-options.interface';
 import type { ScheduleDefinition } from './schedule-definition';
 import { DELAYED_SQL } from '../database/tables/workflow-status.sql';
@@ -25,8 +25,6 @@ export interface ScheduleRow {
   /** The database's clock when the row was read. */
   db_now: Date;
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 const COLUMNS = `name, source, cron, timezone, workflow_name, queue_name, args::text AS args, catch_up, catch_up_limit,
   overlap, paused, ticked_through, last_run_at, last_workflow_id, now() AS db_now`;

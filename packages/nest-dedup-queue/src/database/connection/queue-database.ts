@@ -82,6 +82,9 @@ export interface ConnectionSettings {
 const RETRY_DELAY_MS = 100;
 const GUARDED = Symbol('nest-dedup-queue: pool connections guarded');
 
+/** A statement sent on some connection or in some transaction, by its text and parameters. */
+export type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+
 /**
  * A statement of a transaction; `options.prepared` and `asSent` as for `QueueDatabase.query` (`idempotent` has no use
  * there).

@@ -1,4 +1,4 @@
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+import type { Query } from './queue-database';
 
 /**
  * Takes the schema's advisory lock for the rest of the transaction: migrations and the creation of partitions run

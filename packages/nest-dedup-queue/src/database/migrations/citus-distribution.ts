@@ -1,5 +1,5 @@
 import { DedupQueueConfigurationError } from '../../errors/dedup-queue-configuration.error';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { lockSchema } from '../connection/schema-lock';
 import {
   CHECKPOINT_DISTRIBUTION_ARGUMENT,
@@ -42,8 +42,6 @@ export const CITUS_TABLES = {
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],
 } as const;
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** Refuses `distribution: 'citus'` on a database without the extension, before anything is written. */
 export async function assertCitusInstalled(database: QueueDatabase): Promise<void> {

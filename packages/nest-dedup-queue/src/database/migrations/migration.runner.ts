@@ -1,12 +1,10 @@
 import type { Logger } from '@nestjs/common';
 import { DedupQueueConfigurationError } from '../../errors/dedup-queue-configuration.error';
 import type { Migration } from './migration.interface';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { lockSchema } from '../connection/schema-lock';
 import { isConnectionFailure } from '../connection/sql-errors';
 import { ModuleLogger } from '../../utils/module-logger';
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** What one transaction of the runner did: the version it applied, or none, and the newer versions it found. */
 interface MigrationStep {

@@ -1,12 +1,10 @@
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
 import { settleWithin } from '../../utils/settle-within';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { REPORTED_STATUS_SQL } from '../workflows/workflow-row';
 import { ACTIVE_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { workflowTables } from '../tables/workflow-tables';
 import { logicalQueueName } from '../../utils/queue-shards';
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 export interface StatusCount {
   queueName: string;

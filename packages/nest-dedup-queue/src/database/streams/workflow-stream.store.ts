@@ -1,6 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import { onePerDatabase } from '../connection/one-per-database';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { streamHintPayload, streamHintPayloadSql } from '../connection/notification-channels';
 import { isUniqueViolationOn } from '../connection/sql-errors';
 import { STEP_COLUMNS } from '../steps/step-columns';
@@ -85,8 +85,6 @@ export interface StreamSummary {
   closed: boolean;
   lastWrittenAt: Date;
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
  * The SQL of durable streams (`writeStream`, `closeStream`, `readStream`): an append-only log per workflow and key in

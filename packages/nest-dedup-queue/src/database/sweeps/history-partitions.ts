@@ -1,4 +1,4 @@
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { lockSchema } from '../connection/schema-lock';
 import { isLockTimeout } from '../connection/sql-errors';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
@@ -14,8 +14,6 @@ const DROP_LOCK_TIMEOUT_MS = 2000;
  * its own past its window; retention deletes those of queues no longer claimed with a rate limit.
  */
 const STARTS_KEPT_AT_LEAST_MS = 86_400_000;
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
  * The daily partitions of the history, the steps, the messages and the streams (by the day, UTC, a workflow was

@@ -1,13 +1,11 @@
 import { DUPLICATE_TOPIC, countAndWakeSql } from '../messages/message.store';
 import type { NewWorkflow } from '../workflows/new-workflow';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { WorkflowInserter } from '../workflows/workflow-inserter';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
 import { newWorkflowId } from '../../utils/workflow-id';
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** A finished holder's unreceived duplicate, with what the next workflow of its key takes from the holder. */
 interface StrandedRow {

@@ -1,4 +1,4 @@
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { isUniqueViolationOn } from '../connection/sql-errors';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
 import { NOTIFY_SQL } from '../connection/wake-ups.sql';
@@ -52,8 +52,6 @@ export function matchesSql(row = ''): string {
 export function filterParams(queueName: string, filter: BulkFilter, afterSeq: string): unknown[] {
   return [queueName, afterSeq, filter.workflowIds, filter.deduplicationIds, filter.statuses];
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** A matched row of a cancel batch, and whether it was cancelled (with its claim count and workflow name). */
 interface CancelledRow {

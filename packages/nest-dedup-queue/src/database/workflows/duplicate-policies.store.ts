@@ -6,7 +6,8 @@ import type { SendResult, SupersedeResult, SupersededWorkflow } from './insert-r
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { countAndWakeSql } from '../messages/message.store';
 import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
-import { EnqueueConnection, type Query } from './enqueue-connection';
+import { EnqueueConnection } from './enqueue-connection';
+import type { Query } from '../connection/queue-database';
 
 /** Rolls back a supersede whose insert found the key taken after all. */
 class SupersedeLost extends Error {}

@@ -1,9 +1,7 @@
 import type { TransactionSql } from '../../interfaces/transaction-sql.interface';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { InsertStatements, insertStatements } from './workflow-insert.statements';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
-
-export type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** A class of enqueue statements: each keeps `EnqueueConnection`'s constructor (see `inTransaction`). */
 type EnqueueConnectionClass<T> = new (database: QueueDatabase, query: Query, savepoints: boolean) => T;

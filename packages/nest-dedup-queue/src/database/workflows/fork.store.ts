@@ -1,6 +1,6 @@
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
 import type { NewWorkflow } from './new-workflow';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { SET_EVENT_STEP_PREFIX } from '../events/workflow-event.store';
 import { DETERMINISM_ERROR, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
@@ -60,8 +60,6 @@ interface SourceRow {
   release_key_on_error: boolean;
   last_failure: number;
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** $1 queue, $2 the forks' IDs, $3 their sources, $4 their start positions, as rows `f`. */
 const FORKS_SQL = 'unnest($2::text[], $3::text[], $4::int[]) AS f(fork_id, source_id, from_step)';

@@ -4,7 +4,8 @@ import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
 import { type Holder, type HolderReport, type HolderReportRow, holderReportOf, holderStateOf } from './insert-results';
 import type { DeduplicationHolderState } from '../../errors/queue-deduplicated.error';
 import { REPORTED_STATUS_SQL } from './workflow-row';
-import { EnqueueConnection, type Query } from './enqueue-connection';
+import { EnqueueConnection } from './enqueue-connection';
+import type { Query } from '../connection/queue-database';
 
 /**
  * Who holds a deduplication key (`findHolder`, which lets go of a key whose window has passed), and what a refused

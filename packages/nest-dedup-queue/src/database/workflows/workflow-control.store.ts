@@ -1,5 +1,5 @@
 import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import {
   ENDED_WAKE_UPS_SQL,
   EndSpec,
@@ -31,8 +31,6 @@ import { interruptPayload, interruptPayloadPrefix, interruptPayloadSql } from '.
 const TIMEOUT_ERROR_JSON = `('{"name":"WorkflowTimeoutError","message":"'
   || coalesce('Workflow timed out after ' || w.timeout_ms::text || ' ms', 'Workflow timed out at its parent''s deadline')
   || '"}')::json`;
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /** What `resume` sets: ENQUEUED, holding its deduplication ID again, its recovery count and deadline reset. */
 export const RESUMED_COLUMNS = {

@@ -12,6 +12,7 @@ import { streamHintPayload, streamHintPayloadSql } from '../connection/notificat
 import { NOTIFY_SQL, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { PINNED_SEARCH_PATH } from '../migrations/019-enqueue-from-sql-secured.migration';
 import { handOverKeysOnCitus } from './hand-over.citus';
+import type { Query } from '../connection/queue-database';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -209,8 +210,6 @@ export function endWorkflowsStatementsSql(spec: EndSpec, paramCount: number): En
        SELECT ${WORKFLOW_COLUMN_LIST} FROM ${history} WHERE queue_name = ${queue} AND workflow_id = ANY(${kept})`,
   };
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 /**
  * Ends workflows with the statements of `endWorkflowsStatementsSql`, in the caller's transaction (`query`), given

@@ -20,7 +20,8 @@ import { ACTIVE_STATUSES_SQL } from '../tables/workflow-status.sql';
 import { ACTIVE_WORKFLOW_STATUSES } from '../../interfaces/workflow-status.interface';
 import { ACTIVE_DEDUPLICATION_INDEX } from '../tables/workflow-tables';
 import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
-import { EnqueueConnection, type Query } from './enqueue-connection';
+import { EnqueueConnection } from './enqueue-connection';
+import type { Query } from '../connection/queue-database';
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),

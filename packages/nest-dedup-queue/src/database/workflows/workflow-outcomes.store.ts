@@ -1,5 +1,5 @@
 import type { WorkflowErrorInfo } from '../../interfaces/workflow-status.interface';
-import type { QueueDatabase } from '../connection/queue-database';
+import type { Query, QueueDatabase } from '../connection/queue-database';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, keepsKeyInWindowSql } from './workflow-finish.sql';
 import { EndingOutcome, RUN_OF_ROW_SQL, endOutcomesOnCitus, runOf } from './outcomes-end.citus';
 import type { AttachedClaim } from './workflow-claimer';
@@ -75,8 +75,6 @@ function outcomeParts(outcomes: WorkflowOutcome[], wakeQueues: string[]): Outcom
     wakes: wakeQueues.length > 0,
   };
 }
-
-type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
 
 export interface WorkflowOutcome {
   workflowId: string;
