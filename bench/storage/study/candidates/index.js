@@ -46,12 +46,18 @@ const CANDIDATES = {
   'a-trimmed': () => libraryCandidate('A'),
   'p0-library-sql': drivenLibrary,
   'b-ready-apart': () => prototype(require('./ready-apart')),
+  'b-floor': () => prototype(require('./floors').bFloor()),
+  'b-floor-no-history': () => prototype(require('./floors').bFloorNoHistory()),
   'c-written-once': () => prototype(require('./written-once').writtenOnce()),
   'c-advisory': () => prototype(require('./written-once').writtenOnce({ advisory: true })),
   'graphile-worker': () => require('./graphile'),
 };
 
-/** What `--storage` measures unless STUDY_CANDIDATES says otherwise (c-advisory is one of C's levers, measured apart). */
-const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => id !== 'c-advisory');
+/**
+ * What `--storage` measures unless STUDY_CANDIDATES says otherwise (c-advisory is one of C's levers, and the floors
+ * are diagnostics of B: measured apart).
+ */
+const APART = ['c-advisory', 'b-floor', 'b-floor-no-history'];
+const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => !APART.includes(id));
 
 module.exports = { CANDIDATES, DEFAULT_CANDIDATES, UUIDV7_SQL };

@@ -111,6 +111,8 @@ const SEED_SQL = `INSERT INTO ${S}.workflow_history (queue_name, workflow_id, wo
     FROM generate_series(1, $1::int) AS i, LATERAL (SELECT now() - interval '1 hour' + i * interval '1 millisecond' AS t) AS x`;
 
 module.exports = {
+  /** Its table, column list, claim and finished row, for the floors measured beside it (`floors.js`). */
+  parts: { TABLE, LIST, FINISHED, claim },
   id: 'b-ready-apart',
   planCacheMode: 'force_generic_plan',
   label: 'B: ready apart, HOT claim, history by ID',
