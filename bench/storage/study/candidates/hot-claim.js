@@ -23,10 +23,23 @@ const READY_AND_TIMERS_DDL = `
  * The claim's CTEs, parameters from `first` ($+0 queue, $+1 executor, $+2 workflow names, $+3 how many): `picked`
  * (ready rows, locked), `taken` (deleted), `claimed` (the rows of `table` made PENDING, returning `returning`), and
  * `more` CTEs after them. Every step is bounded by the rows before it (`= ANY(array)`), so that its generic plan is
- * index probes whatever the tables' sizes.
+ * index probes whatever the tables' sizes. `readyInPlace`: the condition (on `w`) of an index of `table` itself that
+ * a claim does not move (candidate D): `picked` reads `table` through it, and there are no ready rows to take.
  */
-function claimCtes({ table, first, withoutFlush, returning, more = '', advisory = false }) {
+function claimCtes({ table, first, withoutFlush, returning, more = '', advisory = false, readyInPlace }) {
   const p = C.numbered(first);
+  if (readyInPlace) {
+    const picked = `picked AS (
+      SELECT w.workflow_id FROM ${table} AS w
+      WHERE w.queue_name = ${p(1)} AND ${readyInPlace} AND w.status = 'ENQUEUED'
+        AND (w.not_before IS NULL OR w.not_before <= now()) AND w.workflow_name = ANY(${p(3)}::text[])
+        AND NOT EXISTS (SELECT 1 FROM ${S}.queues WHERE queue_name = ${p(1)} AND paused)
+        AND EXISTS (SELECT 1 FROM ${S}.executors WHERE executor_id = ${p(2)})
+      ORDER BY w.priority, w.seq LIMIT ${p(4)}
+      FOR UPDATE SKIP LOCKED
+    ),`;
+    return picked + claimedCte({ table, p, withoutFlush, returning, more, from: 'picked' });
+  }
   // NOTE: `advisory`: ready rows another claim is taking are skipped by a transaction-scoped advisory lock on their
   // seq instead of a row lock, which writes no WAL record; a row another claim deleted and committed meanwhile is
   // simply not deleted again (`taken` returns the rows this statement deleted).
@@ -44,14 +57,19 @@ function claimCtes({ table, first, withoutFlush, returning, more = '', advisory 
       WHERE r.queue_name = ${p(1)} AND r.priority = ANY(ARRAY(SELECT priority FROM picked))
         AND r.seq = ANY(ARRAY(SELECT seq FROM picked))
       RETURNING r.workflow_id
-    ),${withoutFlush ? ` commit_without_flush AS (SELECT set_config('synchronous_commit', 'off', true)),` : ''}
+    ),${claimedCte({ table, p, withoutFlush, returning, more, from: 'taken' })}`;
+}
+
+/** The claim's last CTEs: the rows of `table` whose IDs `from` gives, made PENDING (see `claimCtes`). */
+function claimedCte({ table, p, withoutFlush, returning, more, from }) {
+  return `${withoutFlush ? ` commit_without_flush AS (SELECT set_config('synchronous_commit', 'off', true)),` : ''}
     claimed AS (
       UPDATE ${table} AS w
       SET status = 'PENDING', executor_id = ${p(2)}, attempts = w.attempts + 1, started_at = clock_timestamp(),
           updated_at = now(),
           deadline_at = CASE WHEN w.timeout_ms IS NOT NULL
                              THEN coalesce(w.deadline_at, now() + w.timeout_ms * interval '1 millisecond') END
-      WHERE w.queue_name = ${p(1)} AND w.workflow_id = ANY(ARRAY(SELECT workflow_id FROM taken))
+      WHERE w.queue_name = ${p(1)} AND w.workflow_id = ANY(ARRAY(SELECT workflow_id FROM ${from}))
         ${withoutFlush ? 'AND EXISTS (SELECT 1 FROM commit_without_flush)' : ''}
       RETURNING w.workflow_id, w.workflow_name, w.priority, w.seq, w.attempts, w.failed_attempts, w.max_attempts,
                 w.max_recovery_attempts, (extract(epoch FROM w.deadline_at - now()) * 1000)::float8 AS remaining_ms,
@@ -66,9 +84,10 @@ function claimCtes({ table, first, withoutFlush, returning, more = '', advisory 
  * delays, $7 queue, $8 executor, $9 channel; the claim's from $10. Retries go back to ENQUEUED with a timer
  * (`retrySet`: more assignments), the others end: deleted from `table` (keeping `keeps_key`), `archived` and
  * `keyRecords` (CTE bodies over `ended`), the freed keys handed to waiting follow-ups with their ready rows.
- * `claimed` names the CTE of `claim` whose rows the statement returns.
+ * `claimed` names the CTE of `claim` whose rows the statement returns. Without `readyRows` (candidate D), a retried or
+ * handed-over row stays where it is: the ready index is on `table` itself, and no timer or ready row is written.
  */
-function outcomeSql({ table, archived, keyRecords, retrySet = '', claim, claimed }) {
+function outcomeSql({ table, archived, keyRecords, retrySet = '', claim, claimed, readyRows = true }) {
   const owned = `w.queue_name = $7 AND w.workflow_id = ANY($1::text[]) AND w.workflow_id = o.workflow_id
         AND w.status = 'PENDING' AND w.executor_id = $8 AND w.attempts = o.attempt`;
   return `WITH o AS (
@@ -83,9 +102,13 @@ function outcomeSql({ table, archived, keyRecords, retrySet = '', claim, claimed
       WHERE o.status = 'RETRY' AND ${owned}
       RETURNING w.queue_name, w.workflow_id, w.not_before
     ),
-    retry_timers AS (
+    ${
+      readyRows
+        ? `retry_timers AS (
       INSERT INTO ${S}.workflow_timers (queue_name, due_at, workflow_id) SELECT queue_name, not_before, workflow_id FROM retried
-    ),
+    ),`
+        : ''
+    }
     ended AS (
       DELETE FROM ${table} AS w USING o
       WHERE o.status <> 'RETRY' AND ${owned}
@@ -105,7 +128,7 @@ function outcomeSql({ table, archived, keyRecords, retrySet = '', claim, claimed
         AND f.next_deduplication_id = ANY(ARRAY(SELECT active_deduplication_id FROM ended WHERE NOT keeps_key))
       RETURNING f.queue_name, f.priority, f.seq, f.workflow_id, f.workflow_name, f.partition_key
     ),
-    handed_over_ready AS (INSERT INTO ${S}.workflow_ready SELECT * FROM handed_over),
+    ${readyRows ? `handed_over_ready AS (INSERT INTO ${S}.workflow_ready SELECT * FROM handed_over),` : ''}
     hand_over_wake_ups AS (SELECT pg_notify($9, queue_name) FROM (SELECT DISTINCT queue_name FROM handed_over) AS q),
     ${claim}
     SELECT workflow_id, NULL::text AS claimed, (SELECT count(*) FROM hand_over_wake_ups) AS handed_over FROM ended
@@ -182,10 +205,11 @@ const ENQUEUE_INPUT = `input AS (
       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[])
         WITH ORDINALITY AS i(workflow_id, workflow_name, deduplication_id, inputs, priority, ord)
     )`;
+const ENQUEUE_WAKE_UP = `woken AS (SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)`;
 const ENQUEUE_READY = `ready AS (
       INSERT INTO ${S}.workflow_ready SELECT queue_name, priority, seq, workflow_id, workflow_name, partition_key FROM inserted
     ),
-    woken AS (SELECT pg_notify($7, queue_name) FROM (SELECT DISTINCT queue_name FROM inserted) AS q)`;
+    ${ENQUEUE_WAKE_UP}`;
 
 module.exports = {
   READY_AND_TIMERS_DDL,
@@ -195,4 +219,5 @@ module.exports = {
   holdersSql,
   ENQUEUE_INPUT,
   ENQUEUE_READY,
+  ENQUEUE_WAKE_UP,
 };

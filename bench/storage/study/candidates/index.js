@@ -48,6 +48,7 @@ const CANDIDATES = {
   'b-ready-apart': () => prototype(require('./ready-apart')),
   'b-floor': () => prototype(require('./floors').bFloor()),
   'b-floor-no-history': () => prototype(require('./floors').bFloorNoHistory()),
+  'd-ready-in-place': () => prototype(require('./ready-in-place')),
   'c-written-once': () => prototype(require('./written-once').writtenOnce()),
   'c-advisory': () => prototype(require('./written-once').writtenOnce({ advisory: true })),
   'graphile-worker': () => require('./graphile'),

@@ -112,7 +112,7 @@ const SEED_SQL = `INSERT INTO ${S}.workflow_history (queue_name, workflow_id, wo
 
 module.exports = {
   /** Its table, column list, claim and finished row, for the floors measured beside it (`floors.js`). */
-  parts: { TABLE, LIST, FINISHED, claim },
+  parts: { COLUMNS, TABLE, LIST, NAMES, FINISHED, claim },
   id: 'b-ready-apart',
   planCacheMode: 'force_generic_plan',
   label: 'B: ready apart, HOT claim, history by ID',
