@@ -45,8 +45,12 @@ const LIST = NAMES.join(', ');
 
 const TABLE = `${S}.workflow_queue`;
 
-const DDL = `${C.BASE_DDL}
-  CREATE TABLE ${TABLE} (${COLUMNS}, PRIMARY KEY (queue_name, workflow_id))
+/**
+ * The active table (`moreColumns` after B's, fillfactor 50), its indexes that a claim does not move, `readyDdl`, and
+ * the history.
+ */
+const ddlWith = ({ moreColumns = '', readyDdl }) => `${C.BASE_DDL}
+  CREATE TABLE ${TABLE} (${COLUMNS},${moreColumns} PRIMARY KEY (queue_name, workflow_id))
     WITH (fillfactor = 50, ${C.AUTOVACUUM});
   CREATE UNIQUE INDEX workflow_queue_deduplication_key ON ${TABLE} (queue_name, active_deduplication_id)
     WHERE active_deduplication_id IS NOT NULL;
@@ -55,12 +59,14 @@ const DDL = `${C.BASE_DDL}
   CREATE INDEX workflow_queue_children ON ${TABLE} (queue_name, parent_workflow_id)
     WHERE parent_workflow_id IS NOT NULL;
   CREATE INDEX workflow_queue_deadline ON ${TABLE} (queue_name, deadline_at) WHERE deadline_at IS NOT NULL;
-  ${H.READY_AND_TIMERS_DDL}
+  ${readyDdl}
   CREATE TABLE ${S}.workflow_history (${COLUMNS}) PARTITION BY RANGE (created_at);
   ${C.partitionsSql(['workflow_history'])}
   CREATE INDEX workflow_history_workflow_id ON ${S}.workflow_history (workflow_id);
   CREATE INDEX workflow_history_completed_at ON ${S}.workflow_history USING brin (completed_at);
 `;
+
+const DDL = ddlWith({ readyDdl: H.READY_AND_TIMERS_DDL });
 
 const claim = (first, withoutFlush) =>
   H.claimCtes({ table: TABLE, first, withoutFlush, returning: 'w.inputs::text AS inputs, w.trace_context' });
@@ -81,16 +87,21 @@ const FINISHED = `SELECT ${NAMES.map(
     })[n] ?? `e.${n}`,
 ).join(', ')} FROM ended AS e`;
 
-const STATEMENTS = {
-  claim: `WITH ${claim(1, true)} SELECT * FROM claimed`,
-  outcome: H.outcomeSql({
+/** The outcome statement over B's table and history, with the claim `claimWith` builds attached. */
+const outcomeWith = (claimWith, readyRows = true) =>
+  H.outcomeSql({
     table: TABLE,
     archived: `INSERT INTO ${S}.workflow_history (${LIST}) ${FINISHED}`,
     keyRecords: `INSERT INTO ${TABLE} (${LIST}) ${FINISHED} WHERE e.keeps_key`,
     retrySet: ', error = o.error::json',
-    claim: claim(10, false),
+    claim: claimWith(10, false),
     claimed: 'claimed',
-  }),
+    readyRows,
+  });
+
+const STATEMENTS = {
+  claim: `WITH ${claim(1, true)} SELECT * FROM claimed`,
+  outcome: outcomeWith(claim),
   enqueue: `WITH ${H.ENQUEUE_INPUT},
     inserted AS (
       INSERT INTO ${TABLE} (queue_name, workflow_id, workflow_name, deduplication_id, active_deduplication_id,
@@ -112,7 +123,7 @@ const SEED_SQL = `INSERT INTO ${S}.workflow_history (queue_name, workflow_id, wo
 
 module.exports = {
   /** Its table, column list, claim and finished row, for the floors measured beside it (`floors.js`). */
-  parts: { COLUMNS, TABLE, LIST, NAMES, FINISHED, claim },
+  parts: { TABLE, LIST, FINISHED, claim, ddlWith, outcomeWith },
   id: 'b-ready-apart',
   planCacheMode: 'force_generic_plan',
   label: 'B: ready apart, HOT claim, history by ID',

@@ -17,34 +17,20 @@
  */
 const H = require('./hot-claim');
 const B = require('./ready-apart');
-const C = require('./prototype-common');
-const { S } = C;
 
-const { COLUMNS, TABLE, LIST, FINISHED } = B.parts;
+const { TABLE, ddlWith, outcomeWith } = B.parts;
 
 /** On `w`: the rows the ready index holds (ENQUEUED or PENDING: a claim does not change `line_state`). */
 const IN_READY_INDEX = 'w.line_state = 1';
 
-const DDL = `${C.BASE_DDL}
-  CREATE TABLE ${TABLE} (${COLUMNS},
+const DDL = ddlWith({
+  moreColumns: `
     line_state smallint GENERATED ALWAYS AS (
-      CASE WHEN status IN ('ENQUEUED', 'PENDING') THEN 1 WHEN status = 'WAITING' THEN 2 ELSE 0 END) STORED,
-    PRIMARY KEY (queue_name, workflow_id))
-    WITH (fillfactor = 50, ${C.AUTOVACUUM});
-  CREATE UNIQUE INDEX workflow_queue_deduplication_key ON ${TABLE} (queue_name, active_deduplication_id)
-    WHERE active_deduplication_id IS NOT NULL;
-  CREATE UNIQUE INDEX workflow_queue_follow_up_key ON ${TABLE} (queue_name, next_deduplication_id)
-    WHERE next_deduplication_id IS NOT NULL;
-  CREATE INDEX workflow_queue_children ON ${TABLE} (queue_name, parent_workflow_id)
-    WHERE parent_workflow_id IS NOT NULL;
-  CREATE INDEX workflow_queue_deadline ON ${TABLE} (queue_name, deadline_at) WHERE deadline_at IS NOT NULL;
+      CASE WHEN status IN ('ENQUEUED', 'PENDING') THEN 1 WHEN status = 'WAITING' THEN 2 ELSE 0 END) STORED,`,
+  readyDdl: `
   CREATE INDEX workflow_queue_ready ON ${TABLE} (queue_name, priority, seq) WHERE line_state = 1;
-  CREATE INDEX workflow_queue_waiting ON ${TABLE} (queue_name, not_before) WHERE line_state = 2;
-  CREATE TABLE ${S}.workflow_history (${COLUMNS}) PARTITION BY RANGE (created_at);
-  ${C.partitionsSql(['workflow_history'])}
-  CREATE INDEX workflow_history_workflow_id ON ${S}.workflow_history (workflow_id);
-  CREATE INDEX workflow_history_completed_at ON ${S}.workflow_history USING brin (completed_at);
-`;
+  CREATE INDEX workflow_queue_waiting ON ${TABLE} (queue_name, not_before) WHERE line_state = 2;`,
+});
 
 const claim = (first, withoutFlush) =>
   H.claimCtes({
@@ -57,15 +43,7 @@ const claim = (first, withoutFlush) =>
 
 const STATEMENTS = {
   claim: `WITH ${claim(1, true)} SELECT * FROM claimed`,
-  outcome: H.outcomeSql({
-    table: TABLE,
-    archived: `INSERT INTO ${S}.workflow_history (${LIST}) ${FINISHED}`,
-    keyRecords: `INSERT INTO ${TABLE} (${LIST}) ${FINISHED} WHERE e.keeps_key`,
-    retrySet: ', error = o.error::json',
-    claim: claim(10, false),
-    claimed: 'claimed',
-    readyRows: false,
-  }),
+  outcome: outcomeWith(claim, false),
   enqueue: B.statements.enqueue.replace(H.ENQUEUE_READY, H.ENQUEUE_WAKE_UP),
 };
 
