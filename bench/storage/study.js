@@ -21,6 +21,7 @@ const { Client, Pool } = require('pg');
 const { startStudyServer } = require('./study/server');
 const { walSummary } = require('./study/waldump');
 const { CANDIDATES, DEFAULT_CANDIDATES } = require('./study/candidates');
+const { HELD } = require('./study/driver');
 const { StoreCpu } = require('../lib/usage');
 const { withDatabase } = require('../lib/pg');
 const { median } = require('../lib/stats');
@@ -352,6 +353,11 @@ async function main() {
       `Storage study: ${JOBS.toLocaleString('en-US')} jobs per phase, ${SEED.toLocaleString('en-US')} finished workflows in each history beforehand, ` +
       `${REPS} repetitions (order rotated), arguments of ${INPUT_BYTES ? `${INPUT_BYTES} bytes` : 'a key only'}, ` +
       `plan_cache_mode ${PLAN_CACHE_MODE || 'auto (the default)'}, ` +
+      (HELD > 0
+        ? `${HELD} workflows claimed before each drain by the layouts the study's driver runs and left PENDING (STUDY_HELD), ` +
+          'whose drains end the others and are counted per job of all, ' +
+          'while the module and graphile-worker drain all, '
+        : '') +
       `PostgreSQL ${version} of the study's own (fsync, full_page_writes, synchronous_commit on), ` +
       `${new Date().toISOString()}.`;
     console.log(`${header}\n${table}`);

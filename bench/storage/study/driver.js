@@ -10,6 +10,11 @@ const { Pool } = require('pg');
 const ENQUEUE_BATCH = 1000;
 const LANES = 2;
 const CLAIM_BATCH = 32;
+/**
+ * STUDY_HELD: workflows claimed before the drain and left PENDING (long runs, at the head of the queue), which every
+ * claim of a layout whose ready index keeps running rows passes over (candidate D); the drain then ends the others.
+ */
+const HELD = Number(process.env.STUDY_HELD || 0);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -46,14 +51,16 @@ async function enqueueAll({ url, jobs, keyPrefix, inputBytes }, insertBatch, pla
 /**
  * Drains `jobs` workflows: `claim(client, limit)` gives claimed workflows (`{ workflowId, attempt }`);
  * `finish(client, claimed, limit)` records their outcomes (SUCCESS, no output) and claims up to `limit` more, giving
- * `{ recorded, claimed }`. `setup(client)` runs first (the executor's lease row). `planCacheMode`: the sessions'
- * (the server's default when unset).
+ * `{ recorded, claimed }`. `setup(client)` runs first (the executor's lease row), then the claim of the `HELD`
+ * workflows that stay PENDING. `planCacheMode`: the sessions' (the server's default when unset).
  */
-async function drainAll({ url, jobs }, { setup, claim, finish }, planCacheMode) {
+async function drainAll({ url, jobs: all }, { setup, claim, finish }, planCacheMode) {
   const p = pool(url, LANES, planCacheMode);
   const first = await p.connect();
   await setup(first);
+  const held = HELD > 0 ? (await claim(first, HELD)).length : 0;
   first.release();
+  const jobs = all - held;
   let recorded = 0;
   let statements = 0;
   const lane = async () => {
@@ -83,4 +90,4 @@ async function drainAll({ url, jobs }, { setup, claim, finish }, planCacheMode) 
   return { recorded, statements, close: () => p.end() };
 }
 
-module.exports = { enqueueAll, drainAll, ENQUEUE_BATCH, LANES, CLAIM_BATCH };
+module.exports = { enqueueAll, drainAll, ENQUEUE_BATCH, LANES, CLAIM_BATCH, HELD };
