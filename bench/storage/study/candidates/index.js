@@ -55,10 +55,10 @@ const CANDIDATES = {
 };
 
 /**
- * What `--storage` measures unless STUDY_CANDIDATES says otherwise (c-advisory is one of C's levers, and the floors
- * are diagnostics of B: measured apart).
+ * What `--storage` measures unless STUDY_CANDIDATES says otherwise (measured apart: c-advisory, one of C's levers; the
+ * floors, diagnostics of B; D, rejected for its claims' pass over running rows, which `STUDY_HELD` shows).
  */
-const APART = ['c-advisory', 'b-floor', 'b-floor-no-history'];
+const APART = ['c-advisory', 'b-floor', 'b-floor-no-history', 'd-ready-in-place'];
 const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => !APART.includes(id));
 
 module.exports = { CANDIDATES, DEFAULT_CANDIDATES, UUIDV7_SQL };
