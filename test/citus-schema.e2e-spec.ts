@@ -107,6 +107,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
       workflow_streams: 'distributed, co-located',
       workflow_streams_before: 'distributed, co-located',
       event_waits: 'distributed, co-located',
+      executor_leases: 'distributed, co-located',
       queue_starts: 'distributed, co-located',
       queues: 'reference',
       executors: 'coordinator, Citus local',

@@ -46,6 +46,11 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     what: 'a look-up by bare workflow ID (the view)',
     shape: /FROM \S+\.workflows\b.*WHERE (\w+\.)?workflow_id = (\$1|ids\.id)/s,
   },
+  {
+    what: "the heartbeat's renewal of an executor's leases in the queues it claims from (and their removal when it leaves)",
+    shape:
+      /^(UPDATE|DELETE FROM) \S+\.executor_leases\b.*WHERE queue_name = ANY\(\$1::text\[\]\) AND executor_id = \$2/s,
+  },
   { what: 'counts per queue (countByStatus(), metrics, dashboard totals)', shape: /count\(\*\).*GROUP BY/s },
   { what: 'a list across queues', shape: /ORDER BY (seq DESC|created_at DESC, seq DESC)\s+LIMIT/ },
   { what: 'retention: the days past the retention', shape: /^SELECT b\.name, b\.lower, b\.upper FROM/ },
@@ -106,6 +111,11 @@ const NOT_HOT: Array<{ what: string; shape: RegExp }> = [
   { what: 'the sweep of due timers', shape: /^WITH due AS/ },
   { what: 'the recovery of expired leases, the release of claims not running here', shape: /^WITH\s+orphans AS/ },
   {
+    what: "the heartbeat's renewal of its leases, the recovery's deletion of a queue's expired leases",
+    shape:
+      /^(UPDATE \S+\.executor_leases SET expires_at|DELETE FROM \S+\.executor_leases WHERE queue_name = \$1 AND expires_at)/,
+  },
+  {
     what: "the heartbeat's hand-over of stranded follow-ups",
     shape:
       /^WITH followed AS \(\s*SELECT DISTINCT fr\.queue_name, fr\.key FROM \(SELECT \$2::text AS queue_name, f\.next_deduplication_id/,
@@ -127,7 +137,7 @@ const FAST = new Set<CitusPlanKind>(['fast-path router']);
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
-    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|record_checkpoint|pg_notify/,
+    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|executor_leases|record_checkpoint|pg_notify/,
   );
   const citus = useCitusCluster({ beforeClose: async () => capture.restore() });
   let app: QueueApp;
@@ -190,6 +200,11 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
         what: 'claim: candidates',
         shape:
           /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND \(status = 'ENQUEUED'.*FOR UPDATE SKIP LOCKED$/s,
+        kind: 'fast-path router',
+      },
+      {
+        what: "claim: the executor's lease in the queue locked",
+        shape: /^SELECT 1 FROM \S+\.executor_leases WHERE queue_name = \$1 AND executor_id = \$2/,
         kind: 'fast-path router',
       },
       {

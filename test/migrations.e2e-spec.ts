@@ -301,7 +301,12 @@ describe('schema migrations', () => {
               ('next', 'rated', 'Tasks.run', 'ENQUEUED', '[]', NULL, NULL)`,
     );
 
-    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([23]);
+    await expect(
+      runMigrations(
+        database,
+        MIGRATIONS.filter((migration) => migration.version <= 23),
+      ),
+    ).resolves.toEqual([23]);
 
     const starts = await pool.query(
       `SELECT queue_name, now() - started_at < interval '1 minute' AS recent FROM "${schema}".queue_starts`,

@@ -1,3 +1,6 @@
+import type { Provider } from '@nestjs/common';
+import { Test, TestingModule } from '@nestjs/testing';
+import { DedupQueueModule, type DedupQueueModuleOptions } from 'nest-dedup-queue';
 import { Pool } from 'pg';
 import { CitusCluster, CitusClusterOptions, startCitusCluster } from './citus-cluster';
 import { testPool } from './database';
@@ -20,6 +23,14 @@ export interface CitusSuite {
   worker(index: number): Pool;
   /** Closes `closable` after the file's tests, before the pools end; returns it. */
   closeAfter<T extends Closable>(closable: T): T;
+  /**
+   * A testing module of `DedupQueueModule.forRoot(options)` on the cluster's coordinator (`distribution: 'citus'`)
+   * with `providers`, initialised, and closed after the file's tests.
+   */
+  boot(
+    options: Omit<DedupQueueModuleOptions, 'connection' | 'distribution'>,
+    providers?: Provider[],
+  ): Promise<TestingModule>;
 }
 
 export interface CitusSuiteOptions extends CitusClusterOptions {
@@ -57,6 +68,11 @@ export function useCitusCluster(options: CitusSuiteOptions = {}): CitusSuite {
     return cluster;
   };
 
+  const closeAfter = <T extends Closable>(closable: T): T => {
+    closables.push(closable);
+    return closable;
+  };
+
   return {
     get cluster() {
       return started();
@@ -73,9 +89,17 @@ export function useCitusCluster(options: CitusSuiteOptions = {}): CitusSuite {
       }
       return pool;
     },
-    closeAfter(closable) {
-      closables.push(closable);
-      return closable;
+    closeAfter,
+    async boot(moduleOptions, providers = []) {
+      const module = await Test.createTestingModule({
+        imports: [
+          DedupQueueModule.forRoot({ connection: { url: started().url }, distribution: 'citus', ...moduleOptions }),
+        ],
+        providers,
+      }).compile();
+      closeAfter(module);
+      await module.init();
+      return module;
     },
   };
 }

@@ -1,6 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { ExecutorStore, type ExecutorRuns, type RecoveredWorkflow } from '../database/executors/executor.store';
+import {
+  ExecutorStore,
+  type ExecutorLease,
+  type ExecutorRuns,
+  type RecoveredWorkflow,
+} from '../database/executors/executor.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
 import { HistoryPartitions } from '../database/sweeps/history-partitions';
@@ -9,7 +14,7 @@ import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { FailureLog } from '../utils/failure-log';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { ModuleLogger } from '../utils/module-logger';
-import { everyStoredQueueName } from '../utils/queue-shards';
+import { everyStoredQueueName, storedQueueNames } from '../utils/queue-shards';
 
 /** Retention runs at most this often; expired leases and timeouts are swept every heartbeat. */
 const PRUNE_INTERVAL_MS = 30_000;
@@ -52,7 +57,7 @@ export class ExecutorHeartbeat {
   /** Registers the lease, recovers what this executor ID left, and starts beating; `onLeaseLost` as above. */
   async start(onLeaseLost: () => Promise<void>): Promise<void> {
     this.onLeaseLost = onLeaseLost;
-    await this.executors.register(this.config.executorId, this.runs());
+    await this.executors.register(this.config.executorId, this.runs(), this.lease());
     this.lastRenewedAt = new Date();
     for (const queueName of everyStoredQueueName(this.config)) {
       this.report(
@@ -77,7 +82,7 @@ export class ExecutorHeartbeat {
     await Promise.all([this.renewing, this.sweeping]);
     if (leave) {
       await this.executors
-        .remove(this.config.executorId)
+        .remove(this.config.executorId, this.lease())
         .catch((error: unknown) =>
           this.logger.warn(
             `Could not remove executor ${this.config.executorId} (peers recover its work after its lease): ${describeError(error)}`,
@@ -91,14 +96,22 @@ export class ExecutorHeartbeat {
     return { queues: [...this.config.workerQueues], workflows: this.registry.registrations() };
   }
 
+  /** On Citus, the queues this executor claims from, where it takes a lease of `leaseMs`. */
+  private lease(): ExecutorLease {
+    return {
+      queues: [...this.config.workerQueues].flatMap((queueName) => storedQueueNames(this.config, queueName)),
+      ms: this.config.leaseMs,
+    };
+  }
+
   private async renew(): Promise<void> {
     try {
-      if (!(await this.executors.heartbeat(this.config.executorId))) {
+      if (!(await this.executors.heartbeat(this.config.executorId, this.lease()))) {
         this.logger.warn(
           `Executor ${this.config.executorId} missed its lease and was declared dead; it registers again and ` +
             `interrupts its running workflows that were recovered elsewhere`,
         );
-        await this.executors.register(this.config.executorId, this.runs());
+        await this.executors.register(this.config.executorId, this.runs(), this.lease());
         await this.onLeaseLost();
       }
       this.renewFailures.succeeded();

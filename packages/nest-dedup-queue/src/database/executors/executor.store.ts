@@ -10,6 +10,7 @@ import { nowPlusMsSql } from '../connection/time.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflows/workflow-ref';
 import type { WorkflowRegistration } from '../versions/workflow-registrations';
+import { CitusExecutorLeases } from './executor-leases.citus';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
 export interface RecoveredWorkflow extends WorkflowRef {
@@ -20,6 +21,16 @@ export interface RecoveredWorkflow extends WorkflowRef {
 export interface ExecutorRuns {
   queues: string[];
   workflows: WorkflowRegistration[];
+}
+
+/**
+ * On Citus, where an executor takes a lease in each queue it claims from (see `CitusExecutorLeases`): the stored names
+ * of those queues (each shard of a queue with shards) and how long a lease lasts unless renewed. Ignored on one
+ * server.
+ */
+export interface ExecutorLease {
+  queues: readonly string[];
+  ms: number;
 }
 
 /** A workflow this process holds (runs, buffers, or may be taking in a claim in flight) and its queue. */
@@ -60,20 +71,22 @@ export class ExecutorStore {
   private readonly tables: WorkflowTables;
   private readonly executors: string;
   private readonly workflows: string;
+  private readonly leases: CitusExecutorLeases;
 
   constructor(private readonly database: QueueDatabase) {
     this.tables = workflowTables(database.schemaSql);
     this.executors = `${database.schemaSql}.executors`;
     this.workflows = this.tables.active;
+    this.leases = new CitusExecutorLeases(database);
   }
 
   /**
    * Registers (or renews) this executor's lease with what it runs: the queues it drains and the workflow names and
    * versions it claims, so that other processes and SQL can tell runs no live executor would claim. NOTE: the
    * renewal takes its times from the inserted row (the columns' `now()` defaults): Citus refuses `now()` in
-   * `DO UPDATE SET` (`executors` is a Citus local table there).
+   * `DO UPDATE SET` (`executors` is a Citus local table there). On Citus, then takes its `lease` in each queue.
    */
-  async register(executorId: string, runs?: ExecutorRuns): Promise<void> {
+  async register(executorId: string, runs?: ExecutorRuns, lease?: ExecutorLease): Promise<void> {
     await this.database.query(
       `INSERT INTO ${this.executors} (executor_id, hostname, pid, queues, workflows) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (executor_id) DO UPDATE
@@ -83,22 +96,30 @@ export class ExecutorStore {
       [executorId, hostname(), process.pid, runs?.queues ?? null, runs ? JSON.stringify(runs.workflows) : null],
       { idempotent: true },
     );
+    if (this.database.citus && lease) await this.leases.take(executorId, lease.queues, lease.ms);
   }
 
-  /** Renews the lease; false when the row is gone (another executor declared this one dead). */
-  async heartbeat(executorId: string): Promise<boolean> {
+  /**
+   * Renews the lease (on Citus, its `lease` in each queue too); false when the row is gone (another executor declared
+   * this one dead) or, on Citus, one of its queues' leases is.
+   */
+  async heartbeat(executorId: string, lease?: ExecutorLease): Promise<boolean> {
     const rows = await this.database.query(
       `UPDATE ${this.executors} SET heartbeat_at = now() WHERE executor_id = $1 RETURNING executor_id`,
       [executorId],
       { idempotent: true },
     );
-    return rows.length === 1;
+    if (rows.length !== 1) return false;
+    if (!this.database.citus || !lease) return true;
+    return this.leases.renew(executorId, lease.queues, lease.ms);
   }
 
-  async remove(executorId: string): Promise<void> {
+  /** Removes the executor's row (on Citus, its `lease` in each queue too), so that peers recover what it leaves. */
+  async remove(executorId: string, lease?: ExecutorLease): Promise<void> {
     await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], {
       idempotent: true,
     });
+    if (this.database.citus && lease) await this.leases.remove(executorId, lease.queues);
   }
 
   /**
@@ -200,9 +221,12 @@ export class ExecutorStore {
 
   /**
    * On Citus, where the executors stay on the coordinator and a statement may not join them to a queue's rows: the
-   * expired executors are deleted and the live ones read in one statement on the coordinator, then the queue's
-   * PENDING rows of any other executor are recovered on the queue's node. NOTE: a row claimed after that read (by
-   * an executor that registered meanwhile) is newer than the read's time and left alone.
+   * expired executors are deleted and the live ones read in one statement on the coordinator; then, in one
+   * transaction on the queue's node, the queue's expired leases are deleted (waiting for the claims that hold them)
+   * and the queue's PENDING rows of executors that are neither live nor hold a lease in the queue are recovered
+   * (`CitusExecutorLeases`; the live list keeps the runs of 1.1 processes, which take none).
+   * NOTE: a row claimed after the coordinator's read (by an executor that registered meanwhile) is newer than the
+   * read's time and left alone.
    */
   private async recoverExpiredOnItsNode(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
     const [live] = await this.database.query<{ executor_ids: string[]; read_at: Date }>(
@@ -219,18 +243,20 @@ export class ExecutorStore {
       '',
       `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
        WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
-         AND w.updated_at < $4::timestamptz
+         AND w.updated_at < $4::timestamptz AND ${this.leases.noLeaseInQueueSql('$3')}
        FOR UPDATE OF w SKIP LOCKED`,
       live.executor_ids,
       queueName,
       [live.read_at],
+      this.leases.deleteExpiredSql,
     );
   }
 
   /**
    * Recovers the rows `orphansSql` locks: ENQUEUED again, or dead-lettered past their recovery budget, in which case
    * their keys go to the follow-ups waiting for them in the same transaction (on one server through the hand-over
-   * function the statement calls; on Citus in a statement of its own after it).
+   * function the statement calls; on Citus in a statement of its own after it, and `citusFirst`, a statement of the
+   * queue ($1), before it in the transaction).
    */
   private async recover(
     leadingCtes: string,
@@ -238,6 +264,7 @@ export class ExecutorStore {
     parameter: unknown,
     queueName: string,
     moreParams: unknown[] = [],
+    citusFirst?: string,
   ): Promise<RecoveredWorkflow[]> {
     const citus = this.database.citus;
     const deadLetteredKeys = `SELECT queue_name, held_key AS key FROM recovered
@@ -268,6 +295,7 @@ export class ExecutorStore {
     type Row = WorkflowRefRow & { status: RecoveredWorkflow['status']; held_key: string | null };
     const rows = citus
       ? await this.database.transaction(async (query) => {
+          if (citusFirst) await query(citusFirst, [queueName]);
           const recovered = await query<Row>(sql, params);
           const keys = recovered.flatMap((row) =>
             row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],

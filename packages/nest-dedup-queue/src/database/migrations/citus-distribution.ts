@@ -38,6 +38,7 @@ export const CITUS_TABLES = {
     'workflow_streams',
     'event_waits',
     'queue_starts',
+    'executor_leases',
   ],
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],

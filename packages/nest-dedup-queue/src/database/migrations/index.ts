@@ -21,6 +21,7 @@ import { wholeRecord } from './020-the-whole-record.migration';
 import { durableStreams } from './021-durable-streams.migration';
 import { workflowVersions } from './022-workflow-versions.migration';
 import { historyByIdOnly } from './023-history-by-id-only.migration';
+import { executorLeases } from './024-executor-leases.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -48,6 +49,7 @@ export const MIGRATIONS: readonly Migration[] = [
   durableStreams,
   workflowVersions,
   historyByIdOnly,
+  executorLeases,
 ];
 
 export type { Migration } from './migration.interface';

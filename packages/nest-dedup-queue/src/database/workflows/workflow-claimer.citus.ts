@@ -3,6 +3,7 @@ import type { QueueDatabase, TransactionQuery } from '../connection/queue-databa
 import { READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
+import { CitusExecutorLeases } from '../executors/executor-leases.citus';
 import { type ClaimRequest, type ClaimedRow, type LimitCounts, claimUpdateSql, storedName } from './claimed-rows';
 
 /**
@@ -13,7 +14,7 @@ export class CitusClaim {
   private readonly tables: WorkflowTables;
   private readonly workflows: string;
   private readonly queues: string;
-  private readonly executors: string;
+  private readonly leases: CitusExecutorLeases;
   /**
    * A queue without partitions: the due rows of queue $1 whose claim key is one of $2, at most $3, locked
    * `FOR UPDATE SKIP LOCKED`; then their update for executor $2, by IDs ($3), returning `ClaimedRow`s.
@@ -33,7 +34,7 @@ export class CitusClaim {
     this.tables = workflowTables(database.schemaSql);
     this.workflows = this.tables.active;
     this.queues = `${database.schemaSql}.queues`;
-    this.executors = `${database.schemaSql}.executors`;
+    this.leases = new CitusExecutorLeases(database);
     this.candidatesSql = `SELECT workflow_id FROM ${this.workflows}
        WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
        ORDER BY priority, seq
@@ -59,10 +60,9 @@ export class CitusClaim {
   }
 
   /**
-   * On Citus, in a transaction: the executor's lease row locked (`FOR KEY SHARE`, so that it cannot be deleted until the
-   * claim commits; none, no claim), then the claim on the queue's node. The executors table is on the coordinator:
-   * named in the claim, its look-up and the claim's candidates would be planned as subplans whose results pass through
-   * the coordinator. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
+   * On Citus, in a transaction: the executor's lease in the queue locked on the queue's node (`FOR KEY SHARE`, so that
+   * recovery cannot delete it until the claim commits; none or expired, no claim: see `CitusExecutorLeases`), then the
+   * claim there. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
    * the caller locked the queue's row and read it), the candidates locked, then their update (see
    * `candidatesSql`); a partitioned one by the router statement of `claimSql`.
    */
@@ -72,9 +72,7 @@ export class CitusClaim {
     limit: number,
     partitioned: boolean,
   ): Promise<ClaimedRow[]> {
-    const alive = await query(`SELECT 1 FROM ${this.executors} WHERE executor_id = $1 FOR KEY SHARE`, [
-      request.executorId,
-    ]);
+    const alive = await query(this.leases.lockSql, [storedName(request), request.executorId]);
     if (alive.length === 0) return [];
     if (partitioned) return this.claimPartitions(query, request, limit);
     if (!hasGlobalLimits(request.queue)) {
