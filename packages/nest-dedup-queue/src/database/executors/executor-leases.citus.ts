@@ -3,7 +3,7 @@ import type { QueueDatabase } from '../connection/queue-database';
 /**
  * On Citus, an executor's lease in each queue it claims from: a row of `executor_leases` (migration 24) per stored
  * queue name, on the queue's node, with an expiry the heartbeat renews. A claim locks its row there
- * (`lockSql`, `FOR KEY SHARE`: no round trip to the coordinator, no commit in two phases) and claims nothing when the
+ * (`lockSql`, `FOR KEY SHARE`: no round trip to the coordinator) and claims nothing when the
  * row is gone or expired; the recovery of a queue first deletes the queue's expired rows (`deleteExpiredSql`, which
  * waits for the claims holding them) and then treats as orphans only the runs of executors without a row in the
  * queue (`noLeaseInQueueSql`). So no claim commits under a lease that recovery deleted, and a run is recovered
