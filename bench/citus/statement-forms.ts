@@ -15,13 +15,13 @@ import { postmasterCpuTicks, postmasterPid } from './server-processes';
 import { startQueueApp } from '../../test/support/queue-app';
 import { RecordingTasks } from '../../test/fixtures/recording-tasks';
 import { WORKFLOW_COLUMNS, workflowTables } from '../../packages/nest-dedup-queue/src/database/tables/workflow-tables';
-import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-insert.statements';
+import { insertStatements } from '../../packages/nest-dedup-queue/src/database/workflows/enqueue/workflow-insert.statements';
 import type { NewWorkflow } from '../../packages/nest-dedup-queue/src/database/workflows/new-workflow';
-import { WorkflowClaimer } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer';
-import { CitusClaim } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-claimer.citus';
+import { WorkflowClaimer } from '../../packages/nest-dedup-queue/src/database/workflows/claim/workflow-claimer';
+import { CitusClaim } from '../../packages/nest-dedup-queue/src/database/workflows/claim/workflow-claimer.citus';
 import type { QueueDatabase } from '../../packages/nest-dedup-queue/src/database/connection/queue-database';
-import { handOverKeysSql } from '../../packages/nest-dedup-queue/src/database/workflows/workflow-finish.sql';
-import { handOverKeysOnCitus } from '../../packages/nest-dedup-queue/src/database/workflows/hand-over.citus';
+import { handOverKeysSql } from '../../packages/nest-dedup-queue/src/database/workflows/finish/workflow-finish.sql';
+import { handOverKeysOnCitus } from '../../packages/nest-dedup-queue/src/database/workflows/finish/hand-over.citus';
 import { usedParameters } from '../../packages/nest-dedup-queue/src/database/connection/sql-parameters';
 
 const ROUNDS = Number(process.env.FORM_ROUNDS ?? 6);

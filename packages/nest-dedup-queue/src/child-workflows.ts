@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { createHash } from 'node:crypto';
-import { ChildWorkflowStore } from './database/workflows/child-workflow.store';
+import { ChildWorkflowStore } from './database/workflows/control/child-workflow.store';
 import { WorkflowRegistry } from './discovery/workflow.registry';
 import { BulkControlService } from './control/bulk-control.service';
 import { WorkflowControlService } from './control/workflow-control.service';

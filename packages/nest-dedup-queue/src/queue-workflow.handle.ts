@@ -1,4 +1,4 @@
-import type { WorkflowReadStore, WorkflowResultRow } from './database/workflows/workflow-reads.store';
+import type { WorkflowReadStore, WorkflowResultRow } from './database/workflows/reads/workflow-reads.store';
 import { DatabaseUnavailableError } from './errors/database-unavailable.error';
 import { toStatusInfo } from './database/workflows/workflow-row';
 import { WorkflowCancelledError } from './errors/workflow-cancelled.error';

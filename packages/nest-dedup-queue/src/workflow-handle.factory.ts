@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { WorkflowReadStore } from './database/workflows/workflow-reads.store';
+import { WorkflowReadStore } from './database/workflows/reads/workflow-reads.store';
 import type { EnqueuedWorkflowHandle, WorkflowHandle } from './interfaces/workflow-handle.interface';
 import { QueueWorkflowHandle } from './queue-workflow.handle';
 import { WorkflowCompletions } from './workflow-completions';

@@ -159,15 +159,27 @@ function libraryCandidate(variant) {
 
 /** P0: the module's statement classes on a stand-in database that sends them on the driver's connection. */
 function driverParts() {
-  const dist = (file) => require(path.join(LIBRARY_DIST, 'database', file));
+  const database = path.join(LIBRARY_DIST, 'database');
+  // NOTE: builds differ in where these files sit (BENCH_LIBRARY_DIST may be an older one): 1.2 groups
+  // `workflows/` by operation (`claim/`, `enqueue/`, `finish/`); before, the files sat in `workflows/` itself, and
+  // before the workflow stores were split by role, the outcomes were written by `WorkflowStore`.
+  const dist = (...candidates) => {
+    const found = candidates.find((file) => fs.existsSync(path.join(database, file)));
+    if (!found) throw new Error(`none of ${candidates.join(', ')} in ${database}`);
+    return require(path.join(database, found));
+  };
   const { workflowTables } = dist('tables/workflow-tables.js');
-  const { insertStatements } = dist('workflows/workflow-insert.statements.js');
-  const { WorkflowClaimer } = dist('workflows/workflow-claimer.js');
-  // NOTE: a build from before the workflow stores were split by role (BENCH_LIBRARY_DIST) has WorkflowStore.
-  const split = fs.existsSync(path.join(LIBRARY_DIST, 'database', 'workflows', 'workflow-outcomes.store.js'));
-  const WorkflowOutcomeStore = split
-    ? dist('workflows/workflow-outcomes.store.js').WorkflowOutcomeStore
-    : dist('workflows/workflow.store.js').WorkflowStore;
+  const { insertStatements } = dist(
+    'workflows/enqueue/workflow-insert.statements.js',
+    'workflows/workflow-insert.statements.js',
+  );
+  const { WorkflowClaimer } = dist('workflows/claim/workflow-claimer.js', 'workflows/workflow-claimer.js');
+  const outcomes = dist(
+    'workflows/finish/workflow-outcomes.store.js',
+    'workflows/workflow-outcomes.store.js',
+    'workflows/workflow.store.js',
+  );
+  const WorkflowOutcomeStore = outcomes.WorkflowOutcomeStore ?? outcomes.WorkflowStore;
   const schemaSql = `"${SCHEMA}"`;
   const channel = `dedup_queue:${SCHEMA}`;
   const names = new Map();

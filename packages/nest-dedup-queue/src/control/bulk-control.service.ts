@@ -6,9 +6,9 @@ import {
   BulkFilter,
   filterParams,
   matchesSql,
-} from '../database/workflows/bulk-control.store';
-import { ChildWorkflowStore } from '../database/workflows/child-workflow.store';
-import { ForkStore } from '../database/workflows/fork.store';
+} from '../database/workflows/control/bulk-control.store';
+import { ChildWorkflowStore } from '../database/workflows/control/child-workflow.store';
+import { ForkStore } from '../database/workflows/control/fork.store';
 import type { ForkManyOptions, ForkResult } from '../interfaces/fork-options.interface';
 import { ForkService, validForkManyOptions } from './fork.service';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';

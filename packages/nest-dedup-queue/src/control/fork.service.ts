@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { ForkCopy, ForkSource, ForkStore } from '../database/workflows/fork.store';
+import { ForkCopy, ForkSource, ForkStore } from '../database/workflows/control/fork.store';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
 import { type Query, QueueDatabase } from '../database/connection/queue-database';
-import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import { WorkflowInserter } from '../database/workflows/enqueue/workflow-inserter';
 import { WorkflowEnqueuer, type Enqueued } from '../enqueue/workflow-enqueuer';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';

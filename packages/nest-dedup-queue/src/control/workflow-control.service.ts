@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { isUniqueViolationOn } from '../database/connection/sql-errors';
-import { KeyHolderStore } from '../database/workflows/key-holders.store';
+import { KeyHolderStore } from '../database/workflows/enqueue/key-holders.store';
 import { ACTIVE_DEDUPLICATION_INDEX } from '../database/tables/workflow-tables';
-import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
-import { WorkflowReadStore } from '../database/workflows/workflow-reads.store';
+import { WorkflowControlStore } from '../database/workflows/control/workflow-control.store';
+import { WorkflowReadStore } from '../database/workflows/reads/workflow-reads.store';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';

@@ -11,7 +11,7 @@ import {
   READY_SQL,
   STATUS_SQL,
 } from '../database/tables/workflow-status.sql';
-import { HistoryRead, HistoryWindows, hasHistoryDeduplicationIndex } from '../database/workflows/history-windows';
+import { HistoryRead, HistoryWindows, hasHistoryDeduplicationIndex } from '../database/workflows/reads/history-windows';
 import { logicalQueueName } from '../utils/queue-shards';
 
 /** How many history rows a request reads at most: for a page, a list's total, the counts per queue and status. */

@@ -1,7 +1,7 @@
 import { isConnectionFailure, isDeadlock } from '../database/connection/sql-errors';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import type { EarlyRefusals, InsertResult } from '../database/workflows/insert-results';
-import type { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import type { EarlyRefusals, InsertResult } from '../database/workflows/enqueue/insert-results';
+import type { WorkflowInserter } from '../database/workflows/enqueue/workflow-inserter';
 
 /**
  * Statements in flight at once: one being answered while the next gathers the calls that arrive meanwhile. Under

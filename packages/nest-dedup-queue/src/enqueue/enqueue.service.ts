@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared, isPartitioned } from '../dedup-queue.config';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import type { InsertResult } from '../database/workflows/insert-results';
-import { WorkflowInserter } from '../database/workflows/workflow-inserter';
+import type { InsertResult } from '../database/workflows/enqueue/insert-results';
+import { WorkflowInserter } from '../database/workflows/enqueue/workflow-inserter';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowVersionStore } from '../database/versions/workflow-versions.store';
 import { executionFrames } from '../execution/execution-frames';

@@ -1,5 +1,5 @@
-import type { HolderReport } from '../database/workflows/insert-results';
-import type { KeyHolderStore } from '../database/workflows/key-holders.store';
+import type { HolderReport } from '../database/workflows/enqueue/insert-results';
+import type { KeyHolderStore } from '../database/workflows/enqueue/key-holders.store';
 
 /** Reads in flight at once: one being answered while the next gathers the refusals that arrive meanwhile. */
 const MAX_IN_FLIGHT = 2;

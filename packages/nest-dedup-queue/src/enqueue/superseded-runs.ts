@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { SupersededWorkflow } from '../database/workflows/insert-results';
+import type { SupersededWorkflow } from '../database/workflows/enqueue/insert-results';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { QueueScheduler } from '../scheduler/queue.scheduler';
 import { WorkflowCompletions } from '../workflow-completions';

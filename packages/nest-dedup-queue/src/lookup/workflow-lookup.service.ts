@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig, assertQueueDeclared } from '../dedup-queue.config';
-import { KeyHolderStore } from '../database/workflows/key-holders.store';
+import { KeyHolderStore } from '../database/workflows/enqueue/key-holders.store';
 import { toStatusInfo } from '../database/workflows/workflow-row';
-import { WorkflowReadStore } from '../database/workflows/workflow-reads.store';
+import { WorkflowReadStore } from '../database/workflows/reads/workflow-reads.store';
 import { DeduplicationEvents } from '../enqueue/deduplication-events';
 import { InvalidArgumentError } from '../errors/invalid-argument.error';
 import { WorkflowNotFoundError } from '../errors/workflow-not-found.error';

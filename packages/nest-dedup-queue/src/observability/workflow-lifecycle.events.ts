@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { WorkflowOutcome } from '../database/workflows/workflow-outcomes.store';
+import type { WorkflowOutcome } from '../database/workflows/finish/workflow-outcomes.store';
 import type { WorkflowRef } from '../database/workflows/workflow-ref';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';
 import { ModuleLogger } from '../utils/module-logger';

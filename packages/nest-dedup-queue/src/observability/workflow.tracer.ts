@@ -1,7 +1,7 @@
 import { Injectable, OnApplicationShutdown } from '@nestjs/common';
 import type * as OpenTelemetry from '@opentelemetry/api';
 import type { NewWorkflow } from '../database/workflows/new-workflow';
-import type { WorkflowOutcome } from '../database/workflows/workflow-outcomes.store';
+import type { WorkflowOutcome } from '../database/workflows/finish/workflow-outcomes.store';
 import { QueueDeduplicatedError } from '../errors/queue-deduplicated.error';
 import { optionalPeer } from './optional-peer';
 import type { WorkflowEvent } from '../interfaces/workflow-event.interface';

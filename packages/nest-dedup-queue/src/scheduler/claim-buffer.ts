@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../database/connection/connection-monitor';
-import type { ClaimedWorkflow } from '../database/workflows/claimed-rows';
-import type { WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
+import type { ClaimedWorkflow } from '../database/workflows/claim/claimed-rows';
+import type { WorkflowOutcomeStore } from '../database/workflows/finish/workflow-outcomes.store';
 import type { QueueSettings } from '../queue-settings';
 
 /** A buffered workflow not started within this long is put back in its queue, for any process to take. */

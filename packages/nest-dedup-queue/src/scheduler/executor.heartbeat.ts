@@ -7,7 +7,7 @@ import {
   type RecoveredWorkflow,
 } from '../database/executors/executor.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
-import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
+import { WorkflowControlStore } from '../database/workflows/control/workflow-control.store';
 import { HistoryPartitions } from '../database/sweeps/history-partitions';
 import { describeError } from '../database/connection/connection-monitor';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';

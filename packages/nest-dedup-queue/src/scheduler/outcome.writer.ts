@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DuplicateDeliveries } from './duplicate-deliveries';
 import { DedupQueueConfig, hasGlobalLimits } from '../dedup-queue.config';
-import type { AttachedClaim } from '../database/workflows/workflow-claimer';
-import { type WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
+import type { AttachedClaim } from '../database/workflows/claim/workflow-claimer';
+import { type WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/finish/workflow-outcomes.store';
 import { QueueSettings } from '../queue-settings';
 import { FailureLog } from '../utils/failure-log';
 import { ModuleLogger } from '../utils/module-logger';

@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { DedupQueueConfig } from '../dedup-queue.config';
-import { WorkflowClaimer } from '../database/workflows/workflow-claimer';
-import { WorkflowControlStore } from '../database/workflows/workflow-control.store';
-import { WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
+import { WorkflowClaimer } from '../database/workflows/claim/workflow-claimer';
+import { WorkflowControlStore } from '../database/workflows/control/workflow-control.store';
+import { WorkflowOutcomeStore } from '../database/workflows/finish/workflow-outcomes.store';
 import { WorkflowRegistry } from '../discovery/workflow.registry';
 import { WorkflowLifecycle } from '../observability/workflow-lifecycle.events';
 import { QueueSettings } from '../queue-settings';

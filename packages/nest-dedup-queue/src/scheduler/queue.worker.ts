@@ -1,8 +1,8 @@
 import { type ResolvedQueue, hasGlobalLimits } from '../dedup-queue.config';
-import type { ClaimRequest, ClaimedWorkflow } from '../database/workflows/claimed-rows';
-import type { WorkflowClaimer } from '../database/workflows/workflow-claimer';
-import type { WorkflowControlStore } from '../database/workflows/workflow-control.store';
-import type { WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/workflow-outcomes.store';
+import type { ClaimRequest, ClaimedWorkflow } from '../database/workflows/claim/claimed-rows';
+import type { WorkflowClaimer } from '../database/workflows/claim/workflow-claimer';
+import type { WorkflowControlStore } from '../database/workflows/control/workflow-control.store';
+import type { WorkflowOutcome, WorkflowOutcomeStore } from '../database/workflows/finish/workflow-outcomes.store';
 import type { WorkflowRegistry } from '../discovery/workflow.registry';
 import { describeError } from '../database/connection/connection-monitor';
 import { DatabaseUnavailableError } from '../errors/database-unavailable.error';

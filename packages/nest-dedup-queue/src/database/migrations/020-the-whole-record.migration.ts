@@ -1,4 +1,4 @@
-import { handOverFunctionSql } from '../workflows/workflow-finish.sql';
+import { handOverFunctionSql } from '../workflows/finish/workflow-finish.sql';
 import type { Migration } from './migration.interface';
 
 /**

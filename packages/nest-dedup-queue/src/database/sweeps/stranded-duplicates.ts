@@ -1,7 +1,7 @@
 import { DUPLICATE_TOPIC, countAndWakeSql } from '../messages/message.store';
 import type { NewWorkflow } from '../workflows/new-workflow';
 import type { Query, QueueDatabase } from '../connection/queue-database';
-import { WorkflowInserter } from '../workflows/workflow-inserter';
+import { WorkflowInserter } from '../workflows/enqueue/workflow-inserter';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';

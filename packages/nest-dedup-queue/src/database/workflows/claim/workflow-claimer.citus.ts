@@ -1,9 +1,9 @@
-import { hasGlobalLimits } from '../../dedup-queue.config';
-import type { QueueDatabase, TransactionQuery } from '../connection/queue-database';
-import { READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
-import { CitusExecutorLeases } from '../executors/executor-leases.citus';
+import { hasGlobalLimits } from '../../../dedup-queue.config';
+import type { QueueDatabase, TransactionQuery } from '../../connection/queue-database';
+import { READY_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
+import { CLAIM_KEY_SQL } from '../../versions/workflow-registrations';
+import { CitusExecutorLeases } from '../../executors/executor-leases.citus';
 import { type ClaimRequest, type ClaimedRow, type LimitCounts, claimUpdateSql, storedName } from './claimed-rows';
 
 /**

@@ -1,5 +1,5 @@
-import type { NewWorkflow } from './new-workflow';
-import { STATUS_SQL } from '../tables/workflow-status.sql';
+import type { NewWorkflow } from '../new-workflow';
+import { STATUS_SQL } from '../../tables/workflow-status.sql';
 
 /** One input of a new workflow row: its SQL type and where its value comes from. */
 interface NewWorkflowInput {

@@ -1,13 +1,13 @@
 import { SupersededHolderRow, supersedeEndSpec } from './workflow-insert.statements';
-import { interruptPayload } from './interrupt-payload';
-import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from './workflow-finish.sql';
-import type { NewWorkflow } from './new-workflow';
+import { interruptPayload } from '../interrupt-payload';
+import { releaseExpiredKeySql, runEndStatements, windowOpenSql } from '../finish/workflow-finish.sql';
+import type { NewWorkflow } from '../new-workflow';
 import type { SendResult, SupersedeResult, SupersededWorkflow } from './insert-results';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { countAndWakeSql } from '../messages/message.store';
-import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { countAndWakeSql } from '../../messages/message.store';
+import { sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
 import { EnqueueConnection } from './enqueue-connection';
-import type { Query } from '../connection/queue-database';
+import type { Query } from '../../connection/queue-database';
 
 /** Rolls back a supersede whose insert found the key taken after all. */
 class SupersedeLost extends Error {}

@@ -1,13 +1,13 @@
-import type { WorkflowErrorInfo } from '../../interfaces/workflow-status.interface';
-import type { Query, QueueDatabase } from '../connection/queue-database';
+import type { WorkflowErrorInfo } from '../../../interfaces/workflow-status.interface';
+import type { Query, QueueDatabase } from '../../connection/queue-database';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, keepsKeyInWindowSql } from './workflow-finish.sql';
 import { EndingOutcome, RUN_OF_ROW_SQL, endOutcomesOnCitus, runOf } from './outcomes-end.citus';
-import type { AttachedClaim } from './workflow-claimer';
-import { STATUS_SQL } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { arrayParameter, usedParameters } from '../connection/sql-parameters';
-import { nowPlusMsSql } from '../connection/time.sql';
-import { NOTIFY_SQL, sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
+import type { AttachedClaim } from '../claim/workflow-claimer';
+import { STATUS_SQL } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
+import { arrayParameter, usedParameters } from '../../connection/sql-parameters';
+import { nowPlusMsSql } from '../../connection/time.sql';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
 
 /** The parameter arrays of the outcomes' fields. */
 const OUTCOME_ARRAYS = {

@@ -1,11 +1,11 @@
-import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
+import type { WorkflowStatus } from '../../../interfaces/workflow-status.interface';
 import { HOLDER_REPORT_COLUMNS_SQL } from './workflow-insert.statements';
-import { releaseExpiredKeySql, windowOpenSql } from './workflow-finish.sql';
+import { releaseExpiredKeySql, windowOpenSql } from '../finish/workflow-finish.sql';
 import { type Holder, type HolderReport, type HolderReportRow, holderReportOf, holderStateOf } from './insert-results';
-import type { DeduplicationHolderState } from '../../errors/queue-deduplicated.error';
-import { REPORTED_STATUS_SQL } from './workflow-row';
+import type { DeduplicationHolderState } from '../../../errors/queue-deduplicated.error';
+import { REPORTED_STATUS_SQL } from '../workflow-row';
 import { EnqueueConnection } from './enqueue-connection';
-import type { Query } from '../connection/queue-database';
+import type { Query } from '../../connection/queue-database';
 
 /**
  * Who holds a deduplication key (`findHolder`, which lets go of a key whose window has passed), and what a refused

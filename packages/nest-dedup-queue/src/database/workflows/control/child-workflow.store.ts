@@ -1,6 +1,6 @@
-import type { QueueDatabase } from '../connection/queue-database';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL } from '../tables/workflow-status.sql';
-import { workflowTables } from '../tables/workflow-tables';
+import type { QueueDatabase } from '../../connection/queue-database';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL } from '../../tables/workflow-status.sql';
+import { workflowTables } from '../../tables/workflow-tables';
 
 /** The SQL of child workflows: a parent's own key, and the children a workflow enqueued in a queue. */
 export class ChildWorkflowStore {

@@ -4,15 +4,15 @@ import {
   WorkflowTables,
   workflowColumnsSql,
   workflowTables,
-} from '../tables/workflow-tables';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { nowPlusMsSql } from '../connection/time.sql';
-import { usedParameters } from '../connection/sql-parameters';
-import { streamHintPayload, streamHintPayloadSql } from '../connection/notification-channels';
-import { NOTIFY_SQL, wakeUpCteSql } from '../connection/wake-ups.sql';
-import { PINNED_SEARCH_PATH } from '../migrations/019-enqueue-from-sql-secured.migration';
+} from '../../tables/workflow-tables';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { nowPlusMsSql } from '../../connection/time.sql';
+import { usedParameters } from '../../connection/sql-parameters';
+import { streamHintPayload, streamHintPayloadSql } from '../../connection/notification-channels';
+import { NOTIFY_SQL, wakeUpCteSql } from '../../connection/wake-ups.sql';
+import { PINNED_SEARCH_PATH } from '../../migrations/019-enqueue-from-sql-secured.migration';
 import { handOverKeysOnCitus } from './hand-over.citus';
-import type { Query } from '../connection/queue-database';
+import type { Query } from '../../connection/queue-database';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's

@@ -1,5 +1,5 @@
-import { WORKFLOW_COLUMNS, WORKFLOW_COLUMN_LIST, WorkflowColumn } from '../tables/workflow-tables';
-import { nowPlusMsSql } from '../connection/time.sql';
+import { WORKFLOW_COLUMNS, WORKFLOW_COLUMN_LIST, WorkflowColumn } from '../../tables/workflow-tables';
+import { nowPlusMsSql } from '../../connection/time.sql';
 
 /** A workflow row of one queue as read with `asSent`: each shared column's text as Postgres sent it (or null). */
 export type RowAsSent = Record<WorkflowColumn, string | null>;

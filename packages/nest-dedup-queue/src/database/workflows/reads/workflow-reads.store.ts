@@ -1,10 +1,10 @@
-import type { ListWorkflowsOptions } from '../../interfaces/list-workflows-options.interface';
-import type { WorkflowErrorInfo, WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { QueueDatabase } from '../connection/queue-database';
-import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import type { ListWorkflowsOptions } from '../../../interfaces/list-workflows-options.interface';
+import type { WorkflowErrorInfo, WorkflowStatus } from '../../../interfaces/workflow-status.interface';
+import type { QueueDatabase } from '../../connection/queue-database';
+import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from '../workflow-row';
 import { WorkflowList } from './workflow-list';
-import { parkedSql } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { parkedSql } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 
 export interface StatusCount {
   queueName: string;

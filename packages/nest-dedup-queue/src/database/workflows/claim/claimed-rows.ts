@@ -1,6 +1,6 @@
-import type { ResolvedQueue } from '../../dedup-queue.config';
-import { STATUS_SQL } from '../tables/workflow-status.sql';
-import { nowPlusMsSql, startTimeSql } from '../connection/time.sql';
+import type { ResolvedQueue } from '../../../dedup-queue.config';
+import { STATUS_SQL } from '../../tables/workflow-status.sql';
+import { nowPlusMsSql, startTimeSql } from '../../connection/time.sql';
 
 export interface ClaimedWorkflow {
   workflowId: string;

@@ -1,24 +1,24 @@
-import type { Query, QueueDatabase } from '../connection/queue-database';
-import { isUniqueViolationOn } from '../connection/sql-errors';
-import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from './workflow-finish.sql';
-import { NOTIFY_SQL } from '../connection/wake-ups.sql';
-import { usedParameters } from '../connection/sql-parameters';
-import { REPORTED_STATUS_SQL } from './workflow-row';
-import { interruptPayload } from './interrupt-payload';
+import type { Query, QueueDatabase } from '../../connection/queue-database';
+import { isUniqueViolationOn } from '../../connection/sql-errors';
+import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from '../finish/workflow-finish.sql';
+import { NOTIFY_SQL } from '../../connection/wake-ups.sql';
+import { usedParameters } from '../../connection/sql-parameters';
+import { REPORTED_STATUS_SQL } from '../workflow-row';
+import { interruptPayload } from '../interrupt-payload';
 import { RESUMED_COLUMNS, WorkflowControlStore } from './workflow-control.store';
 import {
   ACTIVE_STATUSES_SQL,
   ACTIVE_TABLE_WORKFLOW_STATUSES_SQL,
   STATUS_SQL,
   cancellableSql,
-} from '../tables/workflow-status.sql';
+} from '../../tables/workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
   WORKFLOW_COLUMN_LIST,
   WorkflowTables,
   workflowColumnsSql,
   workflowTables,
-} from '../tables/workflow-tables';
+} from '../../tables/workflow-tables';
 
 /** A filter as the statements take it: arrays, or null for a field not given. */
 export interface BulkFilter {

@@ -1,4 +1,4 @@
-import { HISTORY_DEDUPLICATION_INDEX } from '../tables/workflow-tables';
+import { HISTORY_DEDUPLICATION_INDEX } from '../../tables/workflow-tables';
 
 /** Runs a read: on a pooled connection (`QueueDatabase.query`), or in a transaction (one snapshot for a whole walk). */
 export type HistoryRead = <R = Record<string, unknown>>(sql: string, params: unknown[]) => Promise<R[]>;

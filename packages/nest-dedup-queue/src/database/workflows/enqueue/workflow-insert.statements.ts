@@ -4,12 +4,12 @@ import {
   type NewWorkflowInputName,
   newWorkflowColumns,
 } from './new-workflow.columns';
-import { SqlParameters, arrayParameter } from '../connection/sql-parameters';
-import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from './workflow-finish.sql';
-import type { NewWorkflow } from './new-workflow';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { REPORTED_STATUS_SQL } from './workflow-row';
-import type { WorkflowTables } from '../tables/workflow-tables';
+import { SqlParameters, arrayParameter } from '../../connection/sql-parameters';
+import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, windowOpenSql } from '../finish/workflow-finish.sql';
+import type { NewWorkflow } from '../new-workflow';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { REPORTED_STATUS_SQL } from '../workflow-row';
+import type { WorkflowTables } from '../../tables/workflow-tables';
 
 interface Statement<C> {
   sql: string;

@@ -1,6 +1,6 @@
-import type { TransactionQuery } from '../connection/queue-database';
-import { STATUS_SQL } from '../tables/workflow-status.sql';
-import { WORKFLOW_COLUMN_LIST } from '../tables/workflow-tables';
+import type { TransactionQuery } from '../../connection/queue-database';
+import { STATUS_SQL } from '../../tables/workflow-status.sql';
+import { WORKFLOW_COLUMN_LIST } from '../../tables/workflow-tables';
 import {
   EndSpec,
   EndingRow,

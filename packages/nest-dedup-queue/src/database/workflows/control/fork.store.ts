@@ -1,9 +1,9 @@
-import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { NewWorkflow } from './new-workflow';
-import type { Query, QueueDatabase } from '../connection/queue-database';
-import { SET_EVENT_STEP_PREFIX } from '../events/workflow-event.store';
-import { DETERMINISM_ERROR, STATUS_SQL } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import type { WorkflowStatus } from '../../../interfaces/workflow-status.interface';
+import type { NewWorkflow } from '../new-workflow';
+import type { Query, QueueDatabase } from '../../connection/queue-database';
+import { SET_EVENT_STEP_PREFIX } from '../../events/workflow-event.store';
+import { DETERMINISM_ERROR, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 
 /** A workflow to fork, as `ForkStore` reads it (from the active table or the history), with what its fork copies. */
 export interface ForkSource extends Pick<

@@ -1,5 +1,5 @@
-import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { Query, QueueDatabase } from '../connection/queue-database';
+import type { WorkflowStatus } from '../../../interfaces/workflow-status.interface';
+import type { Query, QueueDatabase } from '../../connection/queue-database';
 import {
   ENDED_WAKE_UPS_SQL,
   EndSpec,
@@ -7,22 +7,22 @@ import {
   endWorkflowsSql,
   handOverStrandedSql,
   runEndStatements,
-} from './workflow-finish.sql';
-import { WorkflowReadStore } from './workflow-reads.store';
-import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from './workflow-ref';
-import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL, cancellableSql } from '../tables/workflow-status.sql';
+} from '../finish/workflow-finish.sql';
+import { WorkflowReadStore } from '../reads/workflow-reads.store';
+import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflow-ref';
+import { ACTIVE_STATUSES_SQL, RESUMABLE_STATUSES, STATUS_SQL, cancellableSql } from '../../tables/workflow-status.sql';
 import {
   ACTIVE_DEDUPLICATION_INDEX,
   WORKFLOW_COLUMN_LIST,
   WorkflowTables,
   workflowColumnsSql,
   workflowTables,
-} from '../tables/workflow-tables';
-import { isUniqueViolationOn } from '../connection/sql-errors';
-import { usedParameters } from '../connection/sql-parameters';
-import { changedStartSql } from '../connection/time.sql';
-import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
-import { interruptPayload, interruptPayloadPrefix, interruptPayloadSql } from './interrupt-payload';
+} from '../../tables/workflow-tables';
+import { isUniqueViolationOn } from '../../connection/sql-errors';
+import { usedParameters } from '../../connection/sql-parameters';
+import { changedStartSql } from '../../connection/time.sql';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../../connection/wake-ups.sql';
+import { interruptPayload, interruptPayloadPrefix, interruptPayloadSql } from '../interrupt-payload';
 
 /**
  * Built from IMMUTABLE parts only (text casts, concatenation, coalesce), as Citus wants in a CASE of a modification.

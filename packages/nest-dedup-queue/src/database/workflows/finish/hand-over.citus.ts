@@ -1,6 +1,6 @@
-import { NOTIFY_SQL } from '../connection/wake-ups.sql';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import type { Query } from '../connection/queue-database';
+import { NOTIFY_SQL } from '../../connection/wake-ups.sql';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import type { Query } from '../../connection/queue-database';
 
 /**
  * The statements of `handOverKeysOnCitus`, each over one table and keyed by one queue (`$1`), so that Citus plans it

@@ -1,10 +1,10 @@
-import type { ListWorkflowsOptions } from '../../interfaces/list-workflows-options.interface';
-import type { WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { QueueDatabase } from '../connection/queue-database';
-import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, HISTORY_STATUSES } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import type { ListWorkflowsOptions } from '../../../interfaces/list-workflows-options.interface';
+import type { WorkflowStatus } from '../../../interfaces/workflow-status.interface';
+import type { QueueDatabase } from '../../connection/queue-database';
+import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, HISTORY_STATUSES } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 import { HistoryRead, HistoryWindow, HistoryWindows, hasHistoryDeduplicationIndex } from './history-windows';
-import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from './workflow-row';
+import { REPORTED_STATUS_SQL, WORKFLOW_ROW_COLUMNS, WorkflowRow } from '../workflow-row';
 
 const NEWEST_FIRST = 'ORDER BY created_at DESC, seq DESC';
 

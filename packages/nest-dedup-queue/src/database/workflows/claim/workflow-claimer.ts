@@ -1,9 +1,9 @@
-import { hasGlobalLimits, isPartitioned } from '../../dedup-queue.config';
-import type { QueueDatabase, TransactionQuery } from '../connection/queue-database';
-import { READY_SQL, STATUS_SQL } from '../tables/workflow-status.sql';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
-import { startTimeSql } from '../connection/time.sql';
-import { CLAIM_KEY_SQL } from '../versions/workflow-registrations';
+import { hasGlobalLimits, isPartitioned } from '../../../dedup-queue.config';
+import type { QueueDatabase, TransactionQuery } from '../../connection/queue-database';
+import { READY_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
+import { startTimeSql } from '../../connection/time.sql';
+import { CLAIM_KEY_SQL } from '../../versions/workflow-registrations';
 import {
   type ClaimRequest,
   type ClaimedRow,

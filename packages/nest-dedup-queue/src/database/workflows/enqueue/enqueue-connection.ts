@@ -1,7 +1,7 @@
-import type { TransactionSql } from '../../interfaces/transaction-sql.interface';
-import type { Query, QueueDatabase } from '../connection/queue-database';
+import type { TransactionSql } from '../../../interfaces/transaction-sql.interface';
+import type { Query, QueueDatabase } from '../../connection/queue-database';
 import { InsertStatements, insertStatements } from './workflow-insert.statements';
-import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 
 /** A class of enqueue statements: each keeps `EnqueueConnection`'s constructor (see `inTransaction`). */
 type EnqueueConnectionClass<T> = new (database: QueueDatabase, query: Query, savepoints: boolean) => T;

@@ -3,8 +3,8 @@ import {
   holdersOnOneQueueSql,
   keyHoldersOnOneQueueSql,
 } from './workflow-insert.statements';
-import { isUniqueViolationOn } from '../connection/sql-errors';
-import type { NewWorkflow } from './new-workflow';
+import { isUniqueViolationOn } from '../../connection/sql-errors';
+import type { NewWorkflow } from '../new-workflow';
 import {
   type EarlyRefusals,
   type HolderReportRow,
@@ -16,12 +16,12 @@ import {
   loneResultOf,
   refusedBeforeTheBatch,
 } from './insert-results';
-import { ACTIVE_STATUSES_SQL } from '../tables/workflow-status.sql';
-import { ACTIVE_WORKFLOW_STATUSES } from '../../interfaces/workflow-status.interface';
-import { ACTIVE_DEDUPLICATION_INDEX } from '../tables/workflow-tables';
-import { sendWakeUpsLeftToCaller } from '../connection/wake-ups.sql';
+import { ACTIVE_STATUSES_SQL } from '../../tables/workflow-status.sql';
+import { ACTIVE_WORKFLOW_STATUSES } from '../../../interfaces/workflow-status.interface';
+import { ACTIVE_DEDUPLICATION_INDEX } from '../../tables/workflow-tables';
+import { sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
 import { EnqueueConnection } from './enqueue-connection';
-import type { Query } from '../connection/queue-database';
+import type { Query } from '../../connection/queue-database';
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),

@@ -1,6 +1,6 @@
-import type { DeduplicationHolderState } from '../../errors/queue-deduplicated.error';
-import { FINISHED_WORKFLOW_STATUSES, type WorkflowStatus } from '../../interfaces/workflow-status.interface';
-import type { NewWorkflow } from './new-workflow';
+import type { DeduplicationHolderState } from '../../../errors/queue-deduplicated.error';
+import { FINISHED_WORKFLOW_STATUSES, type WorkflowStatus } from '../../../interfaces/workflow-status.interface';
+import type { NewWorkflow } from '../new-workflow';
 
 /** What became of one workflow that `WorkflowInserter` inserted, as its statement's row tells. */
 export type InsertResult =
