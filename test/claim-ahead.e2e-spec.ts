@@ -1,7 +1,8 @@
 /**
  * Claiming ahead: a worker whose bodies return within milliseconds claims more than its free slots into a local
- * buffer, yet never runs more than `workerConcurrency` bodies at once, runs each workflow once, and holds no buffered
- * workflow behind slots that stop freeing: it gives them back to the queue after a short hold, and at shutdown.
+ * buffer (up to 32 workflows for a queue of few slots), yet never runs more than `workerConcurrency` bodies at once,
+ * runs each workflow once, and holds no buffered workflow behind slots that stop freeing: it gives them back to the
+ * queue after a short hold, and at shutdown.
  */
 import { Injectable } from '@nestjs/common';
 import type { Pool } from 'pg';
@@ -12,6 +13,8 @@ import { waitFor } from './support/wait-for';
 import { Gate } from './fixtures/recording-tasks';
 
 const WORKER_CONCURRENCY = 4;
+/** What a quick queue of few slots claims ahead at most (`AHEAD_ROWS` in the scheduler's `queue.worker.ts`). */
+const AHEAD_ROWS = 32;
 const EXECUTOR_ID = 'claim-ahead-worker';
 
 @Injectable()
@@ -106,14 +109,24 @@ describe('claiming ahead of free slots', () => {
     await enqueue(producer, 'quick', ids('q', 3000), 0);
     const worker = await start(schema, true);
     const tasks = worker.get(BurstTasks);
-    await waitFor(async () => (await rowsByStatus(schema)).every((row) => row.status === 'SUCCESS'), {
-      what: 'all 3,000 done',
-      timeoutMs: 60_000,
-    });
+    let maxPending = 0;
+    await waitFor(
+      async () => {
+        const rows = await rowsByStatus(schema);
+        maxPending = Math.max(maxPending, rows.filter((row) => row.status === 'PENDING').length);
+        return rows.every((row) => row.status === 'SUCCESS');
+      },
+      { what: 'all 3,000 done', timeoutMs: 60_000 },
+    );
     expect(tasks.runs.size).toBe(3000);
     expect([...tasks.runs.values()].every((count) => count === 1)).toBe(true);
     expect(tasks.maxRunning).toBeLessThanOrEqual(WORKER_CONCURRENCY);
     expect(tasks.maxRunning).toBe(WORKER_CONCURRENCY);
+    // A queue of few slots claims ahead up to 32 workflows, not only `workerConcurrency` more: more than twice its
+    // slots were PENDING under the worker at once, and never more than its slots and those 32, with the outcomes of
+    // two writes in flight.
+    expect(maxPending).toBeGreaterThan(2 * WORKER_CONCURRENCY);
+    expect(maxPending).toBeLessThanOrEqual(3 * (WORKER_CONCURRENCY + AHEAD_ROWS));
   });
 
   it('gives buffered workflows back when every slot is held, and at shutdown; they run once, later', async () => {

@@ -8,9 +8,9 @@
  *
  * - W1: CITUS_SCALE_CALLS enqueue calls (default 4,000) from 16 concurrent callers over a tenth as many keys, after
  *   200 unmeasured calls that open every connection it uses (`warmUp`);
- * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (32 slots shared by the queues), in
- *   one queue, two and four, the queues held by different worker nodes (i modulo the nodes), and one hot queue
- *   declared with `shards: 8`;
+ * - W2: CITUS_SCALE_JOBS no-op workflows (default 5,000) drained by one worker (CITUS_SCALE_SLOTS, default 32, slots
+ *   shared by the queues), in one queue, two and four, the queues held by different worker nodes (i modulo the
+ *   nodes), and one hot queue declared with `shards: 8`;
  *
  * each cluster with its application instances on the coordinator and on its worker nodes (CITUS_SCALE_ENTRY,
  * `coordinator,nodes`): on the nodes, one producer per node shares W1's callers, and W2's queues are drained by an

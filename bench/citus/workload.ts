@@ -30,8 +30,11 @@ export interface Measured {
 /** The one server's settings, as a cluster node's (test/support/citus-cluster.ts) without Citus. */
 export const SINGLE_SERVER_SETTINGS = { shared_buffers: '16MB', max_connections: '100' };
 
-/** The slots of the draining worker process, shared equally by the queues of a drain. */
-export const WORKER_SLOTS = 32;
+/** The slots of the draining worker process (CITUS_SCALE_SLOTS, default 32), shared equally by the queues of a drain. */
+export const WORKER_SLOTS = Number(process.env.CITUS_SCALE_SLOTS || 32);
+if (!Number.isInteger(WORKER_SLOTS) || WORKER_SLOTS < 1) {
+  throw new Error(`CITUS_SCALE_SLOTS=${process.env.CITUS_SCALE_SLOTS}: expected a whole number of slots, 1 or more`);
+}
 const PREFILL_BATCH = 1000;
 const W1_CALLERS = 16;
 /** A drain not done by then failed (its jobs are not all recorded as succeeded). */

@@ -31,6 +31,12 @@ const CLAIM_BACKOFF = { initialDelayMs: 100, maxDelayMs: 5000 };
 const SHARD_TURN = 8;
 /** A queue's workflows are quick while their bodies take less than this, on average (see `QueueWorker`). */
 const QUICK_BODY_MS = 10;
+/**
+ * How many workflows a quick queue claims ahead at least, whatever its `workerConcurrency`, as long as its slots
+ * start them within `QUICK_BODY_MS` (see `aheadRows`): each outcome write and claim costs the database about the same
+ * whatever its rows, so a queue of few slots would otherwise pay it for a handful of workflows.
+ */
+const AHEAD_ROWS = 32;
 
 export interface QueueWorkerDependencies {
   control: WorkflowControlStore;
@@ -85,9 +91,9 @@ interface InFlightClaim {
  * the statement that records outcomes. A slot frees once its outcome is recorded, so the executor's PENDING rows
  * are at most `workerConcurrency`, with one exception: while a queue without global limits is quick (its bodies
  * average under `QUICK_BODY_MS`), a slot frees as soon as the body returns (the outcome is written meanwhile), and
- * a claim riding in an outcome write asks for up to `workerConcurrency` more than the free slots, into a local
- * buffer (`ClaimBuffer`) started in claim order as slots free, so that the next workflows are already here while
- * the write is in the database. Claims in flight count against the room.
+ * a claim riding in an outcome write asks for more than the free slots (`aheadRows`), into a local buffer
+ * (`ClaimBuffer`) started in claim order as slots free, so that the next workflows are already here while the write
+ * is in the database. Claims in flight count against the room.
  */
 export class QueueWorker {
   private readonly logger = new ModuleLogger('DedupQueueScheduler');
@@ -394,11 +400,22 @@ export class QueueWorker {
 
   /**
    * How many to claim now (0 or less: none): the free slots (with those `freeing`: outcomes being recorded with this
-   * claim), and `workerConcurrency` more when claiming `ahead`, less the buffer and what the claims in flight ask for.
+   * claim), and `aheadRows` more when claiming `ahead`, less the buffer and what the claims in flight ask for.
    */
   private claimRoom(queue: ResolvedQueue, freeing = 0, ahead = false): number {
-    const capacity = queue.workerConcurrency * (ahead ? 2 : 1);
+    const capacity = queue.workerConcurrency + (ahead ? this.aheadRows(queue.workerConcurrency) : 0);
     return capacity - (this.running.size - freeing) - this.buffer.size - this.claimingLimit;
+  }
+
+  /**
+   * How many a quick queue claims ahead of its free slots: `workerConcurrency`, or up to `AHEAD_ROWS` when its slots
+   * start that many within `QUICK_BODY_MS` at the bodies' average pace, so that no buffered workflow waits longer.
+   */
+  private aheadRows(workerConcurrency: number): number {
+    const startedInTime = Math.floor(
+      (workerConcurrency * QUICK_BODY_MS) / Math.max(this.bodyMs ?? QUICK_BODY_MS, 0.001),
+    );
+    return Math.max(workerConcurrency, Math.min(AHEAD_ROWS, startedInTime));
   }
 
   /** Whether the queue's bodies are quick (see the class doc): never with global limits, whose counts stay exact. */
