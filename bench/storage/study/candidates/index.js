@@ -44,6 +44,7 @@ function drivenLibrary() {
 const CANDIDATES = {
   'l0-library': () => libraryCandidate('1.0'),
   'a-trimmed': () => libraryCandidate('A'),
+  'l0-no-running': () => libraryCandidate('R'),
   'p0-library-sql': drivenLibrary,
   'b-ready-apart': () => prototype(require('./ready-apart')),
   'b-floor': () => prototype(require('./floors').bFloor()),
@@ -56,9 +57,10 @@ const CANDIDATES = {
 
 /**
  * What `--storage` measures unless STUDY_CANDIDATES says otherwise (measured apart: c-advisory, one of C's levers; the
- * floors, diagnostics of B; D, rejected for its claims' pass over running rows, which `STUDY_HELD` shows).
+ * floors, diagnostics of B; D, rejected for its claims' pass over running rows, which `STUDY_HELD` shows; the module
+ * without its running indexes, what B saves by doing without them).
  */
-const APART = ['c-advisory', 'b-floor', 'b-floor-no-history', 'd-ready-in-place'];
+const APART = ['c-advisory', 'b-floor', 'b-floor-no-history', 'd-ready-in-place', 'l0-no-running'];
 const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => !APART.includes(id));
 
 module.exports = { CANDIDATES, DEFAULT_CANDIDATES, UUIDV7_SQL };

@@ -29,6 +29,11 @@ const TRIMMED_INDEXES = [
   'workflow_history_by_partition_key',
   'workflow_history_started_at',
 ];
+/**
+ * The active table's indexes of running rows (variant R): what a claim's update writes beside the primary key and the
+ * key, measured apart for layout B, which has to do without them (docs/performance.md, "Three rules").
+ */
+const RUNNING_INDEXES = ['workflow_queue_running', 'workflow_queue_running_partition'];
 
 let onJob = () => {};
 
@@ -104,11 +109,12 @@ function libraryCandidate(variant) {
     if (timeOrdered) crypto.randomUUID = uuidv7;
   };
   const candidate = {
-    id: { '1.0': 'l0-library', A: 'a-trimmed', P0: 'p0-library-sql' }[variant],
+    id: { '1.0': 'l0-library', A: 'a-trimmed', P0: 'p0-library-sql', R: 'l0-no-running' }[variant],
     label: {
       '1.0': 'nest-dedup-queue 1.0 (the module)',
       A: 'A: 1.0 with the history by ID only, UUIDv7 (the module)',
       P0: "P0: 1.0's statements, the study's driver",
+      R: 'the module without its running indexes',
     }[variant],
 
     async install(db, seed) {
@@ -116,6 +122,8 @@ function libraryCandidate(variant) {
       await app.close();
       if (timeOrdered)
         await db.query(`DROP INDEX IF EXISTS ${TRIMMED_INDEXES.map((name) => `${SCHEMA}.${name}`).join(', ')}`);
+      if (variant === 'R')
+        await db.query(`DROP INDEX ${RUNNING_INDEXES.map((name) => `${SCHEMA}.${name}`).join(', ')}`);
       if (seed > 0) {
         await db.query(seedSql(timeOrdered ? 'uuidv7_at(t)' : 'gen_random_uuid()::text'), [seed]);
         await db.query(`VACUUM ANALYZE ${SCHEMA}.workflow_history`);
