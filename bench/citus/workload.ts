@@ -10,6 +10,7 @@ import { Client } from 'pg';
 import { DedupQueueModule, QueueOptions, QueueService, Workflow } from 'nest-dedup-queue';
 import { CitusCluster } from '../../test/support/citus-cluster';
 import { CpuMeter } from './server-processes';
+import { drainProfiler } from './drain-profiler';
 
 /** Where the module connects: one server, or a Citus cluster's coordinator. */
 export interface BenchDatabase {
@@ -198,7 +199,11 @@ export async function drain(
 ): Promise<Measured> {
   const clock: { started?: { at: number; worker: NodeJS.CpuUsage; stop: () => number[] } } = {};
   bodiesRun = 0;
-  onFirstJob = () => (clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() });
+  const profiler = drainProfiler(schema);
+  onFirstJob = () => {
+    profiler.start();
+    clock.started = { at: performance.now(), worker: process.cpuUsage(), stop: meter() };
+  };
   const workers: Array<Awaited<ReturnType<typeof bootModule>>> = [];
   /** The worker that declares each queue, which asks for its count. */
   const counters = new Map<string, Awaited<ReturnType<typeof bootModule>>>();
@@ -225,6 +230,7 @@ export async function drain(
         bodiesRun < jobs ? 0 : (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
       const { started } = clock;
       if (finished >= jobs && started) {
+        await profiler.stop();
         return {
           count: jobs,
           seconds: (performance.now() - started.at) / 1000,
