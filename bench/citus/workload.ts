@@ -230,7 +230,6 @@ export async function drain(
         bodiesRun < jobs ? 0 : (await Promise.all(queueNames.map(succeeded))).reduce((sum, count) => sum + count, 0);
       const { started } = clock;
       if (finished >= jobs && started) {
-        await profiler.stop();
         return {
           count: jobs,
           seconds: (performance.now() - started.at) / 1000,
@@ -247,6 +246,7 @@ export async function drain(
     }
   } finally {
     onFirstJob = undefined;
+    await profiler.stop();
     for (const worker of workers) await worker.app.close();
   }
 }

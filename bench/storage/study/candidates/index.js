@@ -58,9 +58,9 @@ const CANDIDATES = {
 
 /**
  * What `--storage` measures unless STUDY_CANDIDATES says otherwise (measured apart: c-advisory, one of C's levers; the
- * floors, diagnostics of B; D, rejected for its claims' pass over running rows, which `STUDY_HELD` shows; B with generated columns, a refinement
- * of B measured beside it; the module
- * without its running indexes, what B saves by doing without them).
+ * floors, diagnostics of B; D, rejected for its claims' pass over running rows, which `STUDY_HELD` shows; B with
+ * generated columns, a refinement of B measured beside it; the module without its running indexes, what B saves by
+ * doing without them).
  */
 const APART = ['c-advisory', 'b-generated', 'b-floor', 'b-floor-no-history', 'd-ready-in-place', 'l0-no-running'];
 const DEFAULT_CANDIDATES = Object.keys(CANDIDATES).filter((id) => !APART.includes(id));
