@@ -7,8 +7,8 @@ import { waitFor } from './support/wait-for';
 /**
  * On Citus, a claim takes its executor's lease in the queue on the queue's node (`executor_leases`, migration 24),
  * not its row in `executors` on the coordinator: a claim under a missing or expired lease takes nothing, the recovery
- * of a queue waits for the claims holding its expired leases and recovers what they claimed, and the runs of a live
- * executor that takes no leases (a process of 1.1) stay its own.
+ * of a queue waits for the claims holding its expired leases and recovers what they claimed, what an executor leaves
+ * as it ends its leases at the next sweep, and the runs of one gone without a trace when a worker starts.
  */
 describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', () => {
   const citus = useCitusCluster();
@@ -27,12 +27,19 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', (
     claimer = new WorkflowClaimer(database);
   });
 
-  const enqueue = (workflowId: string, queueName = queue.name) =>
-    citus.coordinator.query(
+  const enqueue = async (workflowId: string, queueName = queue.name) => {
+    await citus.coordinator.query(
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
        VALUES ($1, $2, 'Leases.run', 'ENQUEUED', '[]')`,
       [workflowId, queueName],
     );
+    await citus.coordinator.query(
+      `INSERT INTO "${schema}".workflow_ready (queue_name, priority, seq, workflow_id, partition_key)
+       SELECT queue_name, priority, seq, workflow_id, partition_key FROM "${schema}".workflow_queue
+       WHERE queue_name = $2 AND workflow_id = $1`,
+      [workflowId, queueName],
+    );
+  };
   const claim = async (executorId: string, queueName = queue.name) =>
     (
       await claimer.claim({
@@ -50,7 +57,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', (
   const leaseQueues = async (executorId: string) =>
     (
       await citus.coordinator.query<{ queue_name: string }>(
-        `SELECT queue_name FROM "${schema}".executor_leases WHERE executor_id = $1`,
+        `SELECT queue_name FROM "${schema}".executor_leases WHERE executor_id = $1 AND expires_at > now()`,
         [executorId],
       )
     ).rows.map((row) => row.queue_name);
@@ -94,7 +101,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', (
       await citus.coordinator.query(`DELETE FROM "${schema}".executors WHERE executor_id = 'exec-b'`);
       await expireLeases('exec-b');
 
-      const sweep = executors.recoverExpired(60_000, 'leased');
+      const sweep = executors.recoverExpired(60_000, ['leased']);
       await waitFor(
         async () => {
           for (const index of [0, 1]) {
@@ -125,7 +132,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', (
     }
   });
 
-  it('leaves alone the runs of a live executor that takes no leases (a process of 1.1) until its row expires', async () => {
+  it('recovers when a worker starts the runs of an executor gone without a trace (no lease, no row), not before', async () => {
     await citus.coordinator.query(
       `INSERT INTO "${schema}".executors (executor_id, hostname, pid) VALUES ('old-process', 'h', 1)`,
     );
@@ -134,20 +141,20 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: executor leases by queue', (
          attempts, started_at, updated_at)
        VALUES ('o1', 'leased', 'Leases.run', 'PENDING', '[]', 'old-process', 1, now(), now() - interval '1 minute')`,
     );
-    expect(await executors.recoverExpired(60_000, 'leased')).toEqual([]);
-    await citus.coordinator.query(
-      `UPDATE "${schema}".executors SET heartbeat_at = now() - interval '2 minutes' WHERE executor_id = 'old-process'`,
-    );
-    expect((await executors.recoverExpired(60_000, 'leased')).map((workflow) => workflow.workflowId)).toEqual(['o1']);
+    expect(await executors.recoverOrphans('leased')).toEqual([]);
+    await citus.coordinator.query(`DELETE FROM "${schema}".executors WHERE executor_id = 'old-process'`);
+    expect(await executors.recoverExpired(60_000, ['leased'])).toEqual([]);
+    expect((await executors.recoverOrphans('leased')).map((workflow) => workflow.workflowId)).toEqual(['o1']);
   });
 
-  it('recovers at the next sweep what an executor left PENDING when it removed its leases', async () => {
+  it('recovers at the next sweep what an executor left PENDING when it ended its leases', async () => {
     const left = { queues: ['left'], ms: 60_000 };
     await executors.register('exec-c', { ...runs, queues: ['left'] }, left);
     await enqueue('c1', 'left');
     expect(await claim('exec-c', 'left')).toEqual(['c1']);
-    expect(await executors.recoverExpired(60_000, 'left')).toEqual([]);
+    expect(await executors.recoverExpired(60_000, ['left'])).toEqual([]);
     await executors.remove('exec-c', left);
-    expect((await executors.recoverExpired(60_000, 'left')).map((workflow) => workflow.workflowId)).toEqual(['c1']);
+    expect(await leaseQueues('exec-c')).toEqual([]);
+    expect((await executors.recoverExpired(60_000, ['left'])).map((workflow) => workflow.workflowId)).toEqual(['c1']);
   });
 });

@@ -96,6 +96,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: the distributed schema', () 
     const module = await boot({ schema, distribution: 'citus' });
     expect(await placement(schema)).toEqual({
       workflow_queue: 'distributed, co-located',
+      workflow_ready: 'distributed, co-located',
       workflow_history: 'distributed, co-located',
       workflow_history_legacy: 'distributed, co-located',
       steps: 'distributed, co-located',

@@ -39,6 +39,11 @@ const FAN_OUT_BY_DESIGN: Array<{ what: string; shape: RegExp }> = [
     shape: /^INSERT INTO \S+\.queue_starts \(queue_name, started_at, partition_key\)\s+SELECT .* UNION ALL/s,
   },
   {
+    what: "migration 025's ready rows and running counts (once, at the upgrade)",
+    shape:
+      /^(INSERT INTO \S+\.workflow_ready \(queue_name, priority, seq, workflow_id, partition_key\)\s+SELECT queue_name, priority, seq, workflow_id, partition_key FROM \S+\.workflow_queue\s+WHERE status = 'ENQUEUED'$|UPDATE \S+\.workflow_queue SET counted = true WHERE status = 'PENDING'$)/,
+  },
+  {
     what: 'workflow IDs given by the caller, looked up in every queue',
     shape: /FROM \S+\.workflows\s+WHERE workflow_id = ANY\(\$1::text\[\]\)/,
   },
@@ -90,6 +95,15 @@ const HOT_EXCEPTIONS: Array<{ what: string; why: string; shape: RegExp; kind: Ci
     shape: /^INSERT INTO \S+\.workflow_queue \(workflow_id, seq,[^)]*\)\s+SELECT/,
     kind: 'router',
   },
+  {
+    what: "claim: the candidates (a queue's and a partitioned queue's), each ready row with its active row",
+    why:
+      'a join of two co-located tables on the queue, which Citus plans as a router statement (its fast path takes one ' +
+      'table): the ready rows order the candidates and are locked as the LIMIT takes them, the active rows say which ' +
+      'are due and claimable and are locked next (FOR UPDATE SKIP LOCKED)',
+    shape: /^SELECT r\.workflow_id(,\s+(r\.priority|row_number\(\) OVER turns)|\s+FROM)/,
+    kind: 'router',
+  },
 ];
 
 /** Workflows ended in one outcome batch on the queue `bulk`: enough for the archive by `INSERT … SELECT`. */
@@ -109,6 +123,11 @@ const HOT_PATH_OPTIONS = {
 const NOT_HOT: Array<{ what: string; shape: RegExp }> = [
   { what: 'a look-up through a handle (the view)', shape: /FROM \S+\.workflows\b/ },
   { what: 'the sweep of due timers', shape: /^WITH due AS/ },
+  {
+    what: 'the sweep of due sleepers, and when the next one wakes',
+    shape:
+      /^(UPDATE \S+\.workflow_queue AS w\s+SET status = 'ENQUEUED', waiting_topic = NULL|SELECT \(SELECT min\(wake_at\))/,
+  },
   { what: 'the recovery of expired leases, the release of claims not running here', shape: /^WITH\s+orphans AS/ },
   {
     what: "the heartbeat's renewal of its leases, the recovery's deletion of a queue's expired leases",
@@ -137,7 +156,7 @@ const FAST = new Set<CitusPlanKind>(['fast-path router']);
 describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on one node', () => {
   const schema = uniqueSchema('citus_statements');
   const capture = captureStatements(
-    /workflow_queue|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|executor_leases|record_checkpoint|pg_notify/,
+    /workflow_queue|workflow_ready|workflow_history|\.workflows\b|\.steps\b|workflow_events|workflow_messages|workflow_streams|queue_starts|executor_leases|record_checkpoint|pg_notify/,
   );
   const citus = useCitusCluster({ beforeClose: async () => capture.restore() });
   let app: QueueApp;
@@ -197,9 +216,8 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
     const shapes: Array<{ what: string; shape: RegExp; kind: CitusPlanKind }> = [
       { what: 'enqueue', shape: /^INSERT INTO \S+\.workflow_queue \(workflow_id, queue_name/, kind: 'router insert' },
       {
-        what: 'claim: candidates',
-        shape:
-          /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND \(status = 'ENQUEUED'.*FOR UPDATE SKIP LOCKED$/s,
+        what: 'claim: the ready rows of what it took, deleted',
+        shape: /^DELETE FROM \S+\.workflow_ready WHERE queue_name = \$1 AND priority = ANY\(\$2::int\[\]\)/,
         kind: 'fast-path router',
       },
       {
@@ -214,7 +232,7 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
       },
       {
         what: 'limited claim: running count',
-        shape: /^SELECT count\(\*\)::int AS n FROM \S+\.workflow_queue WHERE queue_name = \$1 AND status = 'PENDING'/,
+        shape: /^SELECT count\(\*\)::int AS n FROM \S+\.workflow_queue WHERE queue_name = \$1 AND counted_running/,
         kind: 'fast-path router',
       },
       {
@@ -225,17 +243,6 @@ describeWithTools(['postgres-15', 'citus'], 'Citus: every hot statement runs on 
       {
         what: 'partitioned claim: running per partition',
         shape: /^SELECT partition_key, count\(\*\)::int AS n FROM \S+\.workflow_queue/,
-        kind: 'fast-path router',
-      },
-      {
-        what: 'partitioned claim: picks',
-        shape: /^SELECT workflow_id,\s+row_number\(\) OVER turns/,
-        kind: 'fast-path router',
-      },
-      {
-        what: 'partitioned claim: picks locked',
-        shape:
-          /^SELECT workflow_id FROM \S+\.workflow_queue\s+WHERE queue_name = \$1 AND workflow_id = ANY.*FOR UPDATE SKIP LOCKED$/s,
         kind: 'fast-path router',
       },
       {

@@ -226,7 +226,7 @@ describe('crash recovery', () => {
     const workflowIds = Array.from({ length: count }, (_, i) => `race-wf-${i}`);
 
     // While the test holds an EXCLUSIVE lock on executors, both workers' next expiry sweep (the statement
-    // `WITH expired AS (DELETE FROM executors ...)` of ExecutorStore.recoverExpired) waits for it; the dead executor and its PENDING workflows commit together with the lock's release, so
+    // `DELETE FROM executors WHERE heartbeat_at < ...` of ExecutorStore.recoverExpired) waits for it; the dead executor and its PENDING workflows commit together with the lock's release, so
     // both sweeps go on at the same instant, and both see the expired lease.
     const locker = await pool.connect();
     try {
@@ -249,7 +249,8 @@ describe('crash recovery', () => {
           (
             await pool.query(
               `SELECT count(DISTINCT application_name)::int AS n FROM pg_stat_activity
-               WHERE application_name = ANY($1) AND wait_event_type = 'Lock' AND query LIKE '%expired AS%'`,
+               WHERE application_name = ANY($1) AND wait_event_type = 'Lock'
+                 AND query LIKE '%DELETE FROM%executors WHERE heartbeat_at%'`,
               [appNames],
             )
           ).rows[0].n === 2,
@@ -297,7 +298,7 @@ describe('crash recovery', () => {
     console.log(`[crash-recovery] orphans of one expired lease ran on: ${JSON.stringify(byExecutor)}`);
   });
 
-  it('recovers each orphaned workflow in exactly one of 10 concurrent ExecutorStore.recoverExpired() calls', async () => {
+  it('recovers each orphaned workflow in exactly one of 10 concurrent ExecutorStore.recoverExpired() and recoverOrphans() calls', async () => {
     const rounds = 5;
     const sweepers = 10;
     const applicationName = `sweepers-${schema}`;
@@ -338,10 +339,13 @@ describe('crash recovery', () => {
           await locker.query('BEGIN');
           await locker.query(`LOCK TABLE "${schema}".executors IN EXCLUSIVE MODE`);
           const calls = Array.from({ length: sweepers }, () =>
-            store.recoverExpired(1500, 'durable').then(
-              (recovered) => ({ ids: recovered.map((workflow) => workflow.workflowId) }),
-              (error: Error) => ({ error: error.message }),
-            ),
+            store
+              .recoverExpired(1500, ['durable'])
+              .then(async (expired) => [...expired, ...(await store.recoverOrphans('durable'))])
+              .then(
+                (recovered) => ({ ids: recovered.map((workflow) => workflow.workflowId) }),
+                (error: Error) => ({ error: error.message }),
+              ),
           );
           await waitFor(
             async () =>
@@ -656,8 +660,8 @@ describe('crash recovery', () => {
     const leaving = await startWorker('term-leaving', { SHUTDOWN_GRACE_MS: '2000' });
     const handle = await app.queues.enqueue('durable', tasks.hold, [key], { deduplicationId: key });
     await leaving.message('started', { key });
-    // The peer's own lease is 60 s: it can only recover the workflow this fast because the leaving worker deleted
-    // its executor row, not because a lease expired.
+    // The peer's own lease is 60 s: it can only recover the workflow this fast because the leaving worker ended its
+    // lease at once, not because the lease ran out.
     await startWorker('term-peer', { LEASE_MS: '60000', HEARTBEAT_MS: '300' });
 
     leaving.child.kill('SIGTERM');
@@ -665,7 +669,11 @@ describe('crash recovery', () => {
     await expect(leaving.waitForExit()).resolves.toEqual({ code: 0, signal: null });
     const exitedAt = performance.now();
 
-    expect(await executorIds()).toEqual(['term-peer']);
+    // Its lease ended at once: its row is expired ('-infinity'), or already deleted by the peer's sweep.
+    const { rows: live } = await pool.query(
+      `SELECT executor_id FROM "${schema}".executors WHERE heartbeat_at > '-infinity' ORDER BY executor_id`,
+    );
+    expect(live.map((row: { executor_id: string }) => row.executor_id)).toEqual(['term-peer']);
     // Not finished by the leaving worker: still PENDING under it, or already taken back by the peer.
     expect(['PENDING', 'ENQUEUED']).toContain((await rowOf(handle.workflowId)).status);
     await waitFor(async () => (await eventsOf(handle.workflowId)).length >= 2, {

@@ -1,6 +1,7 @@
 /**
- * Every list the dashboard reads is bounded, never a scan of the workflows' history: the active table is read by its
- * indexes (PENDING rows through `workflow_queue_running`), and the history, which since migration 023 has no ordered
+ * Every list the dashboard reads is bounded, never a scan of the workflows' history: the active table (the running,
+ * queued and waiting workflows) is read whole when a list filters it by status, which no index names since migration
+ * 025, and the history, which since migration 023 has no ordered
  * index but its workflow ID's, newest first in windows of creation time read through its BRIN index. Each statement the
  * API sends over HTTP is captured and EXPLAINed (and run under EXPLAIN ANALYZE, to count the history rows it reads)
  * against 60,000 analysed rows: no list statement may scan a populated table, and the lists of a request together read
@@ -120,7 +121,11 @@ describe('dashboard reads are bounded (indexes, and the history in windows of cr
         return scanned !== undefined && populated.has(scanned) && (list || !underLimit(plan, at));
       });
       if (unbounded.length > 0) throw new Error(`a table scan for ${path}:\n${text}\n${plan.join('\n')}`);
-      if (list) expect(plan.join('\n')).toMatch(/Index (Only )?Scan|Bitmap Index Scan/);
+      // NOTE: since migration 025 no index of the active table names the status (a claim would move its entry): a
+      // list reads the active rows it shows by a scan of the active table (the queues' running and queued workflows),
+      // and the history through its indexes.
+      const readsHistory = plan.some((line) => /on workflow_history/.test(line));
+      if (list && readsHistory) expect(plan.join('\n')).toMatch(/Index (Only )?Scan|Bitmap Index Scan/);
       if (list) listRowsRead += await historyRowsRead(pool, text, values, populated);
     }
     expect(listRowsRead).toBeLessThan(HISTORY_LIST_BOUND);

@@ -10,6 +10,7 @@ import { dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 import { moveWorkflowRow } from './support/workflow-rows';
+import { expireExecutor, syncReadyRows } from './support/ready-rows';
 
 /** The worker's version of the workflows: three attempts, a short backoff, its own dead-letter limit. */
 @Injectable()
@@ -87,6 +88,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
          completed_at = NULL WHERE workflow_id = $1`,
       [handle.workflowId],
     );
+    await expireExecutor(pool, schema, 'gone');
     const recovered = await waitFor(
       async () => {
         const stored = await row(handle.workflowId);
@@ -136,6 +138,7 @@ describe('externalWorkflows: a producer without the code, a worker with it', () 
        VALUES ('legacy-1', 'tasks', 'ExtTasks.flaky', 'ENQUEUED', 'legacy', 'legacy', '["legacy"]', NULL, 1, 10,
          NULL, 0, now(), NULL, false, NULL)`,
     );
+    await syncReadyRows(pool, schema);
     const handle = await worker.queues.retrieve<string>('legacy-1');
     await expect(handle.getResult()).resolves.toBe('legacy ok after 3');
     expect(await row('legacy-1')).toMatchObject({

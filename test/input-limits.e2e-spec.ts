@@ -21,6 +21,7 @@ import { HeldTasks } from './fixtures/held-tasks';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { syncReadyRows } from './support/ready-rows';
 
 const LIMITS = { maxValueBytes: 10_000, maxDepth: 8 };
 
@@ -230,12 +231,14 @@ describe('input limits', () => {
 
   describe('a row written around the checks', () => {
     const longId = `order-${'x'.repeat(100_000)}`;
-    const insertRaw = (workflowId: string, queueName: string, workflowName: string, inputs: string) =>
-      pool.query(
+    const insertRaw = async (workflowId: string, queueName: string, workflowName: string, inputs: string) => {
+      await pool.query(
         `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
          VALUES ($1, $2, $3, 'ENQUEUED', $4::json)`,
         [workflowId, queueName, workflowName, inputs],
       );
+      await syncReadyRows(pool, schema);
+    };
 
     it('a 100 kB workflow ID breaks neither cancel nor cancelMany nor "Cancel all matching"', async () => {
       await insertRaw(longId, 'parked', 'LimitTasks.echo', '[]');

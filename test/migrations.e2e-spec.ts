@@ -13,6 +13,7 @@ import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { killFixtures, spawnFixture } from './fixtures/child-harness';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
+import { waitFor } from './support/wait-for';
 import { DoublingTasks } from './fixtures/doubling-tasks';
 
 const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1].version;
@@ -325,7 +326,11 @@ describe('schema migrations', () => {
     ]);
     expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflow_history`)).rows[0].n).toBe(3);
 
-    // The copied starts fill a window of 3 a minute: the queued workflow waits for the first of them to leave it.
+    // The copied starts fill a window of 3 a minute: the queued workflow waits for the first of them to leave it
+    // (claimed by this release, once the later migrations ran: 25 writes the queued workflow's ready row).
+    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual(
+      MIGRATIONS.filter(({ version }) => version > 23).map(({ version }) => version),
+    );
     await new ExecutorStore(database).register('claim-test', {
       queues: ['rated'],
       workflows: [{ name: 'Tasks.run', version: 1 }],
@@ -343,6 +348,107 @@ describe('schema migrations', () => {
     expect(full.retryInMs).toBeGreaterThan(50_000);
     expect((await claim(4)).workflows.map((workflow) => workflow.workflowId)).toEqual(['next']);
     expect((await pool.query(`SELECT count(*)::int AS n FROM "${schema}".queue_starts`)).rows[0].n).toBe(4);
+  });
+
+  it('migration 25 writes a ready row per queued workflow, counts the running ones, and makes a claim a HOT update', async () => {
+    const schema = freshSchema('ready_apart');
+    const database = new QueueDatabase(dataSource, schema, false);
+    await runMigrations(
+      database,
+      MIGRATIONS.filter((migration) => migration.version <= 24),
+    );
+    await pool.query(
+      `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs, priority,
+                                             partition_key, executor_id, not_before)
+       VALUES ('queued', 'tasks', 'Tasks.run', 'ENQUEUED', '[]', 2, 'p1', NULL, NULL),
+              ('delayed', 'tasks', 'Tasks.run', 'ENQUEUED', '[]', 0, NULL, NULL, now() + interval '1 hour'),
+              ('running', 'tasks', 'Tasks.run', 'PENDING', '[]', 0, 'p1', 'gone', NULL),
+              ('asleep', 'tasks', 'Tasks.run', 'WAITING', '[]', 0, NULL, NULL, now() + interval '1 minute')`,
+    );
+
+    await expect(runMigrations(database, MIGRATIONS)).resolves.toEqual([25]);
+
+    const ready = await pool.query(
+      `SELECT r.workflow_id, r.priority, r.partition_key, r.seq = w.seq AS same_seq
+       FROM "${schema}".workflow_ready AS r JOIN "${schema}".workflow_queue AS w USING (queue_name, workflow_id)
+       ORDER BY r.workflow_id`,
+    );
+    expect(ready.rows).toEqual([
+      { workflow_id: 'delayed', priority: 0, partition_key: null, same_seq: true },
+      { workflow_id: 'queued', priority: 2, partition_key: 'p1', same_seq: true },
+    ]);
+    const rows = await pool.query(
+      `SELECT workflow_id, counted_running, wake_at IS NOT NULL AS wakes FROM "${schema}".workflow_queue
+       ORDER BY workflow_id`,
+    );
+    expect(rows.rows).toEqual([
+      { workflow_id: 'asleep', counted_running: false, wakes: true },
+      { workflow_id: 'delayed', counted_running: false, wakes: false },
+      { workflow_id: 'queued', counted_running: false, wakes: false },
+      { workflow_id: 'running', counted_running: true, wakes: false },
+    ]);
+    const indexes = await pool.query(
+      `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'workflow_queue' ORDER BY indexname`,
+      [schema],
+    );
+    expect(indexes.rows.map((row: { indexname: string }) => row.indexname)).toEqual([
+      'workflow_queue_by_parent',
+      'workflow_queue_children',
+      'workflow_queue_deadline',
+      'workflow_queue_deduplication_key',
+      'workflow_queue_follow_up_key',
+      'workflow_queue_pkey',
+      'workflow_queue_running',
+      'workflow_queue_waiting',
+    ]);
+
+    // 200 workflows claimed by the claim of a queue without limits: HOT updates (no index entry moved).
+    await pool.query(
+      `WITH inserted AS (
+         INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
+         SELECT 'hot-' || i, 'hot', 'Tasks.run', 'ENQUEUED', '[]' FROM generate_series(1, 200) AS i
+         RETURNING queue_name, priority, seq, workflow_id, partition_key
+       )
+       INSERT INTO "${schema}".workflow_ready (queue_name, priority, seq, workflow_id, partition_key)
+       SELECT * FROM inserted`,
+    );
+    await pool.query(`VACUUM "${schema}".workflow_queue`);
+    const updates = async () =>
+      (
+        await pool.query(
+          `SELECT n_tup_upd::int AS updated, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables
+           WHERE relid = $1::regclass`,
+          [`"${schema}".workflow_queue`],
+        )
+      ).rows[0] as { updated: number; hot: number };
+    await waitFor(async () => (await updates()).updated >= 1, { what: "the migration's updates counted" });
+    const before = await updates();
+    await new ExecutorStore(database).register('hot-claims', {
+      queues: ['hot'],
+      workflows: [{ name: 'Tasks.run', version: 1 }],
+    });
+    const claimer = new WorkflowClaimer(database);
+    const claimed = await claimer.claim({
+      queue: { name: 'hot', workerConcurrency: 200 },
+      executorId: 'hot-claims',
+      limit: 200,
+      claimKeys: ['1:Tasks.run'],
+    });
+    expect(claimed.workflows).toHaveLength(200);
+    const after = await waitFor(
+      async () => {
+        const now = await updates();
+        return now.updated >= before.updated + 200 && now;
+      },
+      { what: 'the claims counted' },
+    );
+    // A version that does not fit on its page goes to another, with its index entries (the study: 4-5% of claims).
+    expect(after.updated - before.updated).toBe(200);
+    expect(after.hot - before.hot).toBeGreaterThanOrEqual(180);
+    expect(
+      (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".workflow_ready WHERE queue_name = 'hot'`)).rows[0]
+        .n,
+    ).toBe(0);
   });
 
   it('rolls a failing migration back entirely and names it in the error', async () => {

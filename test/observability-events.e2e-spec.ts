@@ -14,6 +14,7 @@ import {
 import type { Pool } from 'pg';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { waitFor } from './support/wait-for';
+import { expireExecutor, syncReadyRows } from './support/ready-rows';
 
 @Injectable()
 class EventTasks {
@@ -137,7 +138,7 @@ describe('@OnWorkflowEvent', () => {
     await expect(queues.enqueue('parked', tasks.ok, ['h2'], { deduplicationId: 'key' })).rejects.toBeInstanceOf(
       QueueDeduplicatedError,
     );
-    // A run left by a process that died (its executor row is gone), and one that used up its recoveries.
+    // A run left by a process that died (its lease expired), and one that used up its recoveries.
     const recovered = await queues.enqueue('parked', tasks.ok, ['r']);
     const deadLettered = await queues.enqueue('parked', tasks.ok, ['d']);
     await pool.query(
@@ -146,6 +147,8 @@ describe('@OnWorkflowEvent', () => {
        WHERE workflow_id = ANY($1::text[])`,
       [[recovered.workflowId, deadLettered.workflowId], deadLettered.workflowId],
     );
+    await syncReadyRows(pool, schema);
+    await expireExecutor(pool, schema, 'gone', ['parked']);
 
     await waitFor(() => recorders().every((recorder) => recorder.events.length >= 7), { what: 'seven events each' });
     // A barrier: an event after all the others; nothing may arrive twice meanwhile.

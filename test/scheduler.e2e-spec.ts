@@ -4,6 +4,7 @@ import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
 import { RecordingTasks } from './fixtures/recording-tasks';
 import { TimedTasks, maxOverlap } from './fixtures/timed-tasks';
+import { syncReadyRows } from './support/ready-rows';
 
 describe('scheduler', () => {
   let pool: Pool;
@@ -95,6 +96,7 @@ describe('scheduler', () => {
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
        VALUES ('silent', 'tasks', 'RecordingTasks.echo', 'ENQUEUED', '["quiet"]')`,
     );
+    await syncReadyRows(pool, schema);
     await expect((await app.queues.retrieve('silent')).getResult({ timeoutMs: 5_000 })).resolves.toBe('quiet');
   });
 
@@ -116,6 +118,7 @@ describe('scheduler', () => {
       `INSERT INTO "${schema}".workflow_queue (workflow_id, queue_name, workflow_name, status, inputs)
        VALUES ('foreign', 'tasks', 'SomeoneElse.run', 'ENQUEUED', '[]')`,
     );
+    await syncReadyRows(pool, schema);
     const handle = await timed.queues.enqueue('tasks', timed.get(TimedTasks).work, [1, 1]);
     await handle.getResult();
     expect(await countByStatus(schema)).toEqual({ ENQUEUED: 1, SUCCESS: 1 });

@@ -26,7 +26,11 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     shape: /^WITH ended AS \(\s*DELETE FROM \S+\.workflow_queue AS w\s+WHERE w\.workflow_id = \$1/,
   },
   { what: 'resume(workflowId) of a dead letter', kind: 'probe by workflow ID', shape: /^WITH in_place AS \(/ },
-  { what: 'reschedule(workflowId)', kind: 'probe by workflow ID', shape: /^WITH changed AS \(/ },
+  {
+    what: 'reschedule(workflowId): the row locked, then changed',
+    kind: 'probe by workflow ID',
+    shape: /^(WITH changed AS \(|SELECT priority FROM \S+\.workflow_queue\s+WHERE workflow_id = \$1)/,
+  },
   {
     what: 'a look-up by workflow ID (the view)',
     kind: 'probe by workflow ID',
@@ -56,6 +60,12 @@ const UNKEYED_BY_DESIGN: Array<{ what: string; kind: 'probe by workflow ID' | 'a
     what: "migration 023's copy of the last hour's starts into queue_starts (once, at the upgrade)",
     kind: 'across queues',
     shape: /^INSERT INTO \S+\.queue_starts \(queue_name, started_at, partition_key\)\s+SELECT .* UNION ALL/s,
+  },
+  {
+    what: "migration 025's ready rows and running counts (once, at the upgrade)",
+    kind: 'across queues',
+    shape:
+      /^(INSERT INTO \S+\.workflow_ready \(queue_name, priority, seq, workflow_id, partition_key\)\s+SELECT queue_name, priority, seq, workflow_id, partition_key FROM \S+\.workflow_queue\s+WHERE status = 'ENQUEUED'$|UPDATE \S+\.workflow_queue SET counted = true WHERE status = 'PENDING'$)/,
   },
   {
     what: 'counts per queue (countByStatus(), metrics, dashboard totals)',

@@ -21,6 +21,7 @@ import { CapturingLogger } from './support/capturing-logger';
 import { databaseUrl, dropSchema, testPool, uniqueSchema } from './support/database';
 import { QueueApp, startQueueApp } from './support/queue-app';
 import { waitFor } from './support/wait-for';
+import { syncReadyRows } from './support/ready-rows';
 
 /** An old build: version 1 of `Orders.fulfil` (the default version), and an unrelated workflow. */
 @Injectable()
@@ -149,6 +150,7 @@ describe('workflow versions', () => {
          VALUES ('claim-v2', 'other', 'Orders.fulfil', 2, 'ENQUEUED', '["c"]'),
                 ('claim-v1', 'other', 'Orders.fulfil', 1, 'ENQUEUED', '["c"]')`,
       );
+      await syncReadyRows(pool, schema);
       const claimer = new WorkflowClaimer(database);
       const queue = { name: 'other', workerConcurrency: 10 };
       const first = await claimer.claim({ queue, executorId: 'claim-test', limit: 10, claimKeys: ['1:Orders.fulfil'] });

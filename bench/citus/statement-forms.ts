@@ -170,7 +170,7 @@ async function main(): Promise<void> {
     const holderParams = ['work', 'held', null];
     const claimer = new WorkflowClaimer({ schemaSql: 'forms', citus: true } as QueueDatabase);
     const citusClaim = new CitusClaim({ schemaSql: 'forms', citus: true } as QueueDatabase);
-    const partitionedClaim = claimer['claimSql'](true).replace(
+    const partitionedClaim = claimer['claimSql'](true, 4).replace(
       /WITH RECURSIVE partitions AS \([\s\S]*?FROM partitions AS p WHERE p\.partition_key IS NOT NULL\s*\),/,
       `WITH partitions AS (SELECT DISTINCT partition_key FROM forms.workflow_queue
          WHERE queue_name = $1 AND status = 'ENQUEUED' AND partition_key IS NOT NULL),`,

@@ -26,10 +26,20 @@ const SCHEMA = 'dedup_queue';
 const TABLE = `${SCHEMA}.workflows`;
 const ACTIVE = `${SCHEMA}.workflow_queue`;
 const HISTORY = `${SCHEMA}.workflow_history`;
-/** The active and history tables of the schema's layout: 0.2.0 (a baseline build) kept both in `workflows`. */
+/** The ready rows of queued workflows, since 2.0 (migration 25): a claim takes only a workflow that has one. */
+const READY = `${SCHEMA}.workflow_ready`;
+/**
+ * The active and history tables of the schema's layout: 0.2.0 (a baseline build) kept both in `workflows`; `ready`
+ * when the layout has ready rows.
+ */
 async function layoutTables(ctx) {
-  const [row] = await query(ctx.databaseUrl, `SELECT to_regclass($1) IS NOT NULL AS split`, [ACTIVE]);
-  return row.split ? { active: ACTIVE, history: HISTORY } : { active: TABLE, history: TABLE };
+  const [row] = await query(
+    ctx.databaseUrl,
+    `SELECT to_regclass($1) IS NOT NULL AS split, to_regclass($2) IS NOT NULL AS ready`,
+    [ACTIVE, READY],
+  );
+  const tables = row.split ? { active: ACTIVE, history: HISTORY } : { active: TABLE, history: TABLE };
+  return { ...tables, ready: row.ready ? READY : undefined };
 }
 const WORKFLOW_NAME = 'BenchTasks.run';
 
@@ -118,18 +128,23 @@ module.exports = {
   },
 
   async reset(ctx) {
-    const { active, history } = await layoutTables(ctx);
-    await query(ctx.databaseUrl, `TRUNCATE ${[...new Set([active, history])].join(', ')}, ${SCHEMA}.steps`);
+    const { active, history, ready } = await layoutTables(ctx);
+    const tables = [...new Set([active, history]), ...(ready ? [ready] : []), `${SCHEMA}.steps`];
+    await query(ctx.databaseUrl, `TRUNCATE ${tables.join(', ')}`);
   },
 
   /** n ENQUEUED workflows with distinct deduplication IDs: the row `QueueService.enqueue` inserts. */
   async prefill(ctx, n) {
-    const { active } = await layoutTables(ctx);
+    const { active, ready } = await layoutTables(ctx);
+    const insert = `INSERT INTO ${active} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
+       SELECT gen_random_uuid()::text, $1, $2, 'ENQUEUED', 'p' || i, 'p' || i, json_build_array(json_build_object('i', i))
+       FROM generate_series(1, $3::int) AS i`;
     await query(
       ctx.databaseUrl,
-      `INSERT INTO ${active} (workflow_id, queue_name, workflow_name, status, deduplication_id, active_deduplication_id, inputs)
-       SELECT gen_random_uuid()::text, $1, $2, 'ENQUEUED', 'p' || i, 'p' || i, json_build_array(json_build_object('i', i))
-       FROM generate_series(1, $3::int) AS i`,
+      ready
+        ? `WITH inserted AS (${insert} RETURNING queue_name, priority, seq, workflow_id, partition_key)
+           INSERT INTO ${ready} (queue_name, priority, seq, workflow_id, partition_key) SELECT * FROM inserted`
+        : insert,
       [ctx.queueName, WORKFLOW_NAME, n],
     );
   },

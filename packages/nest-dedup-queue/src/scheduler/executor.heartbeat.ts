@@ -64,6 +64,7 @@ export class ExecutorHeartbeat {
         'left by an earlier process with this executor ID',
         await this.executors.recoverOwn(this.config.executorId, queueName),
       );
+      this.report('of executors gone without a trace', await this.executors.recoverOrphans(queueName));
     }
     this.renewTimer = setInterval(() => {
       this.renewing ??= this.renew().finally(() => (this.renewing = undefined));
@@ -75,7 +76,7 @@ export class ExecutorHeartbeat {
     this.sweepTimer.unref();
   }
 
-  /** Stops beating; with `leave`, removes the lease so peers recover whatever this process leaves PENDING at once. */
+  /** Stops beating; with `leave`, ends the lease at once, so that peers recover what this process leaves PENDING at their next sweep. */
   async stop(leave: boolean): Promise<void> {
     clearInterval(this.renewTimer);
     clearInterval(this.sweepTimer);
@@ -127,6 +128,14 @@ export class ExecutorHeartbeat {
    */
   private async sweep(): Promise<void> {
     let failure: { error: unknown } | undefined;
+    try {
+      this.report(
+        'from executors whose lease expired',
+        await this.executors.recoverExpired(this.config.leaseMs, everyStoredQueueName(this.config)),
+      );
+    } catch (error) {
+      failure = { error };
+    }
     for (const queueName of everyStoredQueueName(this.config)) {
       try {
         await this.sweepQueue(queueName);
@@ -152,10 +161,6 @@ export class ExecutorHeartbeat {
   }
 
   private async sweepQueue(queueName: string): Promise<void> {
-    this.report(
-      'from executors whose lease expired',
-      await this.executors.recoverExpired(this.config.leaseMs, queueName),
-    );
     const timedOut = await this.workflows.cancelTimedOut(queueName);
     if (timedOut.length > 0) this.logger.log(`Cancelled ${timedOut.length} workflow(s) past their timeout`);
     for (const workflow of timedOut) this.lifecycle.emit({ event: 'cancelled', ...workflow, reason: 'timed-out' });

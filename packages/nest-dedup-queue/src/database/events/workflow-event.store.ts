@@ -2,7 +2,8 @@ import { onePerDatabase } from '../connection/one-per-database';
 import type { QueueDatabase } from '../connection/queue-database';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { workflowTables } from '../tables/workflow-tables';
-import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
+import { NOTIFY_SQL } from '../connection/wake-ups.sql';
+import { READY_ROW_COLUMNS, moveIntoReady } from '../tables/ready-rows.sql';
 
 /** What `setEvent` records at its position: the step `setEvent <key>`, whose output is the value (since 1.1). */
 export const SET_EVENT_STEP_PREFIX = 'setEvent ';
@@ -21,6 +22,7 @@ export class WorkflowEventStore {
   private readonly events: string;
   private readonly eventWaits: string;
   private readonly active: string;
+  private readonly ready: string;
   private readonly workflows: string;
   private readonly waiters = new Map<string, Set<() => void>>();
 
@@ -29,6 +31,7 @@ export class WorkflowEventStore {
     this.events = tables.events;
     this.eventWaits = tables.eventWaits;
     this.active = tables.active;
+    this.ready = tables.ready;
     this.workflows = tables.workflows;
   }
 
@@ -76,20 +79,19 @@ export class WorkflowEventStore {
       }
       const woken: string[] = [];
       for (const [waiterQueue, ids] of byQueue) {
-        const rows = await query<{ woken: number }>(
-          `WITH due AS (
-             UPDATE ${this.active}
-             SET status = ${STATUS_SQL.ENQUEUED}, not_before = NULL, waiting_topic = NULL, updated_at = now()
-             WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND status = ${STATUS_SQL.WAITING}
-             RETURNING queue_name
-           ),
-           ${wakeUpCteSql(this.database.citus, 'wake_ups', '$3', 'due')}
-           SELECT (SELECT count(*)::int FROM due) AS woken, (SELECT count(*) FROM wake_ups) AS notified`,
-          [waiterQueue, ids, this.database.wakeUpChannel],
+        const due = await moveIntoReady(
+          this.database,
+          this.ready,
+          `UPDATE ${this.active}
+           SET status = ${STATUS_SQL.ENQUEUED}, not_before = NULL, waiting_topic = NULL, updated_at = now()
+           WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND status = ${STATUS_SQL.WAITING}
+           RETURNING ${READY_ROW_COLUMNS}`,
+          [waiterQueue, ids],
+          { query },
         );
-        if (rows[0].woken > 0) woken.push(waiterQueue);
+        if (due.length > 0) woken.push(waiterQueue);
       }
-      await sendWakeUpsLeftToCaller(this.database, woken, query);
+      if (woken.length > 0) await query(NOTIFY_SQL, [this.database.wakeUpChannel, woken]);
     });
   }
 

@@ -13,14 +13,15 @@ export class CitusExecutorLeases {
   private readonly leases: string;
   /** $1 queue, $2 executor: its lease in the queue, if unexpired, locked until the transaction ends. */
   readonly lockSql: string;
-  /** $1 queue: the queue's expired leases deleted. */
+  /** $1 queue: the queue's expired leases deleted, returning their executors. */
   readonly deleteExpiredSql: string;
 
   constructor(private readonly database: QueueDatabase) {
     this.leases = `${database.schemaSql}.executor_leases`;
     this.lockSql = `SELECT 1 FROM ${this.leases} WHERE queue_name = $1 AND executor_id = $2 AND expires_at > now()
        FOR KEY SHARE`;
-    this.deleteExpiredSql = `DELETE FROM ${this.leases} WHERE queue_name = $1 AND expires_at < now()`;
+    this.deleteExpiredSql = `DELETE FROM ${this.leases} WHERE queue_name = $1 AND expires_at < now()
+       RETURNING executor_id`;
   }
 
   /**
@@ -60,11 +61,11 @@ export class CitusExecutorLeases {
     return rows.length === new Set(queues).size;
   }
 
-  /** Gives up the executor's leases in `queues`, so that peers recover what it leaves at their next sweep. */
+  /** Ends the executor's leases in `queues` at once, so that peers recover what it leaves at their next sweep. */
   async remove(executorId: string, queues: readonly string[]): Promise<void> {
     if (queues.length === 0) return;
     await this.database.query(
-      `DELETE FROM ${this.leases} WHERE queue_name = ANY($1::text[]) AND executor_id = $2`,
+      `UPDATE ${this.leases} SET expires_at = '-infinity' WHERE queue_name = ANY($1::text[]) AND executor_id = $2`,
       [queues, executorId],
       { idempotent: true },
     );

@@ -4,13 +4,21 @@ import type { WorkflowStatus } from '../../interfaces/workflow-status.interface'
 import type { QueueDatabase } from '../connection/queue-database';
 import { END_WAKE_UPS_SQL, handOverCallSql } from '../workflows/finish/workflow-finish.sql';
 import { handOverKeysOnCitus } from '../workflows/finish/hand-over.citus';
-import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
+import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { nowPlusMsSql } from '../connection/time.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
 import { WorkflowRef, WorkflowRefRow, toWorkflowRef } from '../workflows/workflow-ref';
 import type { WorkflowRegistration } from '../versions/workflow-registrations';
 import { CitusExecutorLeases } from './executor-leases.citus';
+import {
+  READY_ROW_COLUMNS,
+  type ReadyRow,
+  insertReadyRowsOnCitus,
+  insertReadyRowsSql,
+  moveIntoReady,
+} from '../tables/ready-rows.sql';
+import type { Query } from '../connection/queue-database';
 
 /** A workflow taken back from a dead executor: ENQUEUED again, or dead-lettered. */
 export interface RecoveredWorkflow extends WorkflowRef {
@@ -114,11 +122,17 @@ export class ExecutorStore {
     return this.leases.renew(executorId, lease.queues, lease.ms);
   }
 
-  /** Removes the executor's row (on Citus, its `lease` in each queue too), so that peers recover what it leaves. */
+  /**
+   * Ends the executor's lease at once (on Citus, its `lease` in each queue too), as if it had expired: the next sweep
+   * of any process deletes its row and recovers what it leaves PENDING (see `recoverExpired`). It registers nothing
+   * from then on (`workflows` empty), so that no version or name is taken from it meanwhile.
+   */
   async remove(executorId: string, lease?: ExecutorLease): Promise<void> {
-    await this.database.query(`DELETE FROM ${this.executors} WHERE executor_id = $1`, [executorId], {
-      idempotent: true,
-    });
+    await this.database.query(
+      `UPDATE ${this.executors} SET heartbeat_at = '-infinity', workflows = '[]' WHERE executor_id = $1`,
+      [executorId],
+      { idempotent: true },
+    );
     if (this.database.citus && lease) await this.leases.remove(executorId, lease.queues);
   }
 
@@ -167,109 +181,193 @@ export class ExecutorStore {
    * nothing is claimed between reading `runningIds` and this statement.
    */
   async releaseUnknown(executorId: string, queueName: string, runningIds: string[]): Promise<string[]> {
-    const rows = await this.database.query<{ workflow_id: string }>(
-      `WITH released AS (
-         UPDATE ${this.workflows}
-         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now()
-         WHERE queue_name = $4 AND status = ${STATUS_SQL.PENDING} AND executor_id = $1
-           AND workflow_id <> ALL($2::text[])
-         RETURNING workflow_id, queue_name
-       ),
-       ${wakeUpCteSql(this.database.citus, 'woken', '$3', 'released')}
-       SELECT workflow_id, (SELECT count(*) FROM woken) AS woken FROM released`,
-      [executorId, runningIds, this.database.wakeUpChannel, queueName],
-      { idempotent: true },
+    const rows = await moveIntoReady(
+      this.database,
+      this.tables.ready,
+      `UPDATE ${this.workflows}
+       SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, updated_at = now()
+       WHERE queue_name = $3 AND status = ${STATUS_SQL.PENDING} AND executor_id = $1
+         AND workflow_id <> ALL($2::text[])
+       RETURNING ${READY_ROW_COLUMNS}`,
+      [executorId, runningIds, queueName],
     );
-    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
+    if (rows.length > 0) await this.database.query(NOTIFY_SQL, [this.database.wakeUpChannel, [queueName]]);
     return rows.map((row) => row.workflow_id);
   }
 
   /** Recovers the PENDING workflows of a queue left under this executor ID by an earlier process with the same ID. */
   recoverOwn(executorId: string, queueName: string): Promise<RecoveredWorkflow[]> {
-    return this.recover(
-      '',
-      `SELECT workflow_id, queue_name, active_deduplication_id FROM ${this.workflows}
-       WHERE queue_name = $3 AND status = ${STATUS_SQL.PENDING} AND executor_id = $2
-       FOR UPDATE SKIP LOCKED`,
-      executorId,
-      queueName,
-    );
+    return this.inTransaction((query) => this.recoverRuns(query, queueName, [executorId]), [queueName]);
   }
 
   /**
-   * Deletes the executors whose lease expired and recovers their PENDING workflows of one queue, and those of
-   * executors that left without finishing them (so the call for the next queue, finding the executor gone, recovers
-   * that queue's). NOTE: each orphan is locked `FOR UPDATE SKIP LOCKED` and still PENDING when recovered, so
-   * concurrent sweepers recover it once; rows still locked by a step's transaction are skipped until the next sweep.
+   * Recovers the runs of executors whose lease expired. On one server, in one transaction: the expired executors'
+   * rows deleted (each waits for the claims in flight that hold it, see `WorkflowClaimer`), then their PENDING runs in
+   * the queues their rows list (every queue when a row lists none) taken back, so that no crash between the two
+   * leaves a run without an executor that anyone would recover. On Citus, the expired rows are deleted on the
+   * coordinator, and each of `queueNames` (stored names) is swept on its node (`recoverExpiredInQueue`), one queue's
+   * failure not keeping the others from being swept (the first is thrown after). No queue's rows are read unless an
+   * executor that ran there expired.
    */
-  async recoverExpired(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
-    if (this.database.citus) return this.recoverExpiredOnItsNode(leaseMs, queueName);
-    return this.recover(
-      `expired AS (
-         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $2::float8 * interval '1 millisecond'
-         RETURNING executor_id
-       ),`,
-      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
-       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING}
-         AND (w.executor_id IN (SELECT executor_id FROM expired)
-              OR NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id))
-       FOR UPDATE OF w SKIP LOCKED`,
-      leaseMs,
+  async recoverExpired(leaseMs: number, queueNames: readonly string[]): Promise<RecoveredWorkflow[]> {
+    if (this.database.citus) return this.recoverExpiredOnTheirNodes(leaseMs, queueNames);
+    const recovered = await this.database.transaction(async (query) => {
+      const dead = await query<{ executor_id: string; queues: string[] | null }>(
+        `DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'
+         RETURNING executor_id, queues`,
+        [leaseMs],
+      );
+      if (dead.length === 0) return [];
+      const everyQueue = dead.some((row) => row.queues === null)
+        ? (await query<{ queue_name: string }>(`SELECT queue_name FROM ${this.database.schemaSql}.queues`)).map(
+            (row) => row.queue_name,
+          )
+        : [];
+      const rows: RecoveredWorkflow[] = [];
+      for (const queueName of new Set([...everyQueue, ...dead.flatMap((row) => row.queues ?? [])])) {
+        const ids = dead.filter((row) => row.queues === null || row.queues.includes(queueName));
+        rows.push(
+          ...(await this.recoverRuns(
+            query,
+            queueName,
+            ids.map((row) => row.executor_id),
+          )),
+        );
+      }
+      return rows;
+    });
+    await sendWakeUpsLeftToCaller(this.database, [...new Set(recovered.map((row) => row.queueName))]);
+    return recovered;
+  }
+
+  private async recoverExpiredOnTheirNodes(
+    leaseMs: number,
+    queueNames: readonly string[],
+  ): Promise<RecoveredWorkflow[]> {
+    await this.database.query(
+      `DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'`,
+      [leaseMs],
+    );
+    const recovered: RecoveredWorkflow[] = [];
+    let failure: { error: unknown } | undefined;
+    for (const queueName of queueNames) {
+      try {
+        recovered.push(
+          ...(await this.inTransaction(
+            async (query) => {
+              const expired = await query<{ executor_id: string }>(this.leases.deleteExpiredSql, [queueName]);
+              if (expired.length === 0) return [];
+              return this.recoverRuns(
+                query,
+                queueName,
+                expired.map((row) => row.executor_id),
+              );
+            },
+            [queueName],
+          )),
+        );
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (failure) throw failure.error;
+    return recovered;
+  }
+
+  /**
+   * Recovers a queue's PENDING runs of executors that are gone without a trace: no row in `executors` (on Citus, not
+   * live there and without a lease in the queue). A scan of the queue's rows, once per queue when a worker starts:
+   * such runs come from processes of an older release, or from rows deleted by hand; the sweep recovers those of
+   * executors that expire (`recoverExpired`).
+   */
+  recoverOrphans(queueName: string): Promise<RecoveredWorkflow[]> {
+    if (this.database.citus) return this.recoverOrphansOnItsNode(queueName);
+    return this.recoverInQueue(
       queueName,
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
+         AND NOT EXISTS (SELECT 1 FROM ${this.executors} AS e WHERE e.executor_id = w.executor_id)
+       FOR UPDATE OF w SKIP LOCKED`,
+      [],
     );
   }
 
   /**
    * On Citus, where the executors stay on the coordinator and a statement may not join them to a queue's rows: the
-   * expired executors are deleted and the live ones read in one statement on the coordinator; then, in one
-   * transaction on the queue's node, the queue's expired leases are deleted (waiting for the claims that hold them)
-   * and the queue's PENDING rows of executors that are neither live nor hold a lease in the queue are recovered
-   * (`CitusExecutorLeases`; the live list keeps the runs of 1.1 processes, which take none).
+   * live executors read on the coordinator; then, in one transaction on the queue's node, the queue's PENDING rows of
+   * executors that are neither live nor hold a lease in the queue are recovered (`CitusExecutorLeases`).
    * NOTE: a row claimed after the coordinator's read (by an executor that registered meanwhile) is newer than the
    * read's time and left alone.
    */
-  private async recoverExpiredOnItsNode(leaseMs: number, queueName: string): Promise<RecoveredWorkflow[]> {
+  private async recoverOrphansOnItsNode(queueName: string): Promise<RecoveredWorkflow[]> {
     const [live] = await this.database.query<{ executor_ids: string[]; read_at: Date }>(
-      `WITH expired AS (
-         DELETE FROM ${this.executors} WHERE heartbeat_at < now() - $1::float8 * interval '1 millisecond'
-         RETURNING executor_id
-       )
-       SELECT array(SELECT executor_id FROM ${this.executors}
-                    WHERE executor_id NOT IN (SELECT executor_id FROM expired)) AS executor_ids,
-              clock_timestamp() AS read_at`,
-      [leaseMs],
+      `SELECT array(SELECT executor_id FROM ${this.executors}) AS executor_ids, clock_timestamp() AS read_at`,
+      [],
     );
-    return this.recover(
-      '',
+    return this.recoverInQueue(
+      queueName,
       `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
        WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id <> ALL($2::text[])
          AND w.updated_at < $4::timestamptz AND ${this.leases.noLeaseInQueueSql('$3')}
        FOR UPDATE OF w SKIP LOCKED`,
       live.executor_ids,
-      queueName,
       [live.read_at],
-      this.leases.deleteExpiredSql,
     );
   }
 
+  /** The rows of a queue that `orphansSql` locks, recovered in a transaction of their own (see `recover`). */
+  private recoverInQueue(
+    queueName: string,
+    orphansSql: string,
+    parameter: unknown,
+    moreParams: unknown[] = [],
+  ): Promise<RecoveredWorkflow[]> {
+    return this.inTransaction(
+      (query) => this.recover(query, orphansSql, parameter, queueName, moreParams),
+      [queueName],
+    );
+  }
+
+  /** The PENDING runs of `executorIds` in a queue, recovered in `query`'s transaction (a scan of the queue's rows). */
+  private recoverRuns(query: Query, queueName: string, executorIds: string[]): Promise<RecoveredWorkflow[]> {
+    return this.recover(
+      query,
+      `SELECT w.workflow_id, w.queue_name, w.active_deduplication_id FROM ${this.workflows} AS w
+       WHERE w.queue_name = $3 AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = ANY($2::text[])
+       FOR UPDATE OF w SKIP LOCKED`,
+      executorIds,
+      queueName,
+    );
+  }
+
+  /** Runs `work` in a transaction and sends, after it, the wake-ups of the queues whose runs it recovered (on Citus). */
+  private async inTransaction(
+    work: (query: Query) => Promise<RecoveredWorkflow[]>,
+    queues: string[],
+  ): Promise<RecoveredWorkflow[]> {
+    const recovered = await this.database.transaction((query) => work((sql, params) => query(sql, params)));
+    await sendWakeUpsLeftToCaller(this.database, recovered.length > 0 ? queues : []);
+    return recovered;
+  }
+
   /**
-   * Recovers the rows `orphansSql` locks: ENQUEUED again, or dead-lettered past their recovery budget, in which case
-   * their keys go to the follow-ups waiting for them in the same transaction (on one server through the hand-over
-   * function the statement calls; on Citus in a statement of its own after it, and `citusFirst`, a statement of the
-   * queue ($1), before it in the transaction).
+   * Recovers the rows `orphansSql` locks ($2 its parameter, $3 the queue, then `moreParams`), in `query`'s
+   * transaction: ENQUEUED again (with their ready rows), or dead-lettered past their recovery budget, in which case
+   * their keys go to the follow-ups waiting for them (on one server through the hand-over function the statement
+   * calls; on Citus in a statement of its own after it). Wake-ups: on one server the statement's; on Citus the
+   * caller's (`inTransaction`).
    */
   private async recover(
-    leadingCtes: string,
+    query: Query,
     orphansSql: string,
     parameter: unknown,
     queueName: string,
     moreParams: unknown[] = [],
-    citusFirst?: string,
   ): Promise<RecoveredWorkflow[]> {
     const citus = this.database.citus;
     const deadLetteredKeys = `SELECT queue_name, held_key AS key FROM recovered
           WHERE status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}`;
-    const sql = `WITH ${leadingCtes} orphans AS (${orphansSql}),
+    const sql = `WITH orphans AS (${orphansSql}),
        recovered AS (
          UPDATE ${this.workflows} AS w
          SET status = CASE WHEN ${DEAD_LETTERED} THEN ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
@@ -284,27 +382,30 @@ export class ExecutorStore {
              executor_id = NULL,
              updated_at = now()
          FROM orphans WHERE w.queue_name = $3 AND w.workflow_id = orphans.workflow_id
-         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key
+         RETURNING w.workflow_id, w.queue_name, w.workflow_name, w.status, orphans.active_deduplication_id AS held_key,
+                   w.priority, w.seq, w.partition_key
        ),
+       ${citus ? '' : `recovered_ready AS (${insertReadyRowsSql(this.tables.ready, 'recovered')}),`}
        ${citus ? '' : `${handOverCallSql(this.tables, deadLetteredKeys, '$1')},`}
        ${wakeUpCteSql(citus, 'woken', '$1', 'recovered')}
-       SELECT workflow_id, queue_name, workflow_name, status, held_key, (SELECT count(*) FROM woken) AS woken
+       SELECT workflow_id, queue_name, workflow_name, status, held_key, priority, seq, partition_key,
+              (SELECT count(*) FROM woken) AS woken
               ${citus ? '' : `, ${END_WAKE_UPS_SQL} AS handed_over`}
        FROM recovered`;
     const params = [this.database.wakeUpChannel, parameter, queueName, ...moreParams];
-    type Row = WorkflowRefRow & { status: RecoveredWorkflow['status']; held_key: string | null };
-    const rows = citus
-      ? await this.database.transaction(async (query) => {
-          if (citusFirst) await query(citusFirst, [queueName]);
-          const recovered = await query<Row>(sql, params);
-          const keys = recovered.flatMap((row) =>
-            row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],
-          );
-          await handOverKeysOnCitus(query, this.workflows, queueName, keys, this.database.wakeUpChannel);
-          return recovered;
-        })
-      : await this.database.query<Row>(sql, params);
-    await sendWakeUpsLeftToCaller(this.database, rows.length > 0 ? [queueName] : []);
-    return rows.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
+    type Row = WorkflowRefRow & ReadyRow & { status: RecoveredWorkflow['status']; held_key: string | null };
+    const recovered = await query<Row>(sql, params);
+    if (citus) {
+      await insertReadyRowsOnCitus(
+        query,
+        this.tables.ready,
+        recovered.filter((row) => row.status === 'ENQUEUED'),
+      );
+      const keys = recovered.flatMap((row) =>
+        row.status === 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' && row.held_key !== null ? [row.held_key] : [],
+      );
+      await handOverKeysOnCitus(query, this.workflows, queueName, keys, this.database.wakeUpChannel);
+    }
+    return recovered.map((row) => ({ ...toWorkflowRef(row), status: row.status }));
   }
 }

@@ -5,6 +5,7 @@ import type { OwnedRun } from '../waiting/waiting.store';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
 import { sendWakeUpsLeftToCaller, wakeUpCteSql } from '../connection/wake-ups.sql';
 import { WorkflowTables, workflowTables } from '../tables/workflow-tables';
+import { READY_ROW_COLUMNS, insertReadyRowsSql } from '../tables/ready-rows.sql';
 
 /**
  * The topic of the messages that `onDuplicate: 'send'` delivers to a deduplication key's holder: the duplicate's
@@ -19,22 +20,23 @@ export const DUPLICATE_TOPIC = 'dedup-queue:duplicate';
  * the caller, see wake-ups.sql.ts).
  */
 export function countAndWakeSql(
-  active: string,
+  tables: WorkflowTables,
   queue: string,
   targetsSql: string,
   channel: string,
   citus: boolean,
 ): string {
   return `counted AS (
-       UPDATE ${active} AS w
+       UPDATE ${tables.active} AS w
        SET messages_sent = w.messages_sent + t.messages, updated_at = now(),
            status = CASE WHEN t.wakes THEN ${STATUS_SQL.ENQUEUED} ELSE w.status END,
            not_before = CASE WHEN t.wakes THEN NULL ELSE w.not_before END,
            waiting_topic = CASE WHEN t.wakes THEN NULL ELSE w.waiting_topic END
        FROM (${targetsSql}) AS t
        WHERE w.queue_name = ${queue} AND w.workflow_id = t.workflow_id
-       RETURNING w.queue_name, t.wakes
+       RETURNING ${READY_ROW_COLUMNS.replace(/(\w+)/g, 'w.$1')}, t.wakes
      ),
+     woken_ready AS (${insertReadyRowsSql(tables.ready, '(SELECT * FROM counted WHERE wakes)', true)}),
      ${wakeUpCteSql(citus, 'wake_ups', channel, 'counted WHERE wakes')}`;
 }
 
@@ -119,7 +121,7 @@ export class MessageStore {
          FROM ${this.tables.active} WHERE queue_name = $1 AND workflow_id = $2
          FOR UPDATE
        ),
-       ${countAndWakeSql(this.tables.active, '$1', 'SELECT * FROM target', '$4', this.database.citus)}
+       ${countAndWakeSql(this.tables, '$1', 'SELECT * FROM target', '$4', this.database.citus)}
        SELECT wakes AS woken, (SELECT count(*) FROM wake_ups) AS notified FROM counted`,
       [queueName, workflowId, topic, this.database.wakeUpChannel],
     );

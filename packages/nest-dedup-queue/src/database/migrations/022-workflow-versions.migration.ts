@@ -87,11 +87,12 @@ export const workflowVersions: Migration = {
 
 /**
  * `<schema>.enqueue_workflow(...)` as migrations 014 and 019 made it, with a version and a check of the name: see
- * those migrations for the rules it keeps.
+ * those migrations for the rules it keeps. With `readyRows` (migration 025), replacing the function in place (its
+ * grants kept), it writes the new workflow's ready row (see `ready-rows.sql.ts`) with the row.
  */
-function enqueueWorkflowFunction(schema: string): string {
+export function enqueueWorkflowFunction(schema: string, readyRows = false): string {
   return `
-    CREATE FUNCTION ${schema}.enqueue_workflow(
+    CREATE ${readyRows ? 'OR REPLACE ' : ''}FUNCTION ${schema}.enqueue_workflow(
       queue_name       text,
       workflow_name    text,
       args             json DEFAULT '[]',
@@ -181,7 +182,14 @@ function enqueueWorkflowFunction(schema: string): string {
           RETURN QUERY SELECT new_id, false;
           RETURN;
         END IF;
-        IF inserted IS NOT NULL THEN
+        IF inserted IS NOT NULL THEN${
+          readyRows
+            ? `
+          INSERT INTO ${schema}.workflow_ready (queue_name, priority, seq, workflow_id, partition_key)
+          SELECT w.queue_name, w.priority, w.seq, w.workflow_id, w.partition_key FROM ${schema}.workflow_queue AS w
+          WHERE w.queue_name = enqueue_workflow.queue_name AND w.workflow_id = new_id;`
+            : ''
+        }
           PERFORM pg_notify('${WAKE_UP_CHANNEL_PREFIX}' || ${schemaLiteral(schema)}, enqueue_workflow.queue_name);
           RETURN QUERY SELECT new_id, true;
           RETURN;

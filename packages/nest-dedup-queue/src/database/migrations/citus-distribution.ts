@@ -39,6 +39,7 @@ export const CITUS_TABLES = {
     'event_waits',
     'queue_starts',
     'executor_leases',
+    'workflow_ready',
   ],
   reference: ['queues'],
   coordinator: ['executors', 'registered_workflows', 'schedules', 'schema_migrations', 'input_limits'],

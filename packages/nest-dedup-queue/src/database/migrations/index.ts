@@ -22,6 +22,7 @@ import { durableStreams } from './021-durable-streams.migration';
 import { workflowVersions } from './022-workflow-versions.migration';
 import { historyByIdOnly } from './023-history-by-id-only.migration';
 import { executorLeases } from './024-executor-leases.migration';
+import { readyRowsApart } from './025-ready-rows-apart.migration';
 import type { Migration } from './migration.interface';
 
 /** Every migration, in version order. Append new ones; never edit a released one. */
@@ -50,6 +51,7 @@ export const MIGRATIONS: readonly Migration[] = [
   workflowVersions,
   historyByIdOnly,
   executorLeases,
+  readyRowsApart,
 ];
 
 export type { Migration } from './migration.interface';

@@ -16,9 +16,10 @@ export interface StatusCount {
 export type OldestWaits = Map<string, number>;
 
 /**
- * The cluster-wide numbers behind the metrics gauges, read at scrape time. ENQUEUED and PENDING are counted through
- * their partial indexes (the active set only); the finished statuses need a scan of the table and are counted by a
- * separate statement that the caller runs less often. Each read runs under a statement timeout.
+ * The cluster-wide numbers behind the metrics gauges, read at scrape time. ENQUEUED, PENDING and WAITING are counted
+ * by one scan of the active table (no index names the status since migration 025: a claim then moves no index
+ * entry); the finished statuses need a scan of the history and are counted by a separate statement that the caller
+ * runs less often. Each read runs under a statement timeout.
  */
 export class QueueStatsStore {
   private readonly table: string;
@@ -35,17 +36,12 @@ export class QueueStatsStore {
       query<{ queue_name: string; status: WorkflowStatus; n: number; oldest_wait: number | null }>(
         `SELECT queue_name, ${REPORTED_STATUS_SQL} AS status, count(*)::float8 AS n,
                 extract(epoch FROM now() - min(greatest(created_at, not_before))
-                                   FILTER (WHERE (not_before IS NULL OR not_before <= now())
+                                   FILTER (WHERE status = ${STATUS_SQL.ENQUEUED}
+                                             AND (not_before IS NULL OR not_before <= now())
                                              AND isfinite(greatest(created_at, not_before))))::float8 AS oldest_wait
-         FROM ${this.table} WHERE status = ${STATUS_SQL.ENQUEUED} GROUP BY queue_name, 2
-         UNION ALL
-         SELECT queue_name, ${STATUS_SQL.PENDING}, count(*)::float8, NULL FROM ${this.table}
-         WHERE status = ${STATUS_SQL.PENDING}
-         GROUP BY queue_name
-         UNION ALL
-         SELECT queue_name, ${STATUS_SQL.WAITING}, count(*)::float8, NULL FROM ${this.table}
-         WHERE status = ${STATUS_SQL.WAITING}
-         GROUP BY queue_name`,
+         FROM ${this.table}
+         WHERE status IN (${STATUS_SQL.ENQUEUED}, ${STATUS_SQL.PENDING}, ${STATUS_SQL.WAITING})
+         GROUP BY queue_name, 2`,
       ),
     );
     const oldestWaits: OldestWaits = new Map();

@@ -151,7 +151,7 @@ export class StrandedDuplicates {
          RETURNING workflow_id
        ),
        ${countAndWakeSql(
-         this.tables.active,
+         this.tables,
          '$1',
          'SELECT t.workflow_id, (SELECT count(*)::int FROM inserted) AS messages, t.wakes FROM target AS t',
          '$5',

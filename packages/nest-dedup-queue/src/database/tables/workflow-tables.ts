@@ -23,6 +23,8 @@ export interface WorkflowTables {
   eventWaits: string;
   /** The starts of workflows in queues with a rate limit, which the limit counts (since migration 023). */
   starts: string;
+  /** A row per ENQUEUED workflow, what a claim reads (since migration 025; see `ready-rows.sql.ts`). */
+  ready: string;
 }
 
 export function workflowTables(schemaSql: string): WorkflowTables {
@@ -37,6 +39,7 @@ export function workflowTables(schemaSql: string): WorkflowTables {
     handOverKeys: `${schemaSql}.hand_over_keys`,
     eventWaits: `${schemaSql}.event_waits`,
     starts: `${schemaSql}.queue_starts`,
+    ready: `${schemaSql}.workflow_ready`,
   };
 }
 

@@ -1,4 +1,5 @@
 import type { QueueDatabase } from '../connection/queue-database';
+import { READY_ROW_COLUMNS, moveIntoReady } from '../tables/ready-rows.sql';
 import { ownedRowSql } from '../steps/owned-row.sql';
 import { usedParameters } from '../connection/sql-parameters';
 import { STATUS_SQL } from '../tables/workflow-status.sql';
@@ -143,11 +144,13 @@ export class WaitingStore {
    * suspended), and wakes its queue's workers.
    */
   async wakeOwn(run: OwnedRun): Promise<void> {
-    const rows = await this.database.query(
+    const rows = await moveIntoReady(
+      this.database,
+      this.tables.ready,
       `UPDATE ${this.tables.active}
        SET status = ${STATUS_SQL.ENQUEUED}, not_before = NULL, waiting_topic = NULL, updated_at = now()
        WHERE queue_name = $1 AND workflow_id = $2 AND status = ${STATUS_SQL.WAITING} AND attempts = $3
-       RETURNING workflow_id`,
+       RETURNING ${READY_ROW_COLUMNS}`,
       [run.queueName, run.workflowId, run.attempt],
     );
     if (rows.length > 0) await this.wakeWorkers(run.queueName);
@@ -168,28 +171,29 @@ export class WaitingStore {
    * skipping rows another process is promoting; and reads when the next one wakes.
    */
   async promoteDue(queueName: string, limit: number): Promise<Promotion> {
-    const [row] = await this.database.query<{ woken: number; next_at: Date | null; now: Date }>(
-      `WITH due AS (
+    const woken = await moveIntoReady(
+      this.database,
+      this.tables.ready,
+      `UPDATE ${this.tables.active} AS w
+       SET status = ${STATUS_SQL.ENQUEUED}, waiting_topic = NULL, updated_at = now()
+       WHERE w.queue_name = $1 AND w.workflow_id = ANY(ARRAY(
          SELECT workflow_id FROM ${this.tables.active}
-         WHERE queue_name = $1 AND status = ${STATUS_SQL.WAITING} AND not_before <= now()
-         ORDER BY not_before LIMIT $2
-         FOR UPDATE SKIP LOCKED
-       ),
-       woken AS (
-         UPDATE ${this.tables.active} AS w
-         SET status = ${STATUS_SQL.ENQUEUED}, waiting_topic = NULL, updated_at = now()
-         FROM due WHERE w.queue_name = $1 AND w.workflow_id = due.workflow_id
-         RETURNING w.workflow_id
-       )
-       SELECT (SELECT count(*) FROM woken)::int AS woken,
-              (SELECT min(not_before) FROM ${this.tables.active}
-               WHERE queue_name = $1 AND status = ${STATUS_SQL.WAITING} AND not_before > now()
-                 AND not_before < 'infinity') AS next_at,
-              now() AS now`,
+         WHERE queue_name = $1 AND wake_at <= now() AND status = ${STATUS_SQL.WAITING}
+         ORDER BY wake_at LIMIT $2
+         FOR UPDATE SKIP LOCKED))
+         AND w.status = ${STATUS_SQL.WAITING}
+       RETURNING ${READY_ROW_COLUMNS.replace(/(\w+)/g, 'w.$1')}`,
       [queueName, limit],
-      { prepared: true },
+      { queryOptions: { prepared: true } },
     );
-    return { woken: row.woken, nextAt: row.next_at, now: row.now };
+    const [row] = await this.database.query<{ next_at: Date | null; now: Date }>(
+      `SELECT (SELECT min(wake_at) FROM ${this.tables.active}
+               WHERE queue_name = $1 AND wake_at > now() AND wake_at < 'infinity') AS next_at,
+              now() AS now`,
+      [queueName],
+      { prepared: true, idempotent: true },
+    );
+    return { woken: woken.length, nextAt: row.next_at, now: row.now };
   }
 
   /** Wakes the workers of a queue everywhere (its waiting workflows became due). */

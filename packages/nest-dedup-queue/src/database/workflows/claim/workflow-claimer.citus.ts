@@ -1,10 +1,27 @@
 import { hasGlobalLimits } from '../../../dedup-queue.config';
 import type { QueueDatabase, TransactionQuery } from '../../connection/queue-database';
-import { READY_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
+import { READY_SQL } from '../../tables/workflow-status.sql';
+import { deleteReadyRowsOnCitus } from '../../tables/ready-rows.sql';
 import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 import { CLAIM_KEY_SQL } from '../../versions/workflow-registrations';
 import { CitusExecutorLeases } from '../../executors/executor-leases.citus';
-import { type ClaimRequest, type ClaimedRow, type LimitCounts, claimUpdateSql, storedName } from './claimed-rows';
+import {
+  type ClaimRequest,
+  type ClaimedRow,
+  type LimitCounts,
+  claimUpdateSql,
+  readyCandidatesSql,
+  readyJoinSql,
+  storedName,
+} from './claimed-rows';
+
+/** A candidate's ready row, locked with its active row (ENQUEUED). */
+interface LockedReadyRow {
+  workflow_id: string;
+  priority: number;
+  seq: string;
+  status: string;
+}
 
 /**
  * The claim on Citus, in the caller's transaction, as statements Citus plans on its fast path (one table,
@@ -16,11 +33,15 @@ export class CitusClaim {
   private readonly queues: string;
   private readonly leases: CitusExecutorLeases;
   /**
-   * A queue without partitions: the due rows of queue $1 whose claim key is one of $2, at most $3, locked
-   * `FOR UPDATE SKIP LOCKED`; then their update for executor $2, by IDs ($3), returning `ClaimedRow`s.
+   * A queue without partitions: the ready rows of queue $1 whose active rows are due and have a claim key of $2, at
+   * most $3, locked `FOR UPDATE SKIP LOCKED` (a router statement: the two tables are co-located); then their active
+   * rows locked the same way (`lockPicksSql`), their ready rows deleted and their update for executor $2, by IDs
+   * ($3), returning `ClaimedRow`s (`updateSql`, and `countedUpdateSql` for a queue with global limits, see
+   * `claimUpdateSql`).
    */
   private readonly candidatesSql: string;
   private readonly updateSql: string;
+  private readonly countedUpdateSql: string;
   /**
    * A partitioned queue (see `claimPartitions`): the running workflows per partition of queue $1; the starts per
    * partition since $2 (`queue_starts`); the picks; the picks locked.
@@ -35,36 +56,40 @@ export class CitusClaim {
     this.workflows = this.tables.active;
     this.queues = `${database.schemaSql}.queues`;
     this.leases = new CitusExecutorLeases(database);
-    this.candidatesSql = `SELECT workflow_id FROM ${this.workflows}
-       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
-       ORDER BY priority, seq
+    const readyJoin = readyJoinSql(this.tables.ready, this.workflows);
+    const due = `${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])`;
+    this.candidatesSql = `SELECT r.workflow_id
+       FROM ${readyCandidatesSql(this.tables.ready, this.workflows, due, false)}
+       WHERE r.queue_name = $1
+       ORDER BY r.priority, r.seq
        LIMIT $3
-       FOR UPDATE SKIP LOCKED`;
-    this.updateSql = claimUpdateSql(this.workflows, true, '', 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])');
+       FOR UPDATE OF r SKIP LOCKED`;
+    const byIds = 'w.queue_name = $1 AND w.workflow_id = ANY($3::text[])';
+    this.updateSql = claimUpdateSql(this.workflows, true, '', byIds);
+    this.countedUpdateSql = claimUpdateSql(this.workflows, true, '', byIds, true);
     this.runningPerPartitionSql = `SELECT partition_key, count(*)::int AS n FROM ${this.workflows}
-       WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING} AND partition_key IS NOT NULL GROUP BY partition_key`;
+       WHERE queue_name = $1 AND counted_running AND partition_key IS NOT NULL GROUP BY partition_key`;
     this.startsPerPartitionSql = `SELECT partition_key, count(*)::int AS n FROM ${this.tables.starts}
        WHERE queue_name = $1 AND partition_key IS NOT NULL AND started_at > $2::timestamptz GROUP BY partition_key`;
-    this.partitionPicksSql = `SELECT workflow_id,
-         row_number() OVER turns <= CASE WHEN partition_key IS NULL THEN $3::int
-           ELSE coalesce(($5::int[])[array_position($4::text[], partition_key)], $6::int) END AS admissible
-       FROM ${this.workflows}
-       WHERE queue_name = $1 AND ${READY_SQL} AND ${CLAIM_KEY_SQL} = ANY($2::text[])
-         AND (partition_key IS NULL OR partition_key <> ALL($7::text[]))
-       WINDOW turns AS (PARTITION BY partition_key ORDER BY priority, seq)
-       ORDER BY 2 DESC, row_number() OVER turns, priority, seq
+    this.partitionPicksSql = `SELECT r.workflow_id,
+         row_number() OVER turns <= CASE WHEN r.partition_key IS NULL THEN $3::int
+           ELSE coalesce(($5::int[])[array_position($4::text[], r.partition_key)], $6::int) END AS admissible
+       FROM ${readyCandidatesSql(this.tables.ready, this.workflows, due, false)}
+       WHERE r.queue_name = $1 AND (r.partition_key IS NULL OR r.partition_key <> ALL($7::text[]))
+       WINDOW turns AS (PARTITION BY r.partition_key ORDER BY r.priority, r.seq)
+       ORDER BY 2 DESC, row_number() OVER turns, r.priority, r.seq
        LIMIT $3`;
-    this.lockPicksSql = `SELECT workflow_id FROM ${this.workflows}
-       WHERE queue_name = $1 AND workflow_id = ANY($2::text[]) AND ${READY_SQL}
-       FOR UPDATE SKIP LOCKED`;
+    this.lockPicksSql = `SELECT r.workflow_id, r.priority, r.seq, w.status FROM ${readyJoin}
+       WHERE r.queue_name = $1 AND w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND ${READY_SQL}
+       FOR UPDATE OF r, w SKIP LOCKED`;
   }
 
   /**
    * On Citus, in a transaction: the executor's lease in the queue locked on the queue's node (`FOR KEY SHARE`, so that
    * recovery cannot delete it until the claim commits; none or expired, no claim: see `CitusExecutorLeases`), then the
    * claim there. A queue without partitions is claimed by statements on Citus's fast path: its pause flag (unless
-   * the caller locked the queue's row and read it), the candidates locked, then their update (see
-   * `candidatesSql`); a partitioned one by the router statement of `claimSql`.
+   * the caller locked the queue's row and read it), the candidates' ready rows locked, then their active rows, then
+   * their update (see `candidatesSql`); a partitioned one by `claimPartitions`.
    */
   async claim(
     query: TransactionQuery,
@@ -81,13 +106,25 @@ export class CitusClaim {
       ]);
       if (queue?.paused) return [];
     }
-    const candidates = await query<{ workflow_id: string }>(this.candidatesSql, [
+    const picks = await query<{ workflow_id: string }>(this.candidatesSql, [
       storedName(request),
       request.claimKeys,
       limit,
     ]);
+    if (picks.length === 0) return [];
+    const ids = picks.map((pick) => pick.workflow_id);
+    return this.take(query, request, await query<LockedReadyRow>(this.lockPicksSql, [storedName(request), ids]));
+  }
+
+  /** Deletes the ready rows of the locked `candidates` and claims their active rows. */
+  private async take(
+    query: TransactionQuery,
+    request: ClaimRequest,
+    candidates: LockedReadyRow[],
+  ): Promise<ClaimedRow[]> {
     if (candidates.length === 0) return [];
-    return query<ClaimedRow>(this.updateSql, [
+    await deleteReadyRowsOnCitus(query, this.tables.ready, storedName(request), candidates);
+    return query<ClaimedRow>(hasGlobalLimits(request.queue) ? this.countedUpdateSql : this.updateSql, [
       storedName(request),
       request.executorId,
       candidates.map((row) => row.workflow_id),
@@ -133,9 +170,7 @@ export class CitusClaim {
     ]);
     const ids = picks.filter((pick) => pick.admissible).map((pick) => pick.workflow_id);
     if (ids.length === 0) return [];
-    const locked = await query<{ workflow_id: string }>(this.lockPicksSql, [queue.name, ids]);
-    if (locked.length === 0) return [];
-    return query<ClaimedRow>(this.updateSql, [queue.name, request.executorId, locked.map((row) => row.workflow_id)]);
+    return this.take(query, request, await query<LockedReadyRow>(this.lockPicksSql, [queue.name, ids]));
   }
 
   /**
@@ -156,7 +191,7 @@ export class CitusClaim {
     const counts: LimitCounts = { running: 0, recent: 0, frees_in_ms: null };
     if (concurrency) {
       const [{ n }] = await query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM ${this.workflows} WHERE queue_name = $1 AND status = ${STATUS_SQL.PENDING}`,
+        `SELECT count(*)::int AS n FROM ${this.workflows} WHERE queue_name = $1 AND counted_running`,
         [queue],
       );
       counts.running = n;

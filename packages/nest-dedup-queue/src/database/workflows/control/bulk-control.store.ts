@@ -1,4 +1,5 @@
 import type { Query, QueueDatabase } from '../../connection/queue-database';
+import { READY_ROW_COLUMNS, insertReadyRowsSql } from '../../tables/ready-rows.sql';
 import { isUniqueViolationOn } from '../../connection/sql-errors';
 import { ENDED_WAKE_UPS_SQL, EndSpec, endWorkflowsSql, runEndStatements } from '../finish/workflow-finish.sql';
 import { NOTIFY_SQL } from '../../connection/wake-ups.sql';
@@ -205,7 +206,7 @@ export class BulkControlStore {
                AND NOT EXISTS (SELECT 1 FROM ${this.tables.active} AS k
                                WHERE k.queue_name = $1 AND k.active_deduplication_id = w.deduplication_id
                                  AND k.workflow_id <> w.workflow_id)
-             RETURNING w.workflow_id
+             RETURNING ${READY_ROW_COLUMNS.replace(/(\w+)/g, 'w.$1')}
            ),
            back AS (
              INSERT INTO ${this.tables.active} (${WORKFLOW_COLUMN_LIST})
@@ -214,7 +215,10 @@ export class BulkControlStore {
              WHERE h.queue_name = $1 AND h.status = ${STATUS_SQL.CANCELLED}
                AND h.workflow_id = ANY (ARRAY(SELECT workflow_id FROM candidates WHERE from_history))
              ON CONFLICT DO NOTHING
-             RETURNING workflow_id
+             RETURNING ${READY_ROW_COLUMNS}
+           ),
+           ready AS (
+             ${insertReadyRowsSql(this.tables.ready, '(SELECT * FROM in_place UNION ALL SELECT * FROM back)', true)}
            ),
            moved AS (
              DELETE FROM ${this.tables.history} AS h

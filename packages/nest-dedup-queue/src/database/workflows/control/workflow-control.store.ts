@@ -23,6 +23,12 @@ import { usedParameters } from '../../connection/sql-parameters';
 import { changedStartSql } from '../../connection/time.sql';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller, wakeUpCteSql } from '../../connection/wake-ups.sql';
 import { interruptPayload, interruptPayloadPrefix, interruptPayloadSql } from '../interrupt-payload';
+import {
+  READY_ROW_COLUMNS,
+  type ReadyRow,
+  insertReadyRowsOnCitus,
+  insertReadyRowsSql,
+} from '../../tables/ready-rows.sql';
 
 /**
  * Built from IMMUTABLE parts only (text casts, concatenation, coalesce), as Citus wants in a CASE of a modification.
@@ -119,7 +125,7 @@ export class WorkflowControlStore {
    */
   async cancelTimedOut(queueName: string): Promise<WorkflowRef[]> {
     const due = `SELECT workflow_id, queue_name FROM ${this.table}
-         WHERE queue_name = $4 AND deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
+         WHERE queue_name = $4 AND live_deadline_at <= now() AND status IN ${ACTIVE_STATUSES_SQL}
          FOR UPDATE SKIP LOCKED`;
     const params = [
       this.database.cancelChannel,
@@ -215,14 +221,17 @@ export class WorkflowControlStore {
              .map(([column, value]) => `${column} = ${value}`)
              .join(', ')}
            WHERE workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
-           RETURNING queue_name
+           RETURNING ${READY_ROW_COLUMNS}
          ),
          moved AS (
            DELETE FROM ${this.tables.history} WHERE workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED} RETURNING *
          ),
          back AS (
            INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST}) SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM moved
-           RETURNING queue_name
+           RETURNING ${READY_ROW_COLUMNS}
+         ),
+         ready AS (
+           ${insertReadyRowsSql(this.tables.ready, '(SELECT * FROM in_place UNION ALL SELECT * FROM back)', true)}
          )
          SELECT pg_notify($2, queue_name)::text FROM (SELECT queue_name FROM in_place UNION ALL SELECT queue_name FROM back) AS q`,
         [workflowId, this.database.wakeUpChannel],
@@ -241,20 +250,21 @@ export class WorkflowControlStore {
       .map(([column, value]) => `${column} = ${value}`)
       .join(', ');
     await this.database.transaction(async (query) => {
-      const inPlace = await query(
+      const inPlace = await query<ReadyRow>(
         `UPDATE ${this.table} SET ${resumed}
          WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
-         RETURNING workflow_id`,
+         RETURNING ${READY_ROW_COLUMNS}`,
         [workflowId, queueName],
       );
-      const back = await query(
+      const back = await query<ReadyRow>(
         `INSERT INTO ${this.table} (${WORKFLOW_COLUMN_LIST})
          SELECT ${workflowColumnsSql('', RESUMED_COLUMNS)} FROM ${this.tables.history}
          WHERE queue_name = $2 AND workflow_id = $1 AND status = ${STATUS_SQL.CANCELLED}
          ON CONFLICT (workflow_id, queue_name) DO NOTHING
-         RETURNING workflow_id`,
+         RETURNING ${READY_ROW_COLUMNS}`,
         [workflowId, queueName],
       );
+      await insertReadyRowsOnCitus(query, this.tables.ready, [...inPlace, ...back]);
       if (back.length > 0) {
         await query(
           `DELETE FROM ${this.tables.history}
@@ -281,17 +291,34 @@ export class WorkflowControlStore {
     if (citus && queue === undefined) return undefined;
     const base: unknown[] = [workflowId, change.priority, this.database.wakeUpChannel, ...(citus ? [queue] : [])];
     const start = changedStartSql(citus, change, base.length + 1);
-    const rows = await this.database.query<{ queue_name: string }>(
-      `WITH changed AS (
-         UPDATE ${this.table}
-         SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
-         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
-         RETURNING queue_name
-       ),
-       ${wakeUpCteSql(citus, 'woken', '$3', 'changed')}
-       SELECT queue_name, (SELECT count(*) FROM woken) AS woken FROM changed`,
-      [...base, ...start.params],
-    );
+    const rows = await this.database.transaction(async (query) => {
+      const [before] = await query<{ priority: number }>(
+        `SELECT priority FROM ${this.table}
+         WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $2' : ''}
+         FOR UPDATE`,
+        [workflowId, ...(citus ? [queue] : [])],
+      );
+      if (!before) return [];
+      const changed = await query<ReadyRow>(
+        `WITH changed AS (
+           UPDATE ${this.table}
+           SET ${start.sql} priority = coalesce($2::int, priority), updated_at = now()
+           WHERE workflow_id = $1 AND status = ${STATUS_SQL.ENQUEUED} ${citus ? 'AND queue_name = $4' : ''}
+           RETURNING ${READY_ROW_COLUMNS}
+         ),
+         ${wakeUpCteSql(citus, 'woken', '$3', 'changed')}
+         SELECT ${READY_ROW_COLUMNS}, (SELECT count(*) FROM woken) AS woken FROM changed`,
+        [...base, ...start.params],
+      );
+      for (const row of changed.filter((row) => row.priority !== before.priority)) {
+        await query(
+          `UPDATE ${this.tables.ready} SET priority = $5
+           WHERE queue_name = $1 AND priority = $2 AND seq = $3 AND workflow_id = $4`,
+          [row.queue_name, before.priority, row.seq, row.workflow_id, row.priority],
+        );
+      }
+      return changed;
+    });
     if (rows.length === 1) {
       await sendWakeUpsLeftToCaller(this.database, [rows[0].queue_name]);
       return 'ENQUEUED';

@@ -7,6 +7,7 @@ import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/wor
 import { countAndWakeSql } from '../../messages/message.store';
 import { sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
 import { EnqueueConnection } from './enqueue-connection';
+import { type ReadyRow, insertReadyRowsOnCitus } from '../../tables/ready-rows.sql';
 import type { Query } from '../../connection/queue-database';
 
 /** Rolls back a supersede whose insert found the key taken after all. */
@@ -96,8 +97,9 @@ export class DuplicatePolicyStore extends EnqueueConnection {
     const run = async (query: Query) => {
       const holder = await query(followUpHolder.sql, followUpHolder.params.values(workflow));
       if (holder.length === 0) return { workflow_id: null, holder_running: false };
-      const [row] = await query<{ workflow_id: string }>(followUpValues.sql, followUpValues.params.values(workflow));
-      return { workflow_id: row?.workflow_id ?? null, holder_running: true };
+      const rows = await query<ReadyRow>(followUpValues.sql, followUpValues.params.values(workflow));
+      await insertReadyRowsOnCitus(query, this.tables.ready, rows);
+      return { workflow_id: rows[0]?.workflow_id ?? null, holder_running: true };
     };
     return this.savepoints
       ? this.guarded(() => run(this.query))
@@ -140,7 +142,7 @@ export class DuplicatePolicyStore extends EnqueueConnection {
          RETURNING workflow_id
        ),
        ${countAndWakeSql(
-         this.table,
+         this.tables,
          '$1',
          'SELECT workflow_id, 1 AS messages, wakes FROM delivering WHERE EXISTS (SELECT 1 FROM sent)',
          '$6',
@@ -270,7 +272,8 @@ export class DuplicatePolicyStore extends EnqueueConnection {
           ]);
     const supersedes = ended.find((row) => row.active_deduplication_id !== null)?.workflow_id ?? null;
     const { sql, params } = this.statements.insertSuperseding;
-    const inserted = await query(sql, params.values({ workflow, supersedes }));
+    const inserted = await query<ReadyRow>(sql, params.values({ workflow, supersedes }));
+    await insertReadyRowsOnCitus(query, this.tables.ready, inserted);
     if (inserted.length === 0) {
       if (ended.length > 0) throw new SupersedeLost();
       return { outcome: 'retry' };

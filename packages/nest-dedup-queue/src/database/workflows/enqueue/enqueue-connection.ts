@@ -53,6 +53,18 @@ export abstract class EnqueueConnection {
     }
   }
 
+  /**
+   * Runs `work` so that its statements commit together: as they are in a caller's transaction (or in one `query`
+   * already runs in), or on one server (each of its writes is one statement); on Citus, where a new row and its ready
+   * row are two router statements, in a transaction of its own.
+   */
+  protected atomically<T>(query: Query, work: (query: Query) => Promise<T>): Promise<T> {
+    if (this.savepoints || query !== this.query || !this.database.citus) return work(query);
+    return this.database.transaction((inTransaction) =>
+      work((sql, params) => inTransaction(sql, params, { prepared: true })),
+    );
+  }
+
   private get cacheKey(): string {
     return `${this.database.citus ? 'citus:' : ''}${this.table}`;
   }

@@ -10,6 +10,7 @@ import type { NewWorkflow } from '../new-workflow';
 import { ACTIVE_TABLE_WORKFLOW_STATUSES_SQL, STATUS_SQL } from '../../tables/workflow-status.sql';
 import { REPORTED_STATUS_SQL } from '../workflow-row';
 import type { WorkflowTables } from '../../tables/workflow-tables';
+import { READY_ROW_COLUMNS, insertReadyRowsSql } from '../../tables/ready-rows.sql';
 
 interface Statement<C> {
   sql: string;
@@ -79,7 +80,7 @@ export function insertStatements(tables: WorkflowTables, citus = false): InsertS
       if (!statement) byRows.set(rows, (statement = rowsOfOneQueueStatement(tables, rows)));
       return statement;
     },
-    followUp: insertFollowUpStatement(tables.active),
+    followUp: insertFollowUpStatement(tables),
     followUpHolder: followUpHolderStatement(tables.active),
     followUpValues: followUpValuesStatement(tables.active),
     supersede: supersedeStatement(tables),
@@ -113,7 +114,7 @@ function rowsOfOneQueueStatement(tables: WorkflowTables, rows: number): Statemen
   const sql = `INSERT INTO ${tables.active} (${Object.keys(values[0]).join(', ')})
      VALUES ${values.map((columns) => `(${Object.values(columns).join(', ')})`).join(',\n       ')}
      ON CONFLICT DO NOTHING
-     RETURNING workflow_id`;
+     RETURNING ${READY_ROW_COLUMNS}`;
   return { sql, params };
 }
 
@@ -184,7 +185,7 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
     const sql = `INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        VALUES (${Object.values(columns).join(', ')})
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
-       RETURNING queue_name`;
+       RETURNING ${READY_ROW_COLUMNS}`;
     return { sql, params };
   }
   const channel = params.ref('wake_up_channel', 'text', (context) => context.channel);
@@ -194,8 +195,9 @@ function insertOneStatement(tables: WorkflowTables, citus: boolean): InsertState
        SELECT ${Object.values(columns).join(', ')}
        WHERE NOT ${takenElsewhereSql(tables, input('workflow_id'), input('workflow_id_given'), input('queue_name'))}
        ON CONFLICT (workflow_id, queue_name) DO NOTHING
-       RETURNING queue_name
-     )
+       RETURNING ${READY_ROW_COLUMNS}
+     ),
+     ready AS (${insertReadyRowsSql(tables.ready, 'inserted', true)})
      SELECT pg_notify(${channel}, queue_name)::text FROM inserted`;
   return { sql, params };
 }
@@ -264,8 +266,10 @@ function insertManyStatement(
        ${givenIds ? `WHERE NOT ${takenElsewhereSql(tables, 'input.workflow_id', 'input.workflow_id_given', 'input.queue_name')}` : ''}
        ORDER BY queue_name, deduplication_id, ord
        ON CONFLICT DO NOTHING
-       RETURNING workflow_id, queue_name, active_deduplication_id, ${HOLDER_REPORT_COLUMNS_SQL}
+       RETURNING workflow_id, queue_name, active_deduplication_id, priority, seq, partition_key,
+                 ${HOLDER_REPORT_COLUMNS_SQL}
      ),
+     ready AS (${insertReadyRowsSql(tables.ready, 'inserted', true)}),
      woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM (SELECT DISTINCT queue_name FROM inserted) AS q)
      SELECT (ins.workflow_id IS NOT NULL) AS inserted, i.deduplication_id,
             existing.queue_name AS existing_queue, existing.workflow_name AS existing_workflow,
@@ -314,8 +318,9 @@ function insertLoneGeneratedStatement(tables: WorkflowTables): InsertStatements[
        INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        VALUES (${Object.values(columns).join(', ')})
        ON CONFLICT DO NOTHING
-       RETURNING queue_name
+       RETURNING ${READY_ROW_COLUMNS}
      ),
+     ready AS (${insertReadyRowsSql(tables.ready, 'inserted', true)}),
      woken AS (SELECT pg_notify(${channel}, queue_name)::text FROM inserted)
      SELECT true AS inserted, NULL AS holder_id, ${holderColumnsSql(() => 'NULL')} FROM woken
      UNION ALL
@@ -345,20 +350,21 @@ function startedHolderSql(table: string, input: (name: NewWorkflowInputName) => 
 }
 
 /** A follow-up, inserted while its key's holder has started (locked `FOR SHARE` until the insert commits). */
-function insertFollowUpStatement(table: string): InsertStatements['followUp'] {
+function insertFollowUpStatement(tables: WorkflowTables): InsertStatements['followUp'] {
   const params = new SqlParameters<NewWorkflow>();
   const input = parameterOf(params, (workflow) => workflow);
   const columns = followUpColumns(input);
   const sql = `WITH holder AS (
-       ${startedHolderSql(table, input)}
+       ${startedHolderSql(tables.active, input)}
      ),
      inserted AS (
-       INSERT INTO ${table} (${Object.keys(columns).join(', ')})
+       INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
        SELECT ${Object.values(columns).join(', ')}
        WHERE EXISTS (SELECT 1 FROM holder)
        ON CONFLICT DO NOTHING
-       RETURNING workflow_id
-     )
+       RETURNING ${READY_ROW_COLUMNS}
+     ),
+     ready AS (${insertReadyRowsSql(tables.ready, 'inserted', true)})
      SELECT (SELECT workflow_id FROM inserted) AS workflow_id, EXISTS (SELECT 1 FROM holder) AS holder_running`;
   return { sql, params };
 }
@@ -382,7 +388,7 @@ function followUpValuesStatement(table: string): Statement<NewWorkflow> {
   const sql = `INSERT INTO ${table} (${Object.keys(columns).join(', ')})
      VALUES (${Object.values(columns).join(', ')})
      ON CONFLICT DO NOTHING
-     RETURNING workflow_id`;
+     RETURNING ${READY_ROW_COLUMNS}`;
   return { sql, params };
 }
 
@@ -440,8 +446,9 @@ function supersedeStatement(tables: WorkflowTables): InsertStatements['supersede
        SELECT ${Object.values(columns).join(', ')}
        WHERE ${proceeds} AND (SELECT count(*) FROM ended) + (SELECT count(*) FROM expired) >= 0
        ON CONFLICT DO NOTHING
-       RETURNING workflow_id
-     )
+       RETURNING ${READY_ROW_COLUMNS}
+     ),
+     ready AS (${insertReadyRowsSql(tables.ready, 'inserted', true)})
      SELECT (SELECT workflow_id FROM inserted) AS inserted_id, b.window_held, b.mismatch, b.id_taken,
             (SELECT workflow_id FROM holders WHERE held_key AND (unfinished OR window_open)) AS holder_id,
             coalesce((SELECT json_agg(json_build_object('workflowId', workflow_id, 'workflowName', workflow_name,
@@ -505,6 +512,6 @@ function insertSupersedingStatement(tables: WorkflowTables): InsertStatements['i
   const sql = `INSERT INTO ${tables.active} (${Object.keys(columns).join(', ')})
      VALUES (${Object.values(columns).join(', ')})
      ON CONFLICT DO NOTHING
-     RETURNING workflow_id`;
+     RETURNING ${READY_ROW_COLUMNS}`;
   return { sql, params };
 }

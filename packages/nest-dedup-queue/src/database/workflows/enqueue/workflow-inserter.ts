@@ -22,6 +22,7 @@ import { ACTIVE_DEDUPLICATION_INDEX } from '../../tables/workflow-tables';
 import { sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
 import { EnqueueConnection } from './enqueue-connection';
 import type { Query } from '../../connection/queue-database';
+import { type ReadyRow, insertReadyRowsOnCitus } from '../../tables/ready-rows.sql';
 
 /**
  * The SQL of enqueueing: one workflow (a unique violation on the partial index means its deduplication ID is held),
@@ -35,13 +36,16 @@ export class WorkflowInserter extends EnqueueConnection {
   async insert(workflow: NewWorkflow): Promise<InsertResult> {
     try {
       const { sql, params } = this.statements.one;
-      const result = await this.guarded(async () => {
-        const rows = await this.query(sql, params.values({ workflow, channel: this.database.wakeUpChannel }));
-        if (rows.length !== 1) return undefined;
-        await sendWakeUpsLeftToCaller(this.database, [workflow.queueName], this.query);
-        const [checked] = await this.takeBackTaken(this.query, [workflow], [{ outcome: 'inserted' }]);
-        return checked;
-      });
+      const result = await this.guarded(() =>
+        this.atomically(this.query, async (query) => {
+          const rows = await query<ReadyRow>(sql, params.values({ workflow, channel: this.database.wakeUpChannel }));
+          if (rows.length !== 1) return undefined;
+          if (this.database.citus) await insertReadyRowsOnCitus(query, this.tables.ready, rows);
+          await sendWakeUpsLeftToCaller(this.database, [workflow.queueName], query);
+          const [checked] = await this.takeBackTaken(query, [workflow], [{ outcome: 'inserted' }]);
+          return checked;
+        }),
+      );
       if (result) return result;
     } catch (error) {
       if (isUniqueViolationOn(error, ACTIVE_DEDUPLICATION_INDEX)) return { outcome: 'deduplicated' };
@@ -194,11 +198,15 @@ export class WorkflowInserter extends EnqueueConnection {
       const batch = positions.map((at) => workflows[at]);
       const inserted = new Set<string>();
       const inKeyOrder = [...batch].sort(byDeduplicationId);
-      for (let from = 0; from < inKeyOrder.length; from += MAX_ROWS_PER_ROUTER_INSERT) {
-        const rows = inKeyOrder.slice(from, from + MAX_ROWS_PER_ROUTER_INSERT);
-        const { sql, params } = this.statements.rowsOfOneQueue(rows.length);
-        for (const row of await query<{ workflow_id: string }>(sql, params.values(rows))) inserted.add(row.workflow_id);
-      }
+      await this.atomically(query, async (inQueue) => {
+        for (let from = 0; from < inKeyOrder.length; from += MAX_ROWS_PER_ROUTER_INSERT) {
+          const rows = inKeyOrder.slice(from, from + MAX_ROWS_PER_ROUTER_INSERT);
+          const { sql, params } = this.statements.rowsOfOneQueue(rows.length);
+          const readyRows = await inQueue<ReadyRow>(sql, params.values(rows));
+          await insertReadyRowsOnCitus(inQueue, this.tables.ready, readyRows);
+          for (const row of readyRows) inserted.add(row.workflow_id);
+        }
+      });
       if (inserted.size > 0) woken.push(queueName);
       const others = batch.filter((workflow) => !inserted.has(workflow.workflowId));
       const found = others.length === 0 ? [] : await this.holdersOnOneQueue(query, queueName, others);

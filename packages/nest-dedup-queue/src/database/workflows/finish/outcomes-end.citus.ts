@@ -158,6 +158,9 @@ async function endFewOutcomes(query: TransactionQuery, batch: EndingBatch): Prom
     has_streams: row.has_streams === 't',
     keeps_key: keeps,
     active_deduplication_id: row.active_deduplication_id,
+    status: row.status as string,
+    priority: Number(row.priority),
+    seq: row.seq as string,
   }));
   if (endedRows.length > 0) await runAfterEnding(query, spec, params, endedRows);
   return endedRows;

@@ -13,6 +13,7 @@ import { NOTIFY_SQL, wakeUpCteSql } from '../../connection/wake-ups.sql';
 import { PINNED_SEARCH_PATH } from '../../migrations/019-enqueue-from-sql-secured.migration';
 import { handOverKeysOnCitus } from './hand-over.citus';
 import type { Query } from '../../connection/queue-database';
+import { deleteReadyRowsOnCitus, deleteReadyRowsSql } from '../../tables/ready-rows.sql';
 
 /**
  * Ends an `EXISTS` subquery of an expression (a select list, a RETURNING) that probes the active table by one row's
@@ -59,6 +60,8 @@ export interface EndSpec {
    * that on Citus it runs on the queue's node only.
    */
   queueParam?: string;
+  /** The rows that end are running (outcomes): none is ENQUEUED, so none has a ready row to delete. */
+  onlyRunning?: boolean;
 }
 
 /**
@@ -102,6 +105,7 @@ export function endWorkflowsSql(spec: EndSpec): string {
      archived AS (
        INSERT INTO ${history} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e
      ),
+     ${spec.onlyRunning ? '' : `ready_gone AS (${deleteReadyRowsSql(spec.tables.ready, 'ended')}),`}
      key_records AS (
        INSERT INTO ${active} (${WORKFLOW_COLUMN_LIST}) SELECT ${finished} FROM ended AS e WHERE e.keeps_key
        RETURNING workflow_id
@@ -153,6 +157,10 @@ export interface EndingRow {
   keeps_key: boolean;
   /** The key it holds: freed (or kept in a key record, which a waiting follow-up takes precedence over). */
   active_deduplication_id: string | null;
+  /** Its stored status, priority and `seq` when it was locked: an ENQUEUED one's ready row goes with it. */
+  status: string;
+  priority: number;
+  seq: string;
 }
 
 /**
@@ -161,7 +169,7 @@ export interface EndingRow {
  */
 export function endingRowColumnsSql(keepsKey: string): string {
   return `w.workflow_id, w.queue_name, w.workflow_name, w.attempts, w.messages_sent > 0 AS sent_messages,
-         w.has_streams, (${keepsKey}) AS keeps_key, w.active_deduplication_id`;
+         w.has_streams, (${keepsKey}) AS keeps_key, w.active_deduplication_id, w.status, w.priority, w.seq`;
 }
 
 /** The statements of `endWorkflowsStatementsSql`, in the order they run. */
@@ -245,6 +253,8 @@ async function endRows(
   const run = <T>(sql: string) => query<T>(...usedParameters(sql, endValues(params, ending)));
   await run(statements.archive);
   await run(statements.remove);
+  const [, [queue]] = usedParameters(spec.queueParam ?? '', params);
+  await deleteReadyRowsOnCitus(query, spec.tables.ready, queue as string, ending);
   if (ending.some((row) => row.keeps_key)) await run(statements.keyRecords);
   await runAfterEnding(query, spec, params, ending);
   return ending;

@@ -8,6 +8,12 @@ import { WorkflowTables, workflowTables } from '../../tables/workflow-tables';
 import { arrayParameter, usedParameters } from '../../connection/sql-parameters';
 import { nowPlusMsSql } from '../../connection/time.sql';
 import { NOTIFY_SQL, sendWakeUpsLeftToCaller } from '../../connection/wake-ups.sql';
+import {
+  READY_ROW_COLUMNS,
+  type ReadyRow,
+  insertReadyRowsOnCitus,
+  insertReadyRowsSql,
+} from '../../tables/ready-rows.sql';
 
 /** The parameter arrays of the outcomes' fields. */
 const OUTCOME_ARRAYS = {
@@ -171,7 +177,8 @@ export class WorkflowOutcomeStore {
   private outcomesSql(parts: OutcomeParts, claim?: AttachedClaim): string {
     const { retries, parks, wakes } = parts;
     const updated = [retries && 'retried', parks && 'parked'].filter(Boolean) as string[];
-    return `WITH ${retries ? `retried AS (${this.retriedSql(false)}),` : ''}${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
+    const retriedReady = `retried_ready AS (${insertReadyRowsSql(this.tables.ready, 'retried', true)}),`;
+    return `WITH ${retries ? `retried AS (${this.retriedSql(false)}), ${retriedReady}` : ''}${parks ? ` parked AS (${this.parkedSql(false)}),` : ''}
        ${endWorkflowsSql(this.outcomesEndSpec(false, parts))},
        finished AS (
          SELECT workflow_id, queue_name, end_status AS outcome, messages_sent > 0 AS sent_messages FROM ended
@@ -210,8 +217,9 @@ export class WorkflowOutcomeStore {
       const attached = queue === outcomes[0].queueName ? claim : undefined;
       await this.database.transaction(async (query) => {
         const retried = batch.some((o) => o.status === 'RETRY')
-          ? await query<{ workflow_id: string }>(...usedParameters(this.retriedSql(true), params))
+          ? await query<ReadyRow>(...usedParameters(this.retriedSql(true), params))
           : [];
+        await insertReadyRowsOnCitus(query, this.tables.ready, retried);
         if (retried.length > 0) await this.forgetFailedStepsOnCitus(query, queue, retried);
         const parked = batch.some((o) => o.status === 'PARKED')
           ? await query<{ workflow_id: string }>(...usedParameters(this.parkedSql(true), params))
@@ -268,7 +276,7 @@ export class WorkflowOutcomeStore {
   private outcomeRowsSql(citus: boolean, status: 'RETRY' | 'PARKED'): string {
     const outcome = outcomeFieldSql('status');
     return `WHERE ${outcome} = '${status}' AND ${outcomeRowsByIdSql(citus)}
-         RETURNING w.workflow_id, w.queue_name, ${outcome} AS outcome`;
+         RETURNING ${READY_ROW_COLUMNS.replace(/(\w+)/g, 'w.$1')}, ${outcome} AS outcome`;
   }
 
   /**
@@ -307,6 +315,7 @@ export class WorkflowOutcomeStore {
       channelParam: '$7',
       citus,
       queueParam,
+      onlyRunning: true,
     };
   }
 
@@ -379,8 +388,9 @@ export class WorkflowOutcomeStore {
          FROM unnest($2::text[], $3::int[]) AS r(workflow_id, attempt)
          WHERE w.queue_name = $5 AND w.workflow_id = r.workflow_id AND w.attempts = r.attempt
            AND w.status = ${STATUS_SQL.PENDING} AND w.executor_id = $1
-         RETURNING w.queue_name
-       )
+         RETURNING ${READY_ROW_COLUMNS.replace(/(\w+)/g, 'w.$1')}
+       ),
+       ready AS (${insertReadyRowsSql(this.tables.ready, 'returned', true)})
        SELECT pg_notify($4, queue_name)::text FROM (SELECT DISTINCT queue_name FROM returned) AS q`,
       [
         executorId,
@@ -403,15 +413,18 @@ export class WorkflowOutcomeStore {
     queueName: string,
     runs: { workflowId: string; attempt: number }[],
   ): Promise<void> {
-    const returned = await this.database.query(
-      `UPDATE ${this.table} AS w
-       SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, attempts = w.attempts - 1, updated_at = now()
-       WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
-         AND w.executor_id = $3 AND ${RUN_OF_ROW_SQL} = ANY($4::text[])
-       RETURNING w.workflow_id`,
-      [queueName, runs.map((run) => run.workflowId), executorId, runs.map(runOf)],
-      { idempotent: true },
-    );
+    const returned = await this.database.transaction(async (query) => {
+      const rows = await query<ReadyRow>(
+        `UPDATE ${this.table} AS w
+         SET status = ${STATUS_SQL.ENQUEUED}, executor_id = NULL, attempts = w.attempts - 1, updated_at = now()
+         WHERE w.queue_name = $1 AND w.workflow_id = ANY($2::text[]) AND w.status = ${STATUS_SQL.PENDING}
+           AND w.executor_id = $3 AND ${RUN_OF_ROW_SQL} = ANY($4::text[])
+         RETURNING ${READY_ROW_COLUMNS}`,
+        [queueName, runs.map((run) => run.workflowId), executorId, runs.map(runOf)],
+      );
+      await insertReadyRowsOnCitus(query, this.tables.ready, rows);
+      return rows;
+    });
     await sendWakeUpsLeftToCaller(this.database, returned.length > 0 ? [queueName] : []);
   }
 }
